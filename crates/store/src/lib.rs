@@ -1,0 +1,1 @@
+//! gvault-store: the LSM engine (work in progress).
