@@ -28,7 +28,12 @@ impl ChunkParams {
             if (lo..=hi).contains(&v) {
                 Ok(())
             } else {
-                Err(ChunkParamsError::OutOfRange { what, value: v, lo, hi })
+                Err(ChunkParamsError::OutOfRange {
+                    what,
+                    value: v,
+                    lo,
+                    hi,
+                })
             }
         };
         check("min", min, v2020::MINIMUM_MIN, v2020::MINIMUM_MAX)?;
@@ -40,7 +45,12 @@ impl ChunkParams {
         if level > 3 {
             return Err(ChunkParamsError::Level(level));
         }
-        Ok(Self { min, avg, max, level })
+        Ok(Self {
+            min,
+            avg,
+            max,
+            level,
+        })
     }
 
     pub fn min(&self) -> u32 {

@@ -25,7 +25,9 @@ impl RsaPrivateKey {
         if inner.primes().len() != 2 {
             return Err(KeyError::Rsa("multi-prime keys are not supported".into()));
         }
-        inner.precompute().map_err(|e| KeyError::Rsa(e.to_string()))?;
+        inner
+            .precompute()
+            .map_err(|e| KeyError::Rsa(e.to_string()))?;
         Ok(Self { inner })
     }
 

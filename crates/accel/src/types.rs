@@ -65,7 +65,9 @@ impl TeaKey {
     /// The key as TEA's four words k0..k3 (big-endian).
     pub fn words(&self) -> [u32; 4] {
         let b = self.expose();
-        std::array::from_fn(|i| u32::from_be_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]))
+        std::array::from_fn(|i| {
+            u32::from_be_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+        })
     }
 }
 

@@ -74,8 +74,14 @@ fn aes256_ctr_sp800_38a_f55() {
 fn sha256_fips180_and_md5_rfc1321() {
     let b = cpu();
     let cases = [
-        ("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
-        ("abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        (
+            "",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        ),
+        (
+            "abc",
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        ),
         (
             "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
@@ -95,42 +101,105 @@ fn sha256_fips180_and_md5_rfc1321() {
         ("a", "0cc175b9c0f1b6a831c399e269772661"),
         ("abc", "900150983cd24fb0d6963f7d28e17f72"),
         ("message digest", "f96b697d7cb7938d525a2f31aaf161d0"),
-        ("abcdefghijklmnopqrstuvwxyz", "c3fcd3d76192e4007dfb496cca67e13b"),
+        (
+            "abcdefghijklmnopqrstuvwxyz",
+            "c3fcd3d76192e4007dfb496cca67e13b",
+        ),
         (
             "12345678901234567890123456789012345678901234567890123456789012345678901234567890",
             "57edf4a22be3c955ac49da2e2107b67a",
         ),
     ];
     for (msg, want) in md5 {
-        assert_eq!(digest(&b, DigestAlgo::Md5, msg.as_bytes()).as_bytes(), hex(want), "md5({msg:?})");
+        assert_eq!(
+            digest(&b, DigestAlgo::Md5, msg.as_bytes()).as_bytes(),
+            hex(want),
+            "md5({msg:?})"
+        );
     }
 }
 
 #[test]
 fn crc_check_values() {
     let b = cpu();
-    assert_eq!(digest(&b, DigestAlgo::Crc32, b"123456789"), Digest::Crc(0xCBF4_3926));
-    assert_eq!(digest(&b, DigestAlgo::Crc32c, b"123456789"), Digest::Crc(0xE306_9283));
+    assert_eq!(
+        digest(&b, DigestAlgo::Crc32, b"123456789"),
+        Digest::Crc(0xCBF4_3926)
+    );
+    assert_eq!(
+        digest(&b, DigestAlgo::Crc32c, b"123456789"),
+        Digest::Crc(0xE306_9283)
+    );
     assert_eq!(digest(&b, DigestAlgo::Crc32, b""), Digest::Crc(0));
     assert_eq!(digest(&b, DigestAlgo::Crc32c, b""), Digest::Crc(0));
     // RFC 3720 B.4: 32 bytes of zeros, and of 0xff.
-    assert_eq!(digest(&b, DigestAlgo::Crc32c, &[0u8; 32]), Digest::Crc(0x8A91_36AA));
-    assert_eq!(digest(&b, DigestAlgo::Crc32c, &[0xffu8; 32]), Digest::Crc(0x62A8_AB43));
+    assert_eq!(
+        digest(&b, DigestAlgo::Crc32c, &[0u8; 32]),
+        Digest::Crc(0x8A91_36AA)
+    );
+    assert_eq!(
+        digest(&b, DigestAlgo::Crc32c, &[0xffu8; 32]),
+        Digest::Crc(0x62A8_AB43)
+    );
 }
 
 /// (input_len, hash, keyed_hash): first 32 bytes of BLAKE3's test_vectors.json.
 const BLAKE3_VECTORS: &[(usize, &str, &str)] = &[
-    (0, "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262", "92b2b75604ed3c761f9d6f62392c8a9227ad0ea3f09573e783f1498a4ed60d26"),
-    (1, "2d3adedff11b61f14c886e35afa036736dcd87a74d27b5c1510225d0f592e213", "6d7878dfff2f485635d39013278ae14f1454b8c0a3a2d34bc1ab38228a80c95b"),
-    (1023, "10108970eeda3eb932baac1428c7a2163b0e924c9a9e25b35bba72b28f70bd11", "c951ecdf03288d0fcc96ee3413563d8a6d3589547f2c2fb36d9786470f1b9d6e"),
-    (1024, "42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7", "75c46f6f3d9eb4f55ecaaee480db732e6c2105546f1e675003687c31719c7ba4"),
-    (1025, "d00278ae47eb27b34faecf67b4fe263f82d5412916c1ffd97c8cb7fb814b8444", "357dc55de0c7e382c900fd6e320acc04146be01db6a8ce7210b7189bd664ea69"),
-    (2048, "e776b6028c7cd22a4d0ba182a8bf62205d2ef576467e838ed6f2529b85fba24a", "879cf1fa2ea0e79126cb1063617a05b6ad9d0b696d0d757cf053439f60a99dd1"),
-    (3073, "7124b49501012f81cc7f11ca069ec9226cecb8a2c850cfe644e327d22d3e1cd3", "68dede9bef00ba89e43f31a6825f4cf433389fedae75c04ee9f0cf16a427c95a"),
-    (8193, "bab6c09cb8ce8cf459261398d2e7aef35700bf488116ceb94a36d0f5f1b7bc3b", "954a2a75420c8d6547e3ba5b98d963e6fa6491addc8c023189cc519821b4a1f5"),
-    (16384, "f875d6646de28985646f34ee13be9a576fd515f76b5b0a26bb324735041ddde4", "9e9fc4eb7cf081ea7c47d1807790ed211bfec56aa25bb7037784c13c4b707b0d"),
-    (31744, "62b6960e1a44bcc1eb1a611a8d6235b6b4b78f32e7abc4fb4c6cdcce94895c47", "efa53b389ab67c593dba624d898d0f7353ab99e4ac9d42302ee64cbf9939a419"),
-    (102400, "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085", "1c35d1a5811083fd7119f5d5d1ba027b4d01c0c6c49fb6ff2cf75393ea5db4a7"),
+    (
+        0,
+        "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262",
+        "92b2b75604ed3c761f9d6f62392c8a9227ad0ea3f09573e783f1498a4ed60d26",
+    ),
+    (
+        1,
+        "2d3adedff11b61f14c886e35afa036736dcd87a74d27b5c1510225d0f592e213",
+        "6d7878dfff2f485635d39013278ae14f1454b8c0a3a2d34bc1ab38228a80c95b",
+    ),
+    (
+        1023,
+        "10108970eeda3eb932baac1428c7a2163b0e924c9a9e25b35bba72b28f70bd11",
+        "c951ecdf03288d0fcc96ee3413563d8a6d3589547f2c2fb36d9786470f1b9d6e",
+    ),
+    (
+        1024,
+        "42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7",
+        "75c46f6f3d9eb4f55ecaaee480db732e6c2105546f1e675003687c31719c7ba4",
+    ),
+    (
+        1025,
+        "d00278ae47eb27b34faecf67b4fe263f82d5412916c1ffd97c8cb7fb814b8444",
+        "357dc55de0c7e382c900fd6e320acc04146be01db6a8ce7210b7189bd664ea69",
+    ),
+    (
+        2048,
+        "e776b6028c7cd22a4d0ba182a8bf62205d2ef576467e838ed6f2529b85fba24a",
+        "879cf1fa2ea0e79126cb1063617a05b6ad9d0b696d0d757cf053439f60a99dd1",
+    ),
+    (
+        3073,
+        "7124b49501012f81cc7f11ca069ec9226cecb8a2c850cfe644e327d22d3e1cd3",
+        "68dede9bef00ba89e43f31a6825f4cf433389fedae75c04ee9f0cf16a427c95a",
+    ),
+    (
+        8193,
+        "bab6c09cb8ce8cf459261398d2e7aef35700bf488116ceb94a36d0f5f1b7bc3b",
+        "954a2a75420c8d6547e3ba5b98d963e6fa6491addc8c023189cc519821b4a1f5",
+    ),
+    (
+        16384,
+        "f875d6646de28985646f34ee13be9a576fd515f76b5b0a26bb324735041ddde4",
+        "9e9fc4eb7cf081ea7c47d1807790ed211bfec56aa25bb7037784c13c4b707b0d",
+    ),
+    (
+        31744,
+        "62b6960e1a44bcc1eb1a611a8d6235b6b4b78f32e7abc4fb4c6cdcce94895c47",
+        "efa53b389ab67c593dba624d898d0f7353ab99e4ac9d42302ee64cbf9939a419",
+    ),
+    (
+        102400,
+        "bc3e3d41a1146b069abffad3c0d44860cf664390afce4d9661f7902e7943e085",
+        "1c35d1a5811083fd7119f5d5d1ba027b4d01c0c6c49fb6ff2cf75393ea5db4a7",
+    ),
 ];
 
 #[test]
@@ -140,7 +209,11 @@ fn blake3_official_vectors_plain_and_keyed() {
     for b in [cpu(), CpuBackend::with_config(2, 1024)] {
         for &(len, hash, keyed) in BLAKE3_VECTORS {
             let input: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-            assert_eq!(digest(&b, DigestAlgo::Blake3, &input).as_bytes(), hex(hash), "len {len}");
+            assert_eq!(
+                digest(&b, DigestAlgo::Blake3, &input).as_bytes(),
+                hex(hash),
+                "len {len}"
+            );
             assert_eq!(
                 digest(&b, DigestAlgo::Blake3Keyed(&key), &input).as_bytes(),
                 hex(keyed),
@@ -154,10 +227,26 @@ fn blake3_official_vectors_plain_and_keyed() {
 fn tea_reference_vectors() {
     use gvault_accel::cpu::tea::Tea;
     let cases = [
-        ("00000000000000000000000000000000", "0000000000000000", "41ea3a0a94baa940"),
-        ("00000000000000000000000000000000", "0102030405060708", "6a2f9cf3fccf3c55"),
-        ("0123456712345678234567893456789a", "0000000000000000", "34e943b0900f5dcb"),
-        ("0123456712345678234567893456789a", "0102030405060708", "773dc179878a81c0"),
+        (
+            "00000000000000000000000000000000",
+            "0000000000000000",
+            "41ea3a0a94baa940",
+        ),
+        (
+            "00000000000000000000000000000000",
+            "0102030405060708",
+            "6a2f9cf3fccf3c55",
+        ),
+        (
+            "0123456712345678234567893456789a",
+            "0000000000000000",
+            "34e943b0900f5dcb",
+        ),
+        (
+            "0123456712345678234567893456789a",
+            "0102030405060708",
+            "773dc179878a81c0",
+        ),
     ];
     for (k, p, c) in cases {
         let tea = Tea::new(&TeaKey::try_from_slice(&hex(k)).unwrap());

@@ -45,7 +45,9 @@ pub(super) fn digest(cpu: &CpuBackend, algo: &DigestAlgo<'_>, data: &[u8]) -> Di
             Some(piece) => data
                 .par_chunks(piece)
                 .map(|p| (crc32c::crc32c(p), p.len()))
-                .reduce_with(|(a, _), (b, len_b)| (crc32c::crc32c_combine(a, b, len_b), 0))
+                .reduce_with(|(a, len_a), (b, len_b)| {
+                    (crc32c::crc32c_combine(a, b, len_b), len_a + len_b)
+                })
                 .map(|(c, _)| c)
                 .unwrap_or(0),
         }),

@@ -136,9 +136,9 @@ impl Backend for CpuBackend {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
                 Ok(Output::Chunks(chunk::boundaries(params, data)))
             }),
-            Job::RsaPrivate { key, segments } => {
-                per_segment(segments, pre, |s| rsa::private_op(key, s).map(Output::Bytes))
-            }
+            Job::RsaPrivate { key, segments } => per_segment(segments, pre, |s| {
+                rsa::private_op(key, s).map(Output::Bytes)
+            }),
         });
         Ok(results)
     }
@@ -148,7 +148,7 @@ impl Backend for CpuBackend {
 enum CtrKeystream {
     Aes(aes::CtrKey),
     Tea(tea::Tea),
-    Blowfish(blowfish::BlowfishCtr),
+    Blowfish(Box<blowfish::BlowfishCtr>),
 }
 
 impl CtrKeystream {
@@ -156,7 +156,7 @@ impl CtrKeystream {
         match cipher {
             CtrCipher::Aes256(k) => CtrKeystream::Aes(aes::CtrKey::new(k)),
             CtrCipher::Tea(k) => CtrKeystream::Tea(tea::Tea::new(k)),
-            CtrCipher::Blowfish(k) => CtrKeystream::Blowfish(blowfish::BlowfishCtr::new(k)),
+            CtrCipher::Blowfish(k) => CtrKeystream::Blowfish(Box::new(blowfish::BlowfishCtr::new(k))),
         }
     }
 

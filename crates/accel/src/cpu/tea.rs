@@ -80,7 +80,12 @@ pub(super) fn words_to_bytes([a, b]: [u32; 2]) -> [u8; 8] {
 }
 
 /// CTR mode over any 64-bit block cipher given as a function on two words.
-pub(super) fn ctr64_apply(iv: &Iv64, skip: u64, data: &mut [u8], encrypt: impl Fn([u32; 2]) -> [u32; 2]) {
+pub(super) fn ctr64_apply(
+    iv: &Iv64,
+    skip: u64,
+    data: &mut [u8],
+    encrypt: impl Fn([u32; 2]) -> [u32; 2],
+) {
     let mut counter = u64::from_be_bytes(iv.0).wrapping_add(skip);
     for block in data.chunks_mut(8) {
         let ks = words_to_bytes(encrypt([(counter >> 32) as u32, counter as u32]));

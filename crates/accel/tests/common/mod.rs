@@ -21,7 +21,10 @@ pub fn digest(b: &dyn Backend, algo: DigestAlgo<'_>, data: &[u8]) -> Digest {
         segments: vec![Data::Host(data)],
     };
     let mut out = b.run(&mut job).expect("job runs");
-    out.remove(0).expect("segment ok").digest().expect("a digest")
+    out.remove(0)
+        .expect("segment ok")
+        .digest()
+        .expect("a digest")
 }
 
 pub fn seal(b: &dyn Backend, key: &Aes256Key, nonce: Nonce96, aad: &[u8], data: &mut [u8]) -> Tag {

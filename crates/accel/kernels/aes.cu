@@ -1,0 +1,102 @@
+// aes.cu -- AES-256 in CTR mode over a batch of segments, and raw ECB.
+//
+// Kernels (all extern "C", grid-stride, any grid size is correct):
+//   aes256_ctr(rk, data, segs, nsegs, total_units)
+//       T-tables Te0..Te3 x 32 copies in 128 KiB of dynamic shared memory;
+//       block 1024 threads; needs the 131072-byte dynamic shared memory opt-in.
+//   aes256_ctr_v2(rk, data, segs, nsegs, total_units)
+//       Te0 x 32 copies (32 KiB static shared) plus rotations; block 256;
+//       same ABI and output, for measuring against aes256_ctr.
+//   aes256_ecb_encrypt_blocks(rk, in, out, nblocks)
+//       raw single-block encryption (tests, GHASH key); in may equal out.
+// rk is the 60-word FIPS-197 AES-256 key schedule, word i = big-endian bytes
+// 4i..4i+3. Unit j of a segment is XORed with AES(rk, iv + j), the counter
+// being the 16-byte iv read as one big-endian 128-bit integer, wrapping mod
+// 2^128 (OpenSSL's CTR). A partial last unit only touches bytes < len.
+// Needs aes_core.cuh registered as an NVRTC header. See README.md.
+//
+// Constant time: NO (secret-indexed shared-memory table lookups; the
+// replicated layouts avoid bank conflicts, which removes the conflict timing
+// channel, but not the data-dependent addressing itself).
+
+#include "aes_core.cuh"
+
+// Rust: #[repr(C)], 40 bytes.
+struct CipherSeg {
+    unsigned long long offset;      // byte offset in data, multiple of 16
+    unsigned long long len;         // bytes in the segment (any, may be 0)
+    unsigned long long first_unit;  // job-wide index of the segment's first unit
+    unsigned char iv[16];           // counter block of unit 0
+};
+
+extern __shared__ __align__(16) unsigned char gv_smem[];
+
+// Counter block of unit j: iv + j as a big-endian 128-bit integer.
+struct GvAesCtrCounter {
+    typedef CipherSeg Seg;
+    static __device__ __forceinline__ void counter(const CipherSeg* g, unsigned long long j,
+                                                   unsigned int (&st)[4]) {
+        // iv sits at byte 24 of the struct, so 8-byte loads are aligned
+        const unsigned long long* iv = (const unsigned long long*)g->iv;
+        const unsigned long long a = __ldg(iv), b = __ldg(iv + 1);
+        const unsigned long long hi = ((unsigned long long)gv_bswap32((unsigned int)a) << 32) |
+                                      gv_bswap32((unsigned int)(a >> 32));
+        const unsigned long long lo = ((unsigned long long)gv_bswap32((unsigned int)b) << 32) |
+                                      gv_bswap32((unsigned int)(b >> 32));
+        const unsigned long long lo2 = lo + j;
+        const unsigned long long hi2 = hi + (lo2 < lo ? 1ull : 0ull);   // carry into the upper half
+        st[0] = (unsigned int)(hi2 >> 32);
+        st[1] = (unsigned int)hi2;
+        st[2] = (unsigned int)(lo2 >> 32);
+        st[3] = (unsigned int)lo2;
+    }
+};
+
+// Units per thread. 2 keeps the 1024-thread variant within its 64-register
+// budget while giving two independent block chains per thread.
+#define GV_AES_CTR_K 2
+#define GV_AES_CTR_V2_K 2
+
+// 1024 threads x 1 block per SM: the 128 KiB table allows one block per SM,
+// so the block itself must carry the occupancy (32 warps).
+extern "C" __global__ void __launch_bounds__(1024, 1)
+aes256_ctr(const unsigned int* __restrict__ rk, unsigned char* __restrict__ data,
+           const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
+    __shared__ __align__(16) unsigned int rks[60];
+    unsigned int* tab = (unsigned int*)gv_smem;   // GV_AES_TAB_X32X4_BYTES dynamic
+    if (!gv_ctr16_prologue<4, 7, GV_AES_CTR_K>(tab, rks, rk, total_units)) return;
+    const unsigned char* tb = (const unsigned char*)tab + 4u * (threadIdx.x & 31u);
+    gv_ctr16_run<GvAesCtrCounter, 4, 7, GV_AES_CTR_K>(tb, rks, data, segs, nsegs, total_units);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+aes256_ctr_v2(const unsigned int* __restrict__ rk, unsigned char* __restrict__ data,
+              const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
+    __shared__ __align__(16) unsigned int rks[60];
+    __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
+    if (!gv_ctr16_prologue<1, 7, GV_AES_CTR_V2_K>(tab, rks, rk, total_units)) return;
+    const unsigned char* tb = (const unsigned char*)tab + 4u * (threadIdx.x & 31u);
+    gv_ctr16_run<GvAesCtrCounter, 1, 7, GV_AES_CTR_V2_K>(tb, rks, data, segs, nsegs, total_units);
+}
+
+// in and out must be 16-byte aligned; in == out is allowed (each thread reads
+// its block before writing it).
+extern "C" __global__ void __launch_bounds__(256)
+aes256_ecb_encrypt_blocks(const unsigned int* __restrict__ rk, const unsigned char* in, unsigned char* out,
+                          unsigned long long nblocks) {
+    __shared__ __align__(16) unsigned int rks[60];
+    __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
+    if ((unsigned long long)blockIdx.x * blockDim.x >= nblocks) return;
+    gv_aes_fill<1, 7>(tab);
+    gv_aes_load_rk(rks, rk);
+    __syncthreads();
+    const unsigned char* tb = (const unsigned char*)tab + 4u * (threadIdx.x & 31u);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < nblocks;
+         i += stride) {
+        const uint4 v = ((const uint4*)in)[i];
+        unsigned int st[1][4] = {{gv_bswap32(v.x), gv_bswap32(v.y), gv_bswap32(v.z), gv_bswap32(v.w)}};
+        gv_aes_encrypt<1, 7, 1>(tb, rks, st);
+        ((uint4*)out)[i] = make_uint4(st[0][0], st[0][1], st[0][2], st[0][3]);
+    }
+}

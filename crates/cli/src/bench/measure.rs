@@ -1,0 +1,57 @@
+//! Timing discipline for every benchmark (METHOD.md): warm up, repeat until
+//! a minimum time has passed, report the median.
+
+use std::time::{Duration, Instant};
+
+pub struct Timing {
+    pub median: Duration,
+}
+
+/// Runs `f` once to warm up, then repeatedly until `min_total` has passed
+/// and at least `min_runs` runs were made; `f` returns the time of the
+/// region it measured (so it may exclude its own setup).
+pub fn repeat(min_runs: usize, min_total: Duration, mut f: impl FnMut() -> Duration) -> Timing {
+    f();
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < min_runs || start.elapsed() < min_total {
+        times.push(f());
+        if times.len() >= 1000 {
+            break;
+        }
+    }
+    times.sort();
+    Timing {
+        median: times[times.len() / 2],
+    }
+}
+
+pub fn gbps(bytes: u64, t: Duration) -> f64 {
+    bytes as f64 / t.as_secs_f64() / 1e9
+}
+
+/// "512B", "64KiB", "1GiB".
+pub fn size_label(n: usize) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}GiB", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}KiB", n >> 10),
+        n => format!("{n}B"),
+    }
+}
+
+/// Parses "512", "4K", "64KiB", "16M", "1G" into bytes.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" | "kb" => 1 << 10,
+        "m" | "mib" | "mb" => 1 << 20,
+        "g" | "gib" | "gb" => 1 << 30,
+        _ => return Err(format!("bad size unit in {s:?}")),
+    };
+    Ok(n * mult)
+}

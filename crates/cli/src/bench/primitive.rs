@@ -1,0 +1,520 @@
+//! `gvault bench primitive`: throughput of every op, 1 core and all cores,
+//! segment sizes 512 B to 1 GiB (seed 000's sweep, extended), with an
+//! optional reference run of OpenSSL and the blake3 crate in the same
+//! process for the per-core targets.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gvault_accel::cpu::CpuBackend;
+use gvault_accel::*;
+use rand::RngCore;
+use serde::Serialize;
+
+use super::measure::{gbps, parse_size, repeat, size_label};
+
+#[derive(clap::Args, Debug)]
+pub struct PrimitiveArgs {
+    /// A subset that finishes in under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Ops to run (comma separated names, e.g. aes256gcm-seal,sha256).
+    #[arg(long, value_delimiter = ',')]
+    ops: Option<Vec<String>>,
+    /// Segment sizes (comma separated, e.g. 4K,1M,16M).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Option<Vec<String>>,
+    /// Minimum measured time per cell, in milliseconds.
+    #[arg(long)]
+    min_ms: Option<u64>,
+    /// Also measure `openssl speed` and the blake3 crate's own multi-threaded
+    /// hashing, and print the ratios the targets are stated in.
+    #[arg(long)]
+    reference: bool,
+}
+
+#[derive(Serialize)]
+struct Row {
+    op: &'static str,
+    segment_bytes: usize,
+    segments: usize,
+    /// Backend column -> GB/s (ops/s for RSA, whose size is the key size).
+    results: BTreeMap<String, f64>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    threads: usize,
+    rows: Vec<Row>,
+    reference: BTreeMap<String, f64>,
+}
+
+struct Keys {
+    aes: Aes256Key,
+    tea: TeaKey,
+    blowfish: BlowfishKey,
+    blake3: Blake3Key,
+}
+
+const QUICK_OPS: [OpKind; 6] = [
+    OpKind::AesGcmSeal,
+    OpKind::AesCtr,
+    OpKind::Sha256,
+    OpKind::Blake3,
+    OpKind::Crc32c,
+    OpKind::Chunk,
+];
+
+pub fn run(args: PrimitiveArgs) -> Result<(), String> {
+    let ops: Vec<OpKind> = match &args.ops {
+        Some(names) => names
+            .iter()
+            .map(|n| {
+                OpKind::from_name(n).ok_or_else(|| format!("unknown op {n:?}; ops: {}", op_names()))
+            })
+            .collect::<Result<_, _>>()?,
+        None if args.quick => QUICK_OPS.to_vec(),
+        None => OpKind::ALL.to_vec(),
+    };
+    let sizes: Vec<usize> = match &args.sizes {
+        Some(s) => s.iter().map(|s| parse_size(s)).collect::<Result<_, _>>()?,
+        None if args.quick => vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
+        None => (9..=30).map(|p| 1usize << p).collect(),
+    };
+    let min_time = Duration::from_millis(args.min_ms.unwrap_or(if args.quick { 150 } else { 500 }));
+    let base_total: usize = if args.quick { 32 << 20 } else { 64 << 20 };
+
+    let one = CpuBackend::with_threads(1);
+    let all = CpuBackend::new();
+    let threads = all.threads();
+    let keys = Keys {
+        aes: Aes256Key::from_bytes([7; 32]),
+        tea: TeaKey::from_bytes([3; 16]),
+        blowfish: BlowfishKey::try_from_slice(b"gvault benchmark key").expect("valid length"),
+        blake3: Blake3Key::from_bytes([9; 32]),
+    };
+
+    let mut rows = Vec::new();
+    if !args.json {
+        println!("{threads} cores; GB/s per column (RSA: private ops/s); median of repeated runs, each >= {} ms", min_time.as_millis());
+        println!(
+            "{:<16} {:>8} {:>8} {:>12} {:>12} {:>8}",
+            "op", "segment", "count", "cpu-1", "cpu-all", "scaling"
+        );
+    }
+    for &op in &ops {
+        if op == OpKind::RsaPrivate {
+            for bits in [1024usize, 2048, 4096] {
+                let row = rsa_row(bits, &one, &all, min_time, args.quick)?;
+                print_row(&args, &row);
+                rows.push(row);
+            }
+            continue;
+        }
+        for &size in &sizes {
+            let nseg = base_total
+                .div_ceil(size)
+                .max(threads.min(4))
+                .min((4usize << 30) / size)
+                .max(1);
+            let mut bufs: Vec<Vec<u8>> = (0..nseg).map(|_| random(size)).collect();
+            let mut results = BTreeMap::new();
+            for (name, backend) in [("cpu-1", &one), ("cpu-all", &all)] {
+                let t = measure_op(backend, op, &keys, &mut bufs, min_time)?;
+                results.insert(name.to_string(), gbps((size * nseg) as u64, t));
+            }
+            let row = Row {
+                op: op.name(),
+                segment_bytes: size,
+                segments: nseg,
+                results,
+            };
+            print_row(&args, &row);
+            rows.push(row);
+        }
+    }
+    let reference = if args.reference {
+        reference_figures(&rows, &all, min_time, args.json)
+    } else {
+        BTreeMap::new()
+    };
+    if args.json {
+        let report = Report {
+            threads,
+            rows,
+            reference,
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    }
+    Ok(())
+}
+
+fn op_names() -> String {
+    OpKind::ALL
+        .iter()
+        .map(|o| o.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_row(args: &PrimitiveArgs, row: &Row) {
+    if args.json {
+        return;
+    }
+    let c1 = row.results["cpu-1"];
+    let cn = row.results["cpu-all"];
+    let size = if row.op == OpKind::RsaPrivate.name() {
+        format!("{}-bit", row.segment_bytes * 8)
+    } else {
+        size_label(row.segment_bytes)
+    };
+    println!(
+        "{:<16} {:>8} {:>8} {:>12.3} {:>12.3} {:>7.2}x",
+        row.op,
+        size,
+        row.segments,
+        c1,
+        cn,
+        cn / c1
+    );
+}
+
+fn random(len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rand::thread_rng().fill_bytes(&mut v);
+    v
+}
+
+/// Times one op over `bufs` (one job, one segment per buffer) on `backend`.
+fn measure_op(
+    backend: &CpuBackend,
+    op: OpKind,
+    keys: &Keys,
+    bufs: &mut [Vec<u8>],
+    min_time: Duration,
+) -> Result<Duration, String> {
+    let mut failure = None;
+    // Open needs valid ciphertexts: seal once with the same nonces, and
+    // re-seal after each timed open (untimed) to restore them.
+    let mut tags = Vec::new();
+    if op == OpKind::AesGcmOpen {
+        tags = seal_all(backend, &keys.aes, bufs)?;
+    }
+    let timing = repeat(3, min_time, || {
+        let start = Instant::now();
+        let res = run_once(backend, op, keys, bufs, &tags);
+        let elapsed = start.elapsed();
+        if let Err(e) = res {
+            failure = Some(e);
+        }
+        if op == OpKind::AesGcmOpen {
+            if let Err(e) = seal_all(backend, &keys.aes, bufs) {
+                failure = Some(e);
+            }
+        }
+        elapsed
+    });
+    match failure {
+        Some(e) => Err(format!("{op}: {e}")),
+        None => Ok(timing.median),
+    }
+}
+
+fn nonce(i: usize) -> Nonce96 {
+    Nonce96::from_parts(1, i as u32)
+}
+
+fn seal_all(
+    backend: &CpuBackend,
+    key: &Aes256Key,
+    bufs: &mut [Vec<u8>],
+) -> Result<Vec<Tag>, String> {
+    let mut job = Job::Seal {
+        key,
+        segments: bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| SealSegment {
+                nonce: nonce(i),
+                aad: b"",
+                data: b.into(),
+            })
+            .collect(),
+    };
+    let out = backend.run(&mut job).map_err(|e| e.to_string())?;
+    out.into_iter()
+        .map(|r| {
+            r.map_err(|e| e.to_string())?
+                .tag()
+                .ok_or_else(|| "no tag".to_string())
+        })
+        .collect()
+}
+
+fn run_once(
+    backend: &CpuBackend,
+    op: OpKind,
+    keys: &Keys,
+    bufs: &mut [Vec<u8>],
+    tags: &[Tag],
+) -> Result<(), String> {
+    let mut job = match op {
+        OpKind::AesGcmSeal => Job::Seal {
+            key: &keys.aes,
+            segments: bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| SealSegment {
+                    nonce: nonce(i),
+                    aad: b"",
+                    data: b.into(),
+                })
+                .collect(),
+        },
+        OpKind::AesGcmOpen => Job::Open {
+            key: &keys.aes,
+            segments: bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| OpenSegment {
+                    nonce: nonce(i),
+                    aad: b"",
+                    tag: tags[i],
+                    data: b.into(),
+                })
+                .collect(),
+        },
+        OpKind::AesCtr | OpKind::TeaCtr | OpKind::BlowfishCtr => {
+            let (cipher, iv) = match op {
+                OpKind::AesCtr => (CtrCipher::Aes256(&keys.aes), CtrIv::B128(Iv128([0; 16]))),
+                OpKind::TeaCtr => (CtrCipher::Tea(&keys.tea), CtrIv::B64(Iv64([0; 8]))),
+                _ => (
+                    CtrCipher::Blowfish(&keys.blowfish),
+                    CtrIv::B64(Iv64([0; 8])),
+                ),
+            };
+            Job::Ctr {
+                cipher,
+                segments: bufs
+                    .iter_mut()
+                    .map(|b| CtrSegment { iv, data: b.into() })
+                    .collect(),
+            }
+        }
+        OpKind::Chunk => Job::Chunk {
+            params: ChunkParams::DEFAULT,
+            segments: bufs.iter().map(Data::from).collect(),
+        },
+        digest_op => {
+            let algo = match digest_op {
+                OpKind::Blake3 => DigestAlgo::Blake3,
+                OpKind::Blake3Keyed => DigestAlgo::Blake3Keyed(&keys.blake3),
+                OpKind::Sha256 => DigestAlgo::Sha256,
+                OpKind::Md5 => DigestAlgo::Md5,
+                OpKind::Crc32 => DigestAlgo::Crc32,
+                OpKind::Crc32c => DigestAlgo::Crc32c,
+                other => return Err(format!("{other} is not benchmarked by size")),
+            };
+            Job::Digest {
+                algo,
+                segments: bufs.iter().map(Data::from).collect(),
+            }
+        }
+    };
+    let out = backend.run(&mut job).map_err(|e| e.to_string())?;
+    match out.into_iter().find_map(Result::err) {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
+    }
+}
+
+/// RSA private-key operations per second for a batch of inputs.
+fn rsa_row(
+    bits: usize,
+    one: &CpuBackend,
+    all: &CpuBackend,
+    min_time: Duration,
+    quick: bool,
+) -> Result<Row, String> {
+    let key = RsaPrivateKey::from_key(
+        rsa::RsaPrivateKey::new(&mut rand::thread_rng(), bits).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let batch = if quick { 32 } else { 256 } * if bits == 4096 { 1 } else { 4 };
+    let inputs: Vec<Vec<u8>> = (0..batch)
+        .map(|_| {
+            let mut v = random(key.size());
+            v[0] = 0; // below the modulus
+            v
+        })
+        .collect();
+    let mut results = BTreeMap::new();
+    for (name, backend) in [("cpu-1", one), ("cpu-all", all)] {
+        let t = repeat(2, min_time, || {
+            let mut job = Job::RsaPrivate {
+                key: &key,
+                segments: inputs.iter().map(|v| v.as_slice()).collect(),
+            };
+            let start = Instant::now();
+            let _ = backend.run(&mut job);
+            start.elapsed()
+        });
+        results.insert(name.to_string(), batch as f64 / t.median.as_secs_f64());
+    }
+    Ok(Row {
+        op: OpKind::RsaPrivate.name(),
+        segment_bytes: bits / 8,
+        segments: batch,
+        results,
+    })
+}
+
+/// OpenSSL's `speed -evp` per core and the blake3 crate's own multi-threaded
+/// hashing at 16 MiB, set against our figures at the same size.
+fn reference_figures(
+    rows: &[Row],
+    all: &CpuBackend,
+    min_time: Duration,
+    json: bool,
+) -> BTreeMap<String, f64> {
+    const SIZE: usize = 16 << 20;
+    let mut refs = BTreeMap::new();
+    for (alg, key) in [
+        ("aes-256-gcm", "openssl aes-256-gcm 1 core"),
+        ("sha256", "openssl sha256 1 core"),
+    ] {
+        match openssl_speed(alg, SIZE) {
+            Some(v) => {
+                refs.insert(key.to_string(), v);
+            }
+            None => {
+                if !json {
+                    println!("reference: `openssl speed -evp {alg}` unavailable; skipped");
+                }
+            }
+        }
+    }
+    // blake3's own parallel hashing over the same segment count as our row.
+    let nseg = rows
+        .iter()
+        .find(|r| r.op == "blake3" && r.segment_bytes == SIZE)
+        .map(|r| r.segments)
+        .unwrap_or(4);
+    let bufs: Vec<Vec<u8>> = (0..nseg).map(|_| random(SIZE)).collect();
+    let t = all_pool_time(all, || {
+        repeat(3, min_time, || {
+            let start = Instant::now();
+            for b in &bufs {
+                std::hint::black_box(blake3::Hasher::new().update_rayon(b).finalize());
+            }
+            start.elapsed()
+        })
+    });
+    refs.insert(
+        "blake3 crate update_rayon all cores".into(),
+        gbps((SIZE * nseg) as u64, t.median),
+    );
+
+    let ours = |op: &str, col: &str| {
+        rows.iter()
+            .find(|r| r.op == op && r.segment_bytes == SIZE)
+            .map(|r| r.results[col])
+    };
+    if !json {
+        println!("\nreference at 16 MiB segments (GB/s):");
+        for (k, v) in &refs {
+            println!("  {k:<50} {v:>8.3}");
+        }
+        println!("ratios:");
+    }
+    let get = |k: &str| refs.get(k).copied();
+    let checks = [
+        (
+            "aes256gcm-seal cpu-1 / openssl 1 core",
+            ours("aes256gcm-seal", "cpu-1"),
+            get("openssl aes-256-gcm 1 core"),
+            0.9,
+        ),
+        (
+            "sha256 cpu-1 / openssl 1 core",
+            ours("sha256", "cpu-1"),
+            get("openssl sha256 1 core"),
+            0.9,
+        ),
+        (
+            "blake3 cpu-all / blake3 crate all cores",
+            ours("blake3", "cpu-all"),
+            get("blake3 crate update_rayon all cores"),
+            0.9,
+        ),
+        (
+            "aes256gcm-seal cpu-all / cpu-1",
+            ours("aes256gcm-seal", "cpu-all"),
+            ours("aes256gcm-seal", "cpu-1"),
+            1.7,
+        ),
+        (
+            "sha256 cpu-all / cpu-1",
+            ours("sha256", "cpu-all"),
+            ours("sha256", "cpu-1"),
+            1.7,
+        ),
+        (
+            "blake3 cpu-all / cpu-1",
+            ours("blake3", "cpu-all"),
+            ours("blake3", "cpu-1"),
+            1.7,
+        ),
+    ];
+    for (name, num, den, target) in checks {
+        if let (Some(n), Some(d)) = (num, den) {
+            refs.insert(format!("ratio: {name}"), n / d);
+            if !json {
+                println!("  {name:<50} {:>6.2} (target >= {target})", n / d);
+            }
+        }
+    }
+    refs
+}
+
+fn all_pool_time<T: Send>(all: &CpuBackend, f: impl FnOnce() -> T + Send) -> T {
+    // Run inside a pool of the same width as the all-cores backend.
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(all.threads())
+        .build()
+        .map(|p| p.install(f))
+        .expect("thread pool")
+}
+
+/// `openssl speed -evp ALG -bytes N -seconds 2`, in GB/s, or None.
+fn openssl_speed(alg: &str, bytes: usize) -> Option<f64> {
+    let out = Command::new("openssl")
+        .args([
+            "speed",
+            "-evp",
+            alg,
+            "-bytes",
+            &bytes.to_string(),
+            "-seconds",
+            "2",
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Last line: "<ALG NAME>   12345678.90k" (thousands of bytes per second).
+    let last = text.lines().rev().find(|l| l.trim_end().ends_with('k'))?;
+    let k: f64 = last
+        .split_whitespace()
+        .last()?
+        .trim_end_matches('k')
+        .parse()
+        .ok()?;
+    Some(k * 1000.0 / 1e9)
+}
