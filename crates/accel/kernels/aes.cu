@@ -13,13 +13,15 @@
 // 4i..4i+3. Unit j of a segment is XORed with AES(rk, iv + j), the counter
 // being the 16-byte iv read as one big-endian 128-bit integer, wrapping mod
 // 2^128 (OpenSSL's CTR). A partial last unit only touches bytes < len.
-// Needs aes_core.cuh registered as an NVRTC header. See README.md.
+// Needs aes_core.cuh (named NVRTC header, include path or prepended). See README.md.
 //
 // Constant time: NO (secret-indexed shared-memory table lookups; the
 // replicated layouts avoid bank conflicts, which removes the conflict timing
 // channel, but not the data-dependent addressing itself).
 
+#ifndef GV_AES_CORE_CUH   // already present when the header text was prepended
 #include "aes_core.cuh"
+#endif
 
 // Rust: #[repr(C)], 40 bytes.
 struct CipherSeg {
@@ -64,9 +66,8 @@ aes256_ctr(const unsigned int* __restrict__ rk, unsigned char* __restrict__ data
            const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
     __shared__ __align__(16) unsigned int rks[60];
     unsigned int* tab = (unsigned int*)gv_smem;   // GV_AES_TAB_X32X4_BYTES dynamic
-    if (!gv_ctr16_prologue<4, 7, GV_AES_CTR_K>(tab, rks, rk, total_units)) return;
-    const unsigned char* tb = (const unsigned char*)tab + 4u * (threadIdx.x & 31u);
-    gv_ctr16_run<GvAesCtrCounter, 4, 7, GV_AES_CTR_K>(tb, rks, data, segs, nsegs, total_units);
+    if (!gv_ctr16_prologue<4, 7, GV_AES_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
+    gv_ctr16_run<GvAesCtrCounter, 4, 7, GV_AES_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -74,9 +75,8 @@ aes256_ctr_v2(const unsigned int* __restrict__ rk, unsigned char* __restrict__ d
               const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
     __shared__ __align__(16) unsigned int rks[60];
     __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
-    if (!gv_ctr16_prologue<1, 7, GV_AES_CTR_V2_K>(tab, rks, rk, total_units)) return;
-    const unsigned char* tb = (const unsigned char*)tab + 4u * (threadIdx.x & 31u);
-    gv_ctr16_run<GvAesCtrCounter, 1, 7, GV_AES_CTR_V2_K>(tb, rks, data, segs, nsegs, total_units);
+    if (!gv_ctr16_prologue<1, 7, GV_AES_CTR_V2_K>(tab, rks, rk, nsegs, total_units)) return;
+    gv_ctr16_run<GvAesCtrCounter, 1, 7, GV_AES_CTR_V2_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units);
 }
 
 // in and out must be 16-byte aligned; in == out is allowed (each thread reads
@@ -90,13 +90,13 @@ aes256_ecb_encrypt_blocks(const unsigned int* __restrict__ rk, const unsigned ch
     gv_aes_fill<1, 7>(tab);
     gv_aes_load_rk(rks, rk);
     __syncthreads();
-    const unsigned char* tb = (const unsigned char*)tab + 4u * (threadIdx.x & 31u);
+    const unsigned int lb = gv_aes_lane_offset<7>();
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < nblocks;
          i += stride) {
         const uint4 v = ((const uint4*)in)[i];
         unsigned int st[1][4] = {{gv_bswap32(v.x), gv_bswap32(v.y), gv_bswap32(v.z), gv_bswap32(v.w)}};
-        gv_aes_encrypt<1, 7, 1>(tb, rks, st);
+        gv_aes_encrypt<1, 7, 1>((const unsigned char*)tab, lb, rks, st);
         ((uint4*)out)[i] = make_uint4(st[0][0], st[0][1], st[0][2], st[0][3]);
     }
 }

@@ -1,7 +1,9 @@
 // aes_core.cuh -- AES-256 encryption core shared by aes.cu and gcm.cu.
 //
-// Not a kernel file: NVRTC compiles it only as the named header "aes_core.cuh"
-// (register it with nvrtcCreateProgram's headers/includeNames; see README.md).
+// Not a kernel file. aes.cu and gcm.cu include it as "aes_core.cuh": register
+// it as a named NVRTC header, or pass the kernels folder as an include path,
+// or prepend its text to the .cu source (the include is skipped once the
+// guard below is defined). See README.md.
 // Holds: the Te0 table, the shared-memory T-table layouts, the AES-256 block
 // function for K interleaved blocks, and the job-wide CTR driver used by the
 // aes256_ctr and aes256_gcm_ctr kernels.
@@ -77,11 +79,29 @@ __device__ __forceinline__ void gv_aes_fill(unsigned int* tab) {
     const unsigned int copies = 1u << (SH - 2);
     const unsigned int words = NT * 256u * copies;
     for (unsigned int i = threadIdx.x; i < words; i += blockDim.x) {
-        const unsigned int x = (i >> (SH - 2)) & 255u;   // consecutive threads share x: broadcast read
+        const unsigned int x = (i >> (SH - 2)) & 255u;   // x32 layouts: a warp shares x, one broadcast read
         const unsigned int t = i >> (SH + 6);
         const unsigned int w = gv_aes_te0[x];
         tab[i] = __funnelshift_r(w, w, 8u * t);
     }
+}
+
+// Hide the known bits of x from the compiler. Used on the lane offset: when
+// the compiler can prove (x << 7) and the lane offset disjoint it turns the
+// index add into SHF + LOP3 (two ALU-pipe ops); kept opaque, it becomes one
+// IMAD on the otherwise idle FMA pipe. That takes a round from ALU-pipe bound
+// (9 ALU ops per output column) to shared-memory bound (5 ALU, 5 FMA, 4 LDS).
+__device__ __forceinline__ unsigned int gv_opaque(unsigned int x) {
+#ifdef __CUDA_ARCH__
+    asm("mov.u32 %0, %0;" : "+r"(x));
+#endif
+    return x;
+}
+
+// Byte offset of this lane's table copy: lane l reads copy l (bank l).
+template <int SH>
+__device__ __forceinline__ unsigned int gv_aes_lane_offset() {
+    return SH == 7 ? gv_opaque(4u * (threadIdx.x & 31u)) : 0u;
 }
 
 __device__ __forceinline__ unsigned int gv_bswap32(unsigned int x) { return __byte_perm(x, 0u, 0x0123u); }
@@ -96,15 +116,16 @@ __device__ __forceinline__ void gv_aes_load_rk(unsigned int* rks, const unsigned
     }
 }
 
-// Byte offset of byte k (k = 3 is the most significant) of s in a table with
-// entry stride 1 << SH.
+// Byte offset, within a table of entry stride 1 << SH, of the entry for byte
+// k (k = 3 is the most significant) of s, plus the lane offset lb. The top
+// byte uses IMAD.HI and the others PRMT, each followed by one IMAD.
 template <int SH, int k>
-__device__ __forceinline__ unsigned int gv_toff(unsigned int s) {
-    if constexpr (8 * k >= SH) return (s >> (8 * k - SH)) & (0xffu << SH);
-    else return (s << (SH - 8 * k)) & (0xffu << SH);
+__device__ __forceinline__ unsigned int gv_toff(unsigned int s, unsigned int lb) {
+    const unsigned int x = k == 3 ? __umulhi(s, 256u) : __byte_perm(s, 0u, 0x4440u + k);
+    return x * (1u << SH) + lb;
 }
 
-// Lookup Te_t[x] where off = x << SH. tb points at this lane's copy.
+// Lookup Te_t[x] where off = (x << SH) + lane offset; tb is the table base.
 template <int NT, int SH, int t>
 __device__ __forceinline__ unsigned int gv_te(const unsigned char* tb, unsigned int off) {
     if constexpr (NT == 4) {
@@ -115,7 +136,7 @@ __device__ __forceinline__ unsigned int gv_te(const unsigned char* tb, unsigned 
     }
 }
 
-// Raw Te0 word (used by the last round, which only needs the S-box byte).
+// Raw word of table t (Te0 when NT = 1); the last round only needs its S-box byte.
 template <int NT, int SH, int t>
 __device__ __forceinline__ unsigned int gv_te_raw(const unsigned char* tb, unsigned int off) {
     return *(const unsigned int*)(tb + (NT == 4 ? t * (256u << SH) : 0u) + off);
@@ -123,14 +144,14 @@ __device__ __forceinline__ unsigned int gv_te_raw(const unsigned char* tb, unsig
 
 // One full round for one block: out = Te0[s0>>24]^Te1[s1>>16]^Te2[s2>>8]^Te3[s3]^rk.
 template <int NT, int SH>
-__device__ __forceinline__ void gv_aes_round(const unsigned char* tb, const unsigned int (&s)[4],
+__device__ __forceinline__ void gv_aes_round(const unsigned char* tb, unsigned int lb, const unsigned int (&s)[4],
                                              unsigned int (&o)[4], const uint4 k) {
     const unsigned int kk[4] = {k.x, k.y, k.z, k.w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-        o[c] = gv_te<NT, SH, 0>(tb, gv_toff<SH, 3>(s[c])) ^ gv_te<NT, SH, 1>(tb, gv_toff<SH, 2>(s[(c + 1) & 3])) ^
-               gv_te<NT, SH, 2>(tb, gv_toff<SH, 1>(s[(c + 2) & 3])) ^
-               gv_te<NT, SH, 3>(tb, gv_toff<SH, 0>(s[(c + 3) & 3])) ^ kk[c];
+        o[c] = gv_te<NT, SH, 0>(tb, gv_toff<SH, 3>(s[c], lb)) ^ gv_te<NT, SH, 1>(tb, gv_toff<SH, 2>(s[(c + 1) & 3], lb)) ^
+               gv_te<NT, SH, 2>(tb, gv_toff<SH, 1>(s[(c + 2) & 3], lb)) ^
+               gv_te<NT, SH, 3>(tb, gv_toff<SH, 0>(s[(c + 3) & 3], lb)) ^ kk[c];
     }
 }
 
@@ -140,22 +161,22 @@ __device__ __forceinline__ void gv_aes_round(const unsigned char* tb, const unsi
 // place: Te1 has S at bits 0-7, Te0 at 8-15, Te3 at 16-23, Te2 at 24-31.
 // With one table (NT = 1) the same bytes come from Te0 with a shift.
 template <int NT, int SH>
-__device__ __forceinline__ void gv_aes_last(const unsigned char* tb, const unsigned int (&s)[4],
+__device__ __forceinline__ void gv_aes_last(const unsigned char* tb, unsigned int lb, const unsigned int (&s)[4],
                                             unsigned int (&o)[4], const uint4 k) {
     const unsigned int kk[4] = {k.x, k.y, k.z, k.w};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
         unsigned int b0, b1, b2, b3;
         if constexpr (NT == 4) {
-            b0 = gv_te_raw<NT, SH, 1>(tb, gv_toff<SH, 3>(s[c])) & 0x000000ffu;
-            b1 = gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 2>(s[(c + 1) & 3])) & 0x0000ff00u;
-            b2 = gv_te_raw<NT, SH, 3>(tb, gv_toff<SH, 1>(s[(c + 2) & 3])) & 0x00ff0000u;
-            b3 = gv_te_raw<NT, SH, 2>(tb, gv_toff<SH, 0>(s[(c + 3) & 3])) & 0xff000000u;
+            b0 = gv_te_raw<NT, SH, 1>(tb, gv_toff<SH, 3>(s[c], lb)) & 0x000000ffu;
+            b1 = gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 2>(s[(c + 1) & 3], lb)) & 0x0000ff00u;
+            b2 = gv_te_raw<NT, SH, 3>(tb, gv_toff<SH, 1>(s[(c + 2) & 3], lb)) & 0x00ff0000u;
+            b3 = gv_te_raw<NT, SH, 2>(tb, gv_toff<SH, 0>(s[(c + 3) & 3], lb)) & 0xff000000u;
         } else {
-            b0 = (gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 3>(s[c])) >> 8) & 0x000000ffu;
-            b1 = gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 2>(s[(c + 1) & 3])) & 0x0000ff00u;
-            b2 = gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 1>(s[(c + 2) & 3])) & 0x00ff0000u;
-            b3 = (gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 0>(s[(c + 3) & 3])) << 8) & 0xff000000u;
+            b0 = (gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 3>(s[c], lb)) >> 8) & 0x000000ffu;
+            b1 = gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 2>(s[(c + 1) & 3], lb)) & 0x0000ff00u;
+            b2 = gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 1>(s[(c + 2) & 3], lb)) & 0x00ff0000u;
+            b3 = (gv_te_raw<NT, SH, 0>(tb, gv_toff<SH, 0>(s[(c + 3) & 3], lb)) << 8) & 0xff000000u;
         }
         o[c] = b0 ^ b1 ^ b2 ^ b3 ^ kk[c];
     }
@@ -165,10 +186,11 @@ __device__ __forceinline__ void gv_aes_last(const unsigned char* tb, const unsig
 // on top of the 16 independent lookups of a round).
 //   s:   in: plaintext as big-endian column words; out: ciphertext as
 //        little-endian words (byte 4c+i of the block is byte i of s[c]).
-//   tb:  table base for this lane (layout NT/SH, already filled).
+//   tb:  table base (layout NT/SH, already filled); lb: this lane's byte
+//        offset into it, gv_aes_lane_offset<SH>().
 //   rks: round keys from gv_aes_load_rk (shared memory, 16-byte aligned).
 template <int NT, int SH, int K>
-__device__ __forceinline__ void gv_aes_encrypt(const unsigned char* tb, const unsigned int* rks,
+__device__ __forceinline__ void gv_aes_encrypt(const unsigned char* tb, unsigned int lb, const unsigned int* rks,
                                                unsigned int (&s)[K][4]) {
     const uint4* rk4 = (const uint4*)rks;
     {
@@ -185,13 +207,13 @@ __device__ __forceinline__ void gv_aes_encrypt(const unsigned char* tb, const un
         const uint4 k1 = rk4[r], k2 = rk4[r + 1];
         unsigned int t[K][4];
 #pragma unroll
-        for (int b = 0; b < K; ++b) gv_aes_round<NT, SH>(tb, s[b], t[b], k1);
+        for (int b = 0; b < K; ++b) gv_aes_round<NT, SH>(tb, lb, s[b], t[b], k1);
         if (r + 1 < 14) {
 #pragma unroll
-            for (int b = 0; b < K; ++b) gv_aes_round<NT, SH>(tb, t[b], s[b], k2);
+            for (int b = 0; b < K; ++b) gv_aes_round<NT, SH>(tb, lb, t[b], s[b], k2);
         } else {
 #pragma unroll
-            for (int b = 0; b < K; ++b) gv_aes_last<NT, SH>(tb, t[b], s[b], k2);
+            for (int b = 0; b < K; ++b) gv_aes_last<NT, SH>(tb, lb, t[b], s[b], k2);
         }
     }
 }
@@ -228,7 +250,7 @@ __device__ __forceinline__ void gv_xor_tail16(unsigned char* p, unsigned int n, 
 }
 
 template <class Tr, int NT, int SH, int K>
-__device__ __forceinline__ void gv_ctr16_run(const unsigned char* tb, const unsigned int* rks,
+__device__ __forceinline__ void gv_ctr16_run(const unsigned char* tb, unsigned int lb, const unsigned int* rks,
                                              unsigned char* __restrict__ data,
                                              const typename Tr::Seg* __restrict__ segs, unsigned int nsegs,
                                              unsigned long long total_units) {
@@ -264,7 +286,7 @@ __device__ __forceinline__ void gv_ctr16_run(const unsigned char* tb, const unsi
                 }
             }
         }
-        gv_aes_encrypt<NT, SH, K>(tb, rks, st);
+        gv_aes_encrypt<NT, SH, K>(tb, lb, rks, st);
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             if (nb[k] == 16u) {
@@ -282,10 +304,10 @@ __device__ __forceinline__ void gv_ctr16_run(const unsigned char* tb, const unsi
 // so the __syncthreads below is safe).
 template <int NT, int SH, int K>
 __device__ __forceinline__ bool gv_ctr16_prologue(unsigned int* tab, unsigned int* rks,
-                                                  const unsigned int* __restrict__ rk,
+                                                  const unsigned int* __restrict__ rk, unsigned int nsegs,
                                                   unsigned long long total_units) {
     const unsigned long long nchunks = (total_units + (K - 1)) / K;
-    if ((unsigned long long)blockIdx.x * blockDim.x >= nchunks) return false;
+    if (nsegs == 0 || (unsigned long long)blockIdx.x * blockDim.x >= nchunks) return false;
     gv_aes_fill<NT, SH>(tab);
     gv_aes_load_rk(rks, rk);
     __syncthreads();

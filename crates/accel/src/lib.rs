@@ -13,6 +13,7 @@ pub mod backend;
 pub mod chunking;
 pub mod cpu;
 pub mod error;
+pub mod gpu;
 pub mod job;
 pub mod rsa_key;
 pub mod sysinfo;

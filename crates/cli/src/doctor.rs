@@ -1,14 +1,69 @@
-//! `gvault doctor`: what this machine offers gvault.
+//! `gvault doctor`: what this machine offers gvault. `--kernels` compiles
+//! every kernel with NVRTC (no GPU needed) and fails if any fails.
 
+use gvault_accel::gpu::{kernels, GpuBackend};
 use gvault_accel::sysinfo::cpu_info;
 
-pub fn run() -> Result<(), String> {
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Only compile every kernel for sm_90 with NVRTC (works without a GPU).
+    #[arg(long)]
+    kernels: bool,
+}
+
+pub fn run(args: DoctorArgs) -> Result<(), String> {
+    if args.kernels {
+        return compile_kernels("sm_90");
+    }
     let cpu = cpu_info();
     println!("gvault {}", env!("CARGO_PKG_VERSION"));
     println!("cpu: {} logical cores", cpu.logical_cores);
     for (name, present) in &cpu.features {
         println!("  {:<44} {}", name, if *present { "yes" } else { "no" });
     }
-    println!("gpu: no GPU backend in this build yet; every op runs on the CPU backend");
+    match kernels::nvrtc_version() {
+        Some((a, b)) => println!("nvrtc: {a}.{b}"),
+        None => println!("nvrtc: not found"),
+    }
+    match GpuBackend::probe() {
+        Ok(g) => {
+            for d in g.devices() {
+                println!(
+                    "gpu {}: {} (sm_{}{}), {} SMs; all kernels compiled and loaded",
+                    d.ordinal,
+                    d.name,
+                    d.compute_capability.0,
+                    d.compute_capability.1,
+                    d.multiprocessors
+                );
+            }
+        }
+        Err(why) => println!("gpu: unavailable ({why}); every op runs on the CPU backend"),
+    }
+    Ok(())
+}
+
+fn compile_kernels(arch: &'static str) -> Result<(), String> {
+    let (a, b) = kernels::nvrtc_version()
+        .ok_or("NVRTC (libnvrtc.so.13) not found: install nvidia-cuda-nvrtc==13.0.88")?;
+    println!("nvrtc {a}.{b}, target {arch}");
+    let mut failed = 0;
+    for src in kernels::SOURCES {
+        match kernels::compile(src, arch) {
+            Ok(ptx) => println!(
+                "ok   {}.cu ({} bytes of PTX; {})",
+                src.name,
+                ptx.len(),
+                src.functions.join(", ")
+            ),
+            Err(e) => {
+                failed += 1;
+                println!("FAIL {}.cu: {e}", src.name);
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} kernel(s) failed to compile"));
+    }
     Ok(())
 }

@@ -23,14 +23,14 @@ enum Command {
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// Show what this machine offers: cores, SIMD features, GPUs.
-    Doctor,
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
-        Command::Doctor => doctor::run(),
+        Command::Doctor(args) => doctor::run(args),
     };
     if let Err(e) = result {
         eprintln!("gvault: {e}");

@@ -156,7 +156,9 @@ impl CtrKeystream {
         match cipher {
             CtrCipher::Aes256(k) => CtrKeystream::Aes(aes::CtrKey::new(k)),
             CtrCipher::Tea(k) => CtrKeystream::Tea(tea::Tea::new(k)),
-            CtrCipher::Blowfish(k) => CtrKeystream::Blowfish(Box::new(blowfish::BlowfishCtr::new(k))),
+            CtrCipher::Blowfish(k) => {
+                CtrKeystream::Blowfish(Box::new(blowfish::BlowfishCtr::new(k)))
+            }
         }
     }
 

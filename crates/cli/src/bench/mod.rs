@@ -1,5 +1,6 @@
 //! `gvault bench`: reproductions of the seeds' measurements.
 
+pub mod link;
 mod measure;
 pub mod primitive;
 
@@ -7,10 +8,13 @@ pub mod primitive;
 pub enum BenchCommand {
     /// Per-primitive throughput, 1 core and all cores, 512 B to 1 GiB.
     Primitive(primitive::PrimitiveArgs),
+    /// Host<->device copy throughput, pinned and pageable.
+    Link(link::LinkArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Primitive(args) => primitive::run(args),
+        BenchCommand::Link(args) => link::run(args),
     }
 }

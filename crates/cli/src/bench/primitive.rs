@@ -90,6 +90,15 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
 
     let one = CpuBackend::with_threads(1);
     let all = CpuBackend::new();
+    let gpu = match gvault_accel::gpu::GpuBackend::probe() {
+        Ok(g) => Some(g),
+        Err(why) => {
+            if !args.json {
+                println!("gpu: unavailable ({why}); GPU columns omitted");
+            }
+            None
+        }
+    };
     let threads = all.threads();
     let keys = Keys {
         aes: Aes256Key::from_bytes([7; 32]),
@@ -102,8 +111,8 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
     if !args.json {
         println!("{threads} cores; GB/s per column (RSA: private ops/s); median of repeated runs, each >= {} ms", min_time.as_millis());
         println!(
-            "{:<16} {:>8} {:>8} {:>12} {:>12} {:>8}",
-            "op", "segment", "count", "cpu-1", "cpu-all", "scaling"
+            "{:<16} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10}",
+            "op", "segment", "count", "cpu-1", "cpu-all", "scaling", "gpu", "gpu-kernel"
         );
     }
     for &op in &ops {
@@ -126,6 +135,12 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             for (name, backend) in [("cpu-1", &one), ("cpu-all", &all)] {
                 let t = measure_op(backend, op, &keys, &mut bufs, min_time)?;
                 results.insert(name.to_string(), gbps((size * nseg) as u64, t));
+            }
+            if let Some(g) = gpu.as_ref().filter(|_| gpu_supports(op)) {
+                let t = measure_dyn(g, op, &keys, &mut bufs, min_time)?;
+                results.insert("gpu".into(), gbps((size * nseg) as u64, t));
+                let t = measure_device_resident(g, op, &keys, size, nseg, min_time)?;
+                results.insert("gpu-kernel".into(), gbps((size * nseg) as u64, t));
             }
             let row = Row {
                 op: op.name(),
@@ -175,14 +190,22 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
     } else {
         size_label(row.segment_bytes)
     };
+    let col = |k: &str| {
+        row.results
+            .get(k)
+            .map(|v| format!("{v:.3}"))
+            .unwrap_or_else(|| "-".into())
+    };
     println!(
-        "{:<16} {:>8} {:>8} {:>12.3} {:>12.3} {:>7.2}x",
+        "{:<16} {:>8} {:>8} {:>10.3} {:>10.3} {:>7.2}x {:>10} {:>10}",
         row.op,
         size,
         row.segments,
         c1,
         cn,
-        cn / c1
+        cn / c1,
+        col("gpu"),
+        col("gpu-kernel")
     );
 }
 
@@ -195,6 +218,62 @@ fn random(len: usize) -> Vec<u8> {
 /// Times one op over `bufs` (one job, one segment per buffer) on `backend`.
 fn measure_op(
     backend: &CpuBackend,
+    op: OpKind,
+    keys: &Keys,
+    bufs: &mut [Vec<u8>],
+    min_time: Duration,
+) -> Result<Duration, String> {
+    measure_dyn(backend, op, keys, bufs, min_time)
+}
+
+/// Ops the GPU backend implements today.
+fn gpu_supports(op: OpKind) -> bool {
+    matches!(op, OpKind::AesCtr | OpKind::TeaCtr)
+}
+
+/// The same job with every segment in device memory: the kernel's rate
+/// with no byte crossing the link.
+fn measure_device_resident(
+    g: &gvault_accel::gpu::GpuBackend,
+    op: OpKind,
+    keys: &Keys,
+    size: usize,
+    nseg: usize,
+    min_time: Duration,
+) -> Result<Duration, String> {
+    let stride = size.next_multiple_of(256);
+    let alloc = g
+        .alloc_device(0, stride * nseg, &random(1 << 20))
+        .map_err(|e| e.to_string())?;
+    let (cipher, iv) = match op {
+        OpKind::AesCtr => (CtrCipher::Aes256(&keys.aes), CtrIv::B128(Iv128([0; 16]))),
+        _ => (CtrCipher::Tea(&keys.tea), CtrIv::B64(Iv64([0; 8]))),
+    };
+    let mut failure = None;
+    let t = repeat(3, min_time, || {
+        let mut job = Job::Ctr {
+            cipher,
+            segments: (0..nseg)
+                .map(|i| CtrSegment {
+                    iv,
+                    data: DataMut::Device(alloc.slice(i * stride, size).expect("in bounds")),
+                })
+                .collect(),
+        };
+        let start = Instant::now();
+        if let Err(e) = g.run(&mut job) {
+            failure = Some(e.to_string());
+        }
+        start.elapsed()
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(t.median),
+    }
+}
+
+fn measure_dyn(
+    backend: &dyn Backend,
     op: OpKind,
     keys: &Keys,
     bufs: &mut [Vec<u8>],
@@ -232,7 +311,7 @@ fn nonce(i: usize) -> Nonce96 {
 }
 
 fn seal_all(
-    backend: &CpuBackend,
+    backend: &dyn Backend,
     key: &Aes256Key,
     bufs: &mut [Vec<u8>],
 ) -> Result<Vec<Tag>, String> {
@@ -259,7 +338,7 @@ fn seal_all(
 }
 
 fn run_once(
-    backend: &CpuBackend,
+    backend: &dyn Backend,
     op: OpKind,
     keys: &Keys,
     bufs: &mut [Vec<u8>],

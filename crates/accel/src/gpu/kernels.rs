@@ -1,0 +1,141 @@
+//! Kernel sources (crates/accel/kernels/*.cu, embedded at build time) and
+//! their run-time compilation by NVRTC, cached on disk.
+//!
+//! A cache entry is keyed by source hash, target architecture and NVRTC
+//! version, and stores BLAKE3(ptx) ‖ ptx: an entry whose digest does not
+//! match (a torn write, a flipped bit) is rebuilt, never trusted.
+
+use std::path::PathBuf;
+
+/// One compilation unit: a .cu file with its headers expanded.
+pub struct KernelSource {
+    pub name: &'static str,
+    pub source: &'static str,
+    /// Functions the runtime loads from it.
+    pub functions: &'static [&'static str],
+}
+
+const AES_CORE: &str = include_str!("../../kernels/aes_core.cuh");
+
+pub const SOURCES: &[KernelSource] = &[
+    KernelSource {
+        name: "aes",
+        source: include_str!("../../kernels/aes.cu"),
+        functions: &["aes256_ctr", "aes256_ctr_v2", "aes256_ecb_encrypt_blocks"],
+    },
+    KernelSource {
+        name: "gcm",
+        source: include_str!("../../kernels/gcm.cu"),
+        functions: GCM_FUNCTIONS,
+    },
+    KernelSource {
+        name: "tea",
+        source: include_str!("../../kernels/tea.cu"),
+        functions: &["tea_ctr", "tea_encrypt_blocks"],
+    },
+    KernelSource {
+        name: "blowfish",
+        source: include_str!("../../kernels/blowfish.cu"),
+        functions: &["blowfish_ctr", "blowfish_ctr_v2", "blowfish_encrypt_blocks"],
+    },
+];
+
+/// Loaded and compiled; not yet driven by the runtime (AES-GCM on the GPU
+/// is the next step of the GPU ciphers issue).
+pub const GCM_FUNCTIONS: &[&str] = &[
+    "aes256_gcm_ctr",
+    "aes256_gcm_ctr_v2",
+    "gcm_setup",
+    "gcm_ghash",
+    "gcm_finalize",
+];
+
+/// The source with `#include "aes_core.cuh"` expanded (NVRTC has no file
+/// system access to sibling headers).
+pub fn expanded(src: &KernelSource) -> String {
+    src.source.replace("#include \"aes_core.cuh\"", AES_CORE)
+}
+
+/// NVRTC's version, when the library can be loaded.
+pub fn nvrtc_version() -> Option<(i32, i32)> {
+    // SAFETY: probing for the library first; cudarc's loader panics otherwise.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return None;
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    (r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("GVAULT_KERNEL_CACHE") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("gvault").join("kernels"))
+}
+
+/// Compiles one source for `arch` (e.g. "sm_90"), from cache when a valid
+/// entry exists. Returns PTX text.
+pub fn compile(src: &KernelSource, arch: &'static str) -> Result<String, String> {
+    let (major, minor) = nvrtc_version().ok_or("NVRTC (libnvrtc.so.13) not found")?;
+    let text = expanded(src);
+    let key = blake3::hash(format!("{arch}\0{major}.{minor}\0{text}").as_bytes());
+    let path = cache_dir().map(|d| {
+        d.join(format!(
+            "{}-{arch}-nvrtc{major}.{minor}-{}.ptx",
+            src.name,
+            &key.to_hex()[..16]
+        ))
+    });
+    if let Some(path) = &path {
+        if let Ok(bytes) = std::fs::read(path) {
+            if bytes.len() > 32 && blake3::hash(&bytes[32..]).as_bytes() == &bytes[..32] {
+                if let Ok(ptx) = String::from_utf8(bytes[32..].to_vec()) {
+                    return Ok(ptx);
+                }
+            }
+            eprintln!(
+                "gvault: kernel cache entry {} is corrupt; rebuilding",
+                path.display()
+            );
+        }
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        options: vec![
+            "-std=c++17".into(),
+            "-default-device".into(),
+            "-lineinfo".into(),
+        ],
+        name: Some(format!("{}.cu", src.name)),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(&text, opts).map_err(|e| match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+            format!(
+                "{}.cu failed to compile:\n{}",
+                src.name,
+                log.to_string_lossy()
+            )
+        }
+        other => format!("{}.cu: {other}", src.name),
+    })?;
+    let ptx = ptx.to_src();
+    if let Some(path) = &path {
+        // Best effort: a cache we cannot write only costs a recompile.
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let mut bytes = blake3::hash(ptx.as_bytes()).as_bytes().to_vec();
+        bytes.extend_from_slice(ptx.as_bytes());
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, &bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
+    Ok(ptx)
+}

@@ -1,0 +1,277 @@
+//! The GPU runtime (seed 001's CrystalGPU, modernised): per device, kernels
+//! loaded once, two streams, and two pinned staging slots allocated once and
+//! reused, so that packing slot k+1 on the CPU overlaps copy-in, kernel and
+//! copy-out of slot k on the GPU.
+//!
+//! All raw CUDA driver calls live here and in `ciphers.rs`; each unsafe
+//! block states the invariant it relies on.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::result as cu;
+use cudarc::driver::sys::{self, CUdeviceptr, CUfunction, CUmodule, CUstream};
+use cudarc::driver::{CudaContext, CudaStream};
+
+use super::kernels;
+
+/// Bytes of payload per staging slot. 64 MiB: large enough that the link
+/// runs at its plateau (>= 16 MiB per copy, DESIGN.md), small enough that
+/// two slots in flight cost little memory.
+pub const SLOT_BYTES: usize = 64 << 20;
+/// Descriptor area per slot (bytes): up to this many segments per batch.
+pub const DESC_BYTES: usize = 4 << 20;
+
+pub(crate) type DevError = String;
+
+pub(crate) fn err(what: &str, e: cu::DriverError) -> DevError {
+    format!("{what}: {e:?}")
+}
+
+/// One staging slot: pinned host memory and its device twin, used by one
+/// stream at a time.
+pub(crate) struct Slot {
+    pub host: *mut u8,
+    pub host_desc: *mut u8,
+    pub dev: CUdeviceptr,
+    pub dev_desc: CUdeviceptr,
+    pub stream: CUstream,
+}
+
+// SAFETY: a Slot's pointers are owned by its Device and only used while the
+// device's slot mutex is held, by one thread at a time.
+unsafe impl Send for Slot {}
+
+pub struct Device {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: u32,
+    ctx: Arc<CudaContext>,
+    _streams: Vec<Arc<CudaStream>>,
+    modules: Vec<CUmodule>,
+    functions: HashMap<&'static str, CUfunction>,
+    pub(crate) slots: Mutex<Vec<Slot>>,
+    /// Bytes of queued work, for balancing jobs across devices.
+    pub(crate) outstanding: AtomicU64,
+}
+
+// SAFETY: CUfunction/CUmodule handles are immutable after load and valid in
+// every thread once the context is bound; mutable state is behind Mutex.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+/// "sm_90" for a (9, 0) device. NVRTC wants a 'static str.
+pub fn arch_name(cc: (i32, i32)) -> &'static str {
+    match cc {
+        (9, 0) => "sm_90",
+        (8, 0) => "sm_80",
+        (8, 6) => "sm_86",
+        (8, 9) => "sm_89",
+        (10, 0) => "sm_100",
+        (12, 0) => "sm_120",
+        (7, 5) => "sm_75",
+        (7, 0) => "sm_70",
+        _ => "compute_75",
+    }
+}
+
+impl Device {
+    pub fn open(ordinal: usize) -> Result<Device, DevError> {
+        let ctx = CudaContext::new(ordinal).map_err(|e| err("creating context", e))?;
+        // We order work with our own streams and syncs.
+        // SAFETY: no cudarc-managed allocations are shared across streams.
+        unsafe { ctx.disable_event_tracking() };
+        let name = ctx.name().map_err(|e| err("device name", e))?;
+        let cc = ctx
+            .compute_capability()
+            .map_err(|e| err("compute capability", e))?;
+        let multiprocessors = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| err("SM count", e))? as u32;
+        let arch = arch_name(cc);
+        let mut modules = Vec::new();
+        let mut functions = HashMap::new();
+        for src in kernels::SOURCES {
+            let ptx = kernels::compile(src, arch)?;
+            let image = CString::new(ptx).map_err(|_| "PTX contains NUL".to_string())?;
+            // SAFETY: the context is bound to this thread by CudaContext::new;
+            // the image is a NUL-terminated PTX string.
+            let module = unsafe { cu::module::load_data(image.as_ptr() as *const c_void) }
+                .map_err(|e| err(&format!("loading {}.cu", src.name), e))?;
+            modules.push(module);
+            for &f in src.functions {
+                // SAFETY: module is loaded; names are NUL-free literals.
+                let func = unsafe { cu::module::get_function(module, CString::new(f).unwrap()) }
+                    .map_err(|e| err(&format!("kernel {f}"), e))?;
+                functions.insert(f, func);
+            }
+        }
+        let streams: Vec<Arc<CudaStream>> = (0..2)
+            .map(|_| ctx.new_stream().map_err(|e| err("creating stream", e)))
+            .collect::<Result<_, _>>()?;
+        let mut slots = Vec::new();
+        for s in &streams {
+            // SAFETY: sizes are non-zero; the pointers are freed in Drop.
+            unsafe {
+                let host = cu::malloc_host(SLOT_BYTES + DESC_BYTES, sys::CU_MEMHOSTALLOC_PORTABLE)
+                    .map_err(|e| err("pinned allocation", e))?
+                    as *mut u8;
+                let dev = cu::malloc_sync(SLOT_BYTES + DESC_BYTES)
+                    .map_err(|e| err("device allocation", e))?;
+                slots.push(Slot {
+                    host,
+                    host_desc: host.add(SLOT_BYTES),
+                    dev,
+                    dev_desc: dev + SLOT_BYTES as u64,
+                    stream: s.cu_stream(),
+                });
+            }
+        }
+        Ok(Device {
+            ordinal,
+            name,
+            compute_capability: cc,
+            multiprocessors,
+            ctx,
+            _streams: streams,
+            modules,
+            functions,
+            slots: Mutex::new(slots),
+            outstanding: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn bind(&self) -> Result<(), DevError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| err("binding context", e))
+    }
+
+    pub(crate) fn function(&self, name: &str) -> Result<CUfunction, DevError> {
+        self.functions
+            .get(name)
+            .copied()
+            .ok_or_else(|| format!("kernel {name} is not loaded"))
+    }
+
+    /// Whether a kernel of this name was compiled and loaded.
+    pub fn has_kernel(&self, name: &str) -> bool {
+        self.functions.contains_key(name)
+    }
+
+    /// Launches `f` with `params` (pointers to each argument's value).
+    ///
+    /// # Safety
+    /// `params` must match the kernel's signature exactly, and every device
+    /// pointer among them must be valid for what the kernel touches.
+    pub(crate) unsafe fn launch(
+        &self,
+        f: &str,
+        grid: u32,
+        block: u32,
+        shared: u32,
+        stream: CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DevError> {
+        cu::launch_kernel(
+            self.function(f)?,
+            (grid.max(1), 1, 1),
+            (block, 1, 1),
+            shared,
+            stream,
+            params,
+        )
+        .map_err(|e| err(&format!("launching {f}"), e))
+    }
+
+    /// Device memory for job-scoped data (keys, tables, descriptors).
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, DevError> {
+        // SAFETY: context bound by the caller (every entry point binds first).
+        let ptr =
+            unsafe { cu::malloc_sync(bytes.max(16)) }.map_err(|e| err("device allocation", e))?;
+        Ok(DeviceBuffer { ptr })
+    }
+
+    /// Grid size for grid-stride kernels: enough blocks to fill every SM.
+    pub(crate) fn grid_for(&self, threads_needed: u64, block: u32) -> u32 {
+        let blocks = threads_needed.div_ceil(block as u64);
+        blocks.clamp(1, self.multiprocessors as u64 * 32) as u32
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = self.bind();
+        if let Ok(slots) = self.slots.get_mut() {
+            for s in slots.iter() {
+                // SAFETY: allocated in open(), freed exactly once here.
+                unsafe {
+                    let _ = cu::stream::synchronize(s.stream);
+                    let _ = cu::free_host(s.host as *mut c_void);
+                    let _ = cu::free_sync(s.dev);
+                }
+            }
+        }
+        for m in &self.modules {
+            // SAFETY: modules loaded in open(), unloaded once.
+            unsafe {
+                let _ = cu::module::unload(*m);
+            }
+        }
+    }
+}
+
+/// A job-scoped device allocation, freed on drop.
+pub(crate) struct DeviceBuffer {
+    pub ptr: CUdeviceptr,
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by malloc_sync, freed once; callers synchronise
+        // the streams that used it before dropping.
+        unsafe {
+            let _ = cu::free_sync(self.ptr);
+        }
+    }
+}
+
+/// Copies host bytes to device memory synchronously (small, job-scoped data).
+pub(crate) fn upload(dst: CUdeviceptr, src: &[u8]) -> Result<(), DevError> {
+    // SAFETY: dst was allocated with at least src.len() bytes by the caller.
+    unsafe { sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()).result() }
+        .map_err(|e| err("upload", e))
+}
+
+#[allow(dead_code)]
+pub(crate) fn download(dst: &mut [u8], src: CUdeviceptr) -> Result<(), DevError> {
+    // SAFETY: src holds at least dst.len() bytes written by earlier work.
+    unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()).result() }
+        .map_err(|e| err("download", e))
+}
+
+pub(crate) fn sync(stream: CUstream) -> Result<(), DevError> {
+    // SAFETY: stream handle owned by a live Device.
+    unsafe { cu::stream::synchronize(stream) }.map_err(|e| err("stream synchronize", e))
+}
+
+pub(crate) fn record_outstanding(dev: &Device, bytes: u64) -> OutstandingGuard<'_> {
+    dev.outstanding.fetch_add(bytes, Ordering::Relaxed);
+    OutstandingGuard { dev, bytes }
+}
+
+pub(crate) struct OutstandingGuard<'a> {
+    dev: &'a Device,
+    bytes: u64,
+}
+
+impl Drop for OutstandingGuard<'_> {
+    fn drop(&mut self) {
+        self.dev
+            .outstanding
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}

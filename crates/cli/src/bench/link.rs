@@ -1,0 +1,62 @@
+//! `gvault bench link`: host<->device copy throughput, pinned and pageable,
+//! 512 B to 1 GiB (seed 000 §4.2), timed with device events.
+
+use gvault_accel::gpu::{link, GpuBackend};
+
+use super::measure::size_label;
+
+#[derive(clap::Args, Debug)]
+pub struct LinkArgs {
+    /// Sizes 4 KiB, 1 MiB, 16 MiB, 256 MiB only.
+    #[arg(long)]
+    quick: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: LinkArgs) -> Result<(), String> {
+    let g = GpuBackend::probe().map_err(|why| format!("bench link needs a GPU: {why}"))?;
+    let sizes: Vec<usize> = if args.quick {
+        vec![4 << 10, 1 << 20, 16 << 20, 256 << 20]
+    } else {
+        (9..=30).map(|p| 1usize << p).collect()
+    };
+    let dev = &g.devices()[0];
+    let figs = link::measure(dev, &sizes, if args.quick { 5 } else { 9 })?;
+    if args.json {
+        let rows: Vec<_> = figs
+            .iter()
+            .map(|f| serde_json::json!({"bytes": f.bytes, "pinned": f.pinned, "to_device": f.to_device, "gbps": f.gbps}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "GPU {} ({}): GB/s, median of device-event-timed copies",
+        dev.ordinal, dev.name
+    );
+    println!(
+        "{:>8} {:>12} {:>12} {:>12} {:>12}",
+        "size", "pinned h2d", "pinned d2h", "pageable h2d", "pageable d2h"
+    );
+    for &n in &sizes {
+        let get = |p: bool, h: bool| {
+            figs.iter()
+                .find(|f| f.bytes == n && f.pinned == p && f.to_device == h)
+                .map(|f| f.gbps)
+                .unwrap_or(0.0)
+        };
+        println!(
+            "{:>8} {:>12.2} {:>12.2} {:>12.2} {:>12.2}",
+            size_label(n),
+            get(true, true),
+            get(true, false),
+            get(false, true),
+            get(false, false)
+        );
+    }
+    Ok(())
+}
