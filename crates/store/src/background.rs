@@ -1,0 +1,103 @@
+//! The background thread: flushes immutable memtables to level-0 tables
+//! (oldest first, advancing the replay pointer), then runs compactions,
+//! then, every few flushes, a value-log GC pass.
+//! A failure is recorded as the store's background error, which turns
+//! later writes into errors instead of silently losing data.
+
+use std::sync::Arc;
+
+use crate::compaction::{self, OutputWriter};
+use crate::db::DbInner;
+use crate::error::Result;
+use crate::iterator::InternalIterator;
+use crate::memtable::MemTableIterator;
+use crate::version::VersionEdit;
+
+enum Work {
+    Flush,
+    Compact,
+    CollectGarbage,
+}
+
+pub fn run(inner: Arc<DbInner>) {
+    let every = inner.opts.vlog_gc_every_flushes;
+    let mut flushes_since_gc = 0usize;
+    loop {
+        let work = {
+            let mut st = inner.state.lock();
+            loop {
+                if st.shutting_down {
+                    return;
+                }
+                if st.bg_error.is_none() {
+                    if !st.imm.is_empty() {
+                        break Work::Flush;
+                    }
+                    if compaction::needs_compaction(&inner, &st.current) {
+                        break Work::Compact;
+                    }
+                    if every > 0 && flushes_since_gc >= every {
+                        break Work::CollectGarbage;
+                    }
+                }
+                inner.bg_cv.wait(&mut st);
+            }
+        };
+        let res = match work {
+            Work::Flush => {
+                flushes_since_gc += 1;
+                flush_oldest(&inner)
+            }
+            Work::Compact => compact_once(&inner),
+            Work::CollectGarbage => {
+                flushes_since_gc = 0;
+                crate::gc::collect(&inner, false).map(|_| ())
+            }
+        };
+        if let Err(e) = res {
+            inner.set_bg_error(&e);
+        }
+        inner.bg_cv.notify_all();
+    }
+}
+
+/// Writes the oldest immutable memtable to a level-0 table and moves the
+/// replay pointer past it, in one manifest edit.
+pub fn flush_oldest(inner: &DbInner) -> Result<()> {
+    let (mem, end) = {
+        let st = inner.state.lock();
+        let Some(imm) = st.imm.front() else {
+            return Ok(());
+        };
+        (imm.mem.clone(), imm.end)
+    };
+    let mut out = OutputWriter::new(inner);
+    let mut it = MemTableIterator::new(mem);
+    it.seek_to_first();
+    while it.valid() {
+        out.add(it.key(), it.value());
+        it.next();
+    }
+    // On failure the table stays on disk for the next open to remove.
+    let outputs = out.finish()?;
+    let edit = VersionEdit {
+        replay: Some(end),
+        added_tables: outputs.into_iter().map(|f| (0, f)).collect(),
+        ..Default::default()
+    };
+    inner.log_and_apply(edit)?;
+    inner.state.lock().imm.pop_front();
+    Ok(())
+}
+
+fn compact_once(inner: &DbInner) -> Result<()> {
+    let _guard = inner.compaction_lock.lock();
+    let c = {
+        let st = inner.state.lock();
+        compaction::pick(inner, &st.current, &st.compact_pointer)
+    };
+    match c {
+        Some(c) => compaction::run(inner, &c),
+        None => Ok(()),
+    }
+}

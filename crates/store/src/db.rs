@@ -1,0 +1,551 @@
+//! The store's shared state (memtables, current version, snapshots, the
+//! background error), the read path (memtables, then tables level by
+//! level; the first entry found decides, a deletion included), and the
+//! public `Store` handle. The write path is in `write.rs`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::cache::BlockCache;
+use crate::codec::BlockCodec;
+use crate::env::{FileLock, FileSystem};
+use crate::error::{Error, IoContext, Result};
+use crate::format::{internal_key, vlog_path, LogPosition, ValuePointer, ValueType, TYPE_FOR_SEEK};
+use crate::log_writer::LogWriter;
+use crate::manifest::{self, Manifest};
+use crate::memtable::{Found, MemTable};
+use crate::options::{Options, WriteOptions};
+use crate::table_cache::TableCache;
+use crate::version::{Version, VersionEdit};
+use crate::vlog::ValueLog;
+use crate::write::PendingWrite;
+use crate::write_batch::WriteBatch;
+
+pub const MAX_KEY_LEN: usize = 1 << 20;
+pub const MAX_BATCH_BYTES: usize = 1 << 30;
+/// A manifest is rewritten from a snapshot once it grows past this.
+const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
+pub(crate) struct Immutable {
+    pub mem: Arc<MemTable>,
+    /// Log position just after this memtable's last record: the replay
+    /// pointer once it is flushed.
+    pub end: LogPosition,
+}
+
+pub(crate) struct State {
+    pub mem: Arc<MemTable>,
+    pub imm: VecDeque<Immutable>,
+    pub current: Arc<Version>,
+    /// Versions still held by readers; tables they name are not deleted.
+    pub live_versions: Vec<Weak<Version>>,
+    /// Sequence numbers pinned by snapshots, iterators and reads.
+    pub snapshots: BTreeMap<u64, usize>,
+    /// Tables replaced by compaction, deleted once no version names them.
+    pub obsolete_tables: Vec<u64>,
+    /// Value-log files dropped by GC, with the sequence number from which
+    /// their values were rewritten; deleted once no reader is older.
+    pub obsolete_logs: Vec<(u64, u64)>,
+    pub bg_error: Option<Error>,
+    pub shutting_down: bool,
+    pub compact_pointer: Vec<Vec<u8>>,
+}
+
+pub(crate) struct DbInner {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub fs: Arc<dyn FileSystem>,
+    pub codec: Arc<dyn BlockCodec>,
+    pub block_cache: Arc<BlockCache>,
+    pub tables: TableCache,
+    pub vlog: ValueLog,
+    pub state: Mutex<State>,
+    /// Signalled when background work may be needed or has finished.
+    pub bg_cv: Condvar,
+    pub(crate) writers: Mutex<VecDeque<Arc<PendingWrite>>>,
+    pub(crate) writers_cv: Condvar,
+    /// The value-log head; held by the group-commit leader (and GC) for the
+    /// whole append + memtable insert, so records enter in sequence order.
+    pub log: Mutex<Option<LogWriter>>,
+    /// Serialises manifest edits (`log_and_apply`).
+    pub manifest: Mutex<Manifest>,
+    /// Serialises compactions (background and manual).
+    pub compaction_lock: Mutex<()>,
+    /// The last sequence number whose group is fully in the memtable.
+    pub visible_seq: AtomicU64,
+    pub next_file: AtomicU64,
+    pub file_lock: Mutex<Option<Box<dyn FileLock>>>,
+}
+
+/// Handle to an open store. Share it between threads through an `Arc`.
+pub struct Store {
+    pub(crate) inner: Arc<DbInner>,
+    bg: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A consistent read view at one sequence number; released on drop.
+pub struct Snapshot {
+    pub(crate) seq: u64,
+    inner: Arc<DbInner>,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        self.inner.release_seq(self.seq);
+    }
+}
+
+impl Snapshot {
+    pub fn sequence(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// Options of one read.
+#[derive(Clone, Copy, Default)]
+pub struct ReadOptions<'a> {
+    /// Read as of this snapshot instead of the latest state.
+    pub snapshot: Option<&'a Snapshot>,
+}
+
+/// Pins a sequence number for the length of one read.
+pub(crate) struct SeqGuard {
+    pub seq: u64,
+    inner: Arc<DbInner>,
+}
+
+impl Drop for SeqGuard {
+    fn drop(&mut self) {
+        self.inner.release_seq(self.seq);
+    }
+}
+
+impl DbInner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dir: PathBuf,
+        opts: Options,
+        codec: Arc<dyn BlockCodec>,
+        version: Version,
+        log: LogWriter,
+        manifest: Manifest,
+        lock: Box<dyn FileLock>,
+    ) -> DbInner {
+        let fs = opts.fs.clone();
+        let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
+        let tables = TableCache::new(
+            fs.clone(),
+            dir.clone(),
+            codec.clone(),
+            block_cache.clone(),
+            opts.max_open_tables,
+        );
+        let vlog = ValueLog::new(fs.clone(), dir.clone(), codec.clone());
+        let visible = version.last_sequence;
+        let next_file = version.next_file_number;
+        let current = Arc::new(version);
+        DbInner {
+            state: Mutex::new(State {
+                mem: Arc::new(MemTable::new()),
+                imm: VecDeque::new(),
+                live_versions: vec![Arc::downgrade(&current)],
+                current,
+                snapshots: BTreeMap::new(),
+                obsolete_tables: Vec::new(),
+                obsolete_logs: Vec::new(),
+                bg_error: None,
+                shutting_down: false,
+                compact_pointer: vec![Vec::new(); crate::version::NUM_LEVELS],
+            }),
+            dir,
+            opts,
+            fs,
+            codec,
+            block_cache,
+            tables,
+            vlog,
+            bg_cv: Condvar::new(),
+            writers: Mutex::new(VecDeque::new()),
+            writers_cv: Condvar::new(),
+            log: Mutex::new(Some(log)),
+            manifest: Mutex::new(manifest),
+            compaction_lock: Mutex::new(()),
+            visible_seq: AtomicU64::new(visible),
+            next_file: AtomicU64::new(next_file),
+            file_lock: Mutex::new(Some(lock)),
+        }
+    }
+
+    pub fn new_file_number(&self) -> u64 {
+        self.next_file.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub fn pin_seq(self: &Arc<Self>, seq: Option<u64>) -> SeqGuard {
+        SeqGuard {
+            seq: self.pin_raw(seq),
+            inner: self.clone(),
+        }
+    }
+
+    /// Registers a reader at `seq` (default: the latest); the caller must
+    /// `release_seq` it.
+    fn pin_raw(&self, seq: Option<u64>) -> u64 {
+        let mut st = self.state.lock();
+        let seq = seq.unwrap_or_else(|| self.visible_seq.load(Ordering::SeqCst));
+        *st.snapshots.entry(seq).or_insert(0) += 1;
+        seq
+    }
+
+    fn release_seq(&self, seq: u64) {
+        let mut st = self.state.lock();
+        if let Some(c) = st.snapshots.get_mut(&seq) {
+            *c -= 1;
+            if *c == 0 {
+                st.snapshots.remove(&seq);
+            }
+        }
+    }
+
+    /// Records a background or write failure; writes fail from now on.
+    pub fn set_bg_error(&self, e: &Error) {
+        let mut st = self.state.lock();
+        if st.bg_error.is_none() {
+            st.bg_error = Some(e.clone());
+        }
+        self.bg_cv.notify_all();
+    }
+
+    /// Writes `edit` to the manifest and installs the resulting version.
+    /// Callers hold whatever keeps the edit valid (the log lock for log
+    /// edits, the compaction lock for compactions).
+    pub fn log_and_apply(&self, mut edit: VersionEdit) -> Result<()> {
+        let mut manifest = self.manifest.lock();
+        let base = self.state.lock().current.clone();
+        edit.next_file_number = Some(self.next_file.load(Ordering::SeqCst));
+        edit.last_sequence = Some(self.visible_seq.load(Ordering::SeqCst));
+        let path = crate::format::manifest_path(&self.dir, manifest.number());
+        let new = base
+            .apply(&edit)
+            .map_err(|r| Error::corruption(&path, "new edit", r))?;
+        let res = if manifest.size() > MAX_MANIFEST_BYTES {
+            self.rewrite_manifest(&mut manifest, &new)
+        } else {
+            manifest.append(&edit)
+        };
+        if let Err(e) = res {
+            self.set_bg_error(&e);
+            return Err(e);
+        }
+        let mut st = self.state.lock();
+        let new = Arc::new(new);
+        st.live_versions.push(Arc::downgrade(&new));
+        st.current = new;
+        Ok(())
+    }
+
+    /// Starts a new manifest holding `version` and points CURRENT at it.
+    pub fn rewrite_manifest(&self, manifest: &mut Manifest, version: &Version) -> Result<()> {
+        let number = self.new_file_number();
+        let mut v = version.clone();
+        v.next_file_number = self.next_file.load(Ordering::SeqCst);
+        let m = Manifest::create(&*self.fs, &self.dir, number, &v, self.codec.clone())?;
+        manifest::write_pointer(&*self.fs, &self.dir, number, self.codec.clone())?;
+        let old = std::mem::replace(manifest, m);
+        let _ = self
+            .fs
+            .remove(&crate::format::manifest_path(&self.dir, old.number()));
+        Ok(())
+    }
+
+    /// The newest entry for `key` visible at `seq`.
+    pub fn get_entry(&self, key: &[u8], seq: u64) -> Result<Option<Found>> {
+        let (mem, imms, version) = {
+            let st = self.state.lock();
+            let imms: Vec<Arc<MemTable>> = st.imm.iter().rev().map(|i| i.mem.clone()).collect();
+            (st.mem.clone(), imms, st.current.clone())
+        };
+        if let Some(f) = mem.get(key, seq) {
+            return Ok(Some(f));
+        }
+        for m in &imms {
+            if let Some(f) = m.get(key, seq) {
+                return Ok(Some(f));
+            }
+        }
+        let seek = internal_key(key, seq, TYPE_FOR_SEEK);
+        let mut best: Option<Found> = None;
+        for f in version.levels[0].iter() {
+            if !f.overlaps(Some(key), Some(key)) {
+                continue;
+            }
+            if let Some(found) = self.table_get(f, key, &seek)? {
+                if best.as_ref().is_none_or(|b| found.seq > b.seq) {
+                    best = Some(found);
+                }
+            }
+        }
+        if best.is_some() {
+            return Ok(best);
+        }
+        for level in &version.levels[1..] {
+            let i = level.partition_point(|f| f.largest_user() < key);
+            if let Some(f) = level.get(i) {
+                if f.smallest_user() <= key {
+                    if let Some(found) = self.table_get(f, key, &seek)? {
+                        return Ok(Some(found));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn table_get(
+        &self,
+        f: &crate::version::FileMeta,
+        key: &[u8],
+        seek: &[u8],
+    ) -> Result<Option<Found>> {
+        let table = self.tables.get(f)?;
+        if !table.may_contain(key) {
+            return Ok(None);
+        }
+        let Some((ikey, value)) = table.seek_entry(seek)? else {
+            return Ok(None);
+        };
+        let Some(p) = crate::format::parse_internal_key(&ikey) else {
+            return Err(Error::corruption(
+                table.path(),
+                "data block",
+                "malformed internal key",
+            ));
+        };
+        if p.user_key != key {
+            return Ok(None);
+        }
+        Ok(Some(Found {
+            seq: p.seq,
+            value_type: p.value_type,
+            value,
+        }))
+    }
+
+    /// Turns an entry's stored value into the user's value.
+    pub fn resolve(&self, key: &[u8], t: ValueType, stored: &[u8]) -> Result<Vec<u8>> {
+        match t {
+            ValueType::Inline => Ok(stored.to_vec()),
+            ValueType::Pointer => {
+                let ptr = ValuePointer::decode(stored).ok_or_else(|| {
+                    Error::corruption(
+                        &self.dir,
+                        format!("entry for key {}", show_key(key)),
+                        "malformed value pointer",
+                    )
+                })?;
+                self.vlog.read(&ptr, key)
+            }
+            ValueType::Deletion => Err(Error::InvalidArgument("resolving a deletion".into())),
+        }
+    }
+
+    pub fn get(self: &Arc<Self>, key: &[u8], snapshot: Option<u64>) -> Result<Option<Vec<u8>>> {
+        let guard = self.pin_seq(snapshot);
+        match self.get_entry(key, guard.seq)? {
+            None => Ok(None),
+            Some(f) if f.value_type == ValueType::Deletion => Ok(None),
+            Some(f) => self.resolve(key, f.value_type, &f.value).map(Some),
+        }
+    }
+
+    /// Deletes files that no version or reader needs any more.
+    pub fn delete_obsolete_files(&self) {
+        let (tables, logs) = {
+            let mut st = self.state.lock();
+            st.live_versions.retain(|w| w.strong_count() > 0);
+            let mut live = std::collections::HashSet::new();
+            for v in st.live_versions.iter().filter_map(Weak::upgrade) {
+                live.extend(v.table_numbers());
+            }
+            let (dead, keep): (Vec<u64>, Vec<u64>) =
+                st.obsolete_tables.iter().partition(|n| !live.contains(n));
+            st.obsolete_tables = keep;
+            let oldest = st.snapshots.keys().next().copied();
+            let (dead_logs, keep_logs): (Vec<_>, Vec<_>) = st
+                .obsolete_logs
+                .iter()
+                .partition(|(_, seq)| oldest.is_none_or(|o| o >= *seq));
+            st.obsolete_logs = keep_logs;
+            (dead, dead_logs)
+        };
+        for n in tables {
+            self.tables.evict(n);
+            let _ = self.fs.remove(&crate::format::table_path(&self.dir, n));
+        }
+        for (n, _) in logs {
+            self.vlog.forget(n);
+            let _ = self.fs.remove(&vlog_path(&self.dir, n));
+        }
+    }
+}
+
+/// A key for messages: printable as text when it is, else hex.
+pub(crate) fn show_key(key: &[u8]) -> String {
+    let k = &key[..key.len().min(64)];
+    match std::str::from_utf8(k) {
+        Ok(s) if s.chars().all(|c| !c.is_control()) => format!("{s:?}"),
+        _ => k.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating it if `opts.create_if_missing`.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        let inner = Arc::new(crate::recovery::open(dir.as_ref(), opts)?);
+        let bg_inner = inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("gvault-store-bg".into())
+            .spawn(move || crate::background::run(bg_inner))
+            .ctx(|| "starting the background thread".to_string())?;
+        Ok(Store {
+            inner,
+            bg: Mutex::new(Some(handle)),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_opt(&WriteOptions::default(), key, value)
+    }
+
+    pub fn put_opt(
+        &self,
+        opts: &WriteOptions,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.inner.write(opts, b)
+    }
+
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.delete_opt(&WriteOptions::default(), key)
+    }
+
+    pub fn delete_opt(&self, opts: &WriteOptions, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.inner.write(opts, b)
+    }
+
+    /// Applies every operation of `batch` atomically.
+    pub fn write(&self, opts: &WriteOptions, batch: WriteBatch) -> Result<()> {
+        self.inner.write(opts, batch)
+    }
+
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.inner.get(key.as_ref(), None)
+    }
+
+    pub fn get_opt(
+        &self,
+        opts: &ReadOptions<'_>,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<Vec<u8>>> {
+        self.inner.get(key.as_ref(), opts.snapshot.map(|s| s.seq))
+    }
+
+    /// A view of the store as of now; reads through it ignore later writes.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            seq: self.inner.pin_raw(None),
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Writes the active memtable to a table and waits until every
+    /// memtable is flushed.
+    pub fn flush(&self) -> Result<()> {
+        {
+            let guard = self.inner.log.lock();
+            let Some(log) = guard.as_ref() else {
+                return Err(Error::Closed("store is closed".into()));
+            };
+            let mut st = self.inner.state.lock();
+            if !st.mem.is_empty() {
+                DbInner::rotate_memtable(&mut st, log.position());
+                self.inner.bg_cv.notify_all();
+            }
+        }
+        let mut st = self.inner.state.lock();
+        loop {
+            if let Some(e) = &st.bg_error {
+                return Err(e.clone());
+            }
+            if st.imm.is_empty() {
+                return Ok(());
+            }
+            if st.shutting_down {
+                return Err(Error::Closed("store is closing".into()));
+            }
+            self.inner.bg_cv.wait(&mut st);
+        }
+    }
+
+    /// Compacts every table overlapping [start, end] (None: unbounded) down
+    /// to the deepest level that holds data, dropping overwritten and
+    /// deleted entries.
+    pub fn compact_range(&self, start: Option<&[u8]>, end: Option<&[u8]>) -> Result<()> {
+        self.flush()?;
+        crate::compaction::compact_range(&self.inner, start, end)
+    }
+
+    /// Rewrites live values out of value-log files that are mostly garbage
+    /// and deletes the files.
+    pub fn gc_value_log(&self) -> Result<crate::gc::GcReport> {
+        crate::gc::collect(&self.inner, true)
+    }
+
+    /// Closes the store: stops background work, syncs the value log and
+    /// releases the lock. Unflushed memtables are rebuilt from the value
+    /// log at the next open.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        {
+            let mut st = self.inner.state.lock();
+            st.shutting_down = true;
+            self.inner.bg_cv.notify_all();
+        }
+        if let Some(h) = self.bg.lock().take() {
+            let _ = h.join();
+        }
+        self.inner.delete_obsolete_files();
+        let res = match self.inner.log.lock().take() {
+            Some(mut log) => log.sync(),
+            None => Ok(()),
+        };
+        self.inner.file_lock.lock().take();
+        res
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<DbInner> {
+        &self.inner
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

@@ -1,0 +1,90 @@
+//! The store's one error type. Every variant says what went wrong and where,
+//! so that a user can act on it (restore a file, free space, stop the other
+//! process) without reading the code.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The operating system refused an operation (disk full, permissions, ...).
+    #[error("I/O error {context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+
+    /// A file of the store failed a check: its bytes are not what the store
+    /// wrote. Nothing from it is returned.
+    #[error("corruption in {file} ({location}): {reason}; restore the file from a backup or run `gvault store verify` for a full report")]
+    Corruption {
+        file: PathBuf,
+        /// Where in the file, e.g. "block 7 at offset 32768".
+        location: String,
+        reason: String,
+    },
+
+    /// Another process (or another handle in this one) has the store open.
+    #[error("store {dir} is locked by another process; close it there first")]
+    Locked { dir: PathBuf },
+
+    /// The directory holds something that is not a gvault store.
+    #[error("{path} is not a gvault store: {reason}")]
+    NotAStore { path: PathBuf, reason: String },
+
+    /// The directory does not exist and the options did not ask to create it.
+    #[error("no store at {dir}; run `gvault store init` or open with create_if_missing")]
+    NotFound { dir: PathBuf },
+
+    /// The caller passed something the store cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The file was written by a newer gvault or needs a key this build lacks.
+    #[error("{path} is not supported by this build: {reason}")]
+    Unsupported { path: PathBuf, reason: String },
+
+    /// The store was closed, or stopped accepting writes after an earlier
+    /// failure (the earlier error is named).
+    #[error("store is closed or read-only after an earlier error: {0}")]
+    Closed(String),
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    pub fn corruption(
+        file: impl Into<PathBuf>,
+        location: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Corruption {
+            file: file.into(),
+            location: location.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corruption { .. })
+    }
+}
+
+/// Attaches "what we were doing" to an `io::Error`.
+pub(crate) trait IoContext<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|e| Error::io(what(), e))
+    }
+}

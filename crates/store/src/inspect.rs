@@ -1,0 +1,256 @@
+//! `verify` (read and check every block of every live file, and every live
+//! value) and `stats`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::db::{DbInner, ReadOptions};
+use crate::db_iter::DbIterator;
+use crate::error::{Error, IoContext, Result};
+use crate::format::{vlog_path, FileKind, LogPosition, HEADER_LEN};
+use crate::log_reader::{open_log_file, LogReader};
+use crate::version::NUM_LEVELS;
+
+#[derive(Debug, Default)]
+pub struct VerifyReport {
+    pub tables: u64,
+    pub table_blocks: u64,
+    pub table_entries: u64,
+    pub vlog_files: u64,
+    pub vlog_frames: u64,
+    pub live_keys: u64,
+    /// Every problem found; empty means the store is consistent.
+    pub problems: Vec<Error>,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "checked {} tables ({} blocks, {} entries), {} value-log files ({} frames), {} live keys",
+            self.tables, self.table_blocks, self.table_entries, self.vlog_files, self.vlog_frames, self.live_keys
+        )?;
+        if self.problems.is_empty() {
+            write!(f, "no problems found")
+        } else {
+            write!(f, "{} problem(s):", self.problems.len())?;
+            for p in &self.problems {
+                write!(f, "\n  {p}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
+    let mut r = VerifyReport::default();
+    let version = inner.state.lock().current.clone();
+    let head = inner.log.lock().as_ref().map(|l| l.position());
+    for f in version.levels.iter().flatten() {
+        r.tables += 1;
+        match inner.tables.get(f).and_then(|t| t.verify()) {
+            Ok((blocks, entries)) => {
+                r.table_blocks += blocks;
+                r.table_entries += entries;
+            }
+            Err(e) => r.problems.push(e),
+        }
+    }
+    for meta in version.logs.values() {
+        r.vlog_files += 1;
+        let end = match (meta.sealed, head) {
+            (Some((size, _)), _) => Some(size),
+            (None, Some(h)) if h.file == meta.number => Some(h.offset),
+            _ => None,
+        };
+        match verify_log(inner, meta.number, end) {
+            Ok(frames) => r.vlog_frames += frames,
+            Err(e) => r.problems.push(e),
+        }
+    }
+    let mut it = match DbIterator::new(inner, &ReadOptions::default()) {
+        Ok(it) => it,
+        Err(e) => {
+            r.problems.push(e);
+            return Ok(r);
+        }
+    };
+    it.seek_to_first();
+    while it.valid() {
+        r.live_keys += 1;
+        if let Err(e) = it.value() {
+            r.problems.push(e);
+        }
+        it.next();
+    }
+    if let Err(e) = it.status() {
+        r.problems.push(e);
+    }
+    Ok(r)
+}
+
+fn verify_log(inner: &DbInner, n: u64, end: Option<u64>) -> Result<u64> {
+    let path = vlog_path(&inner.dir, n);
+    let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.codec)?;
+    let len = file
+        .len()
+        .ctx(|| format!("reading size of {}", path.display()))?;
+    let end = end.unwrap_or(len);
+    if len < end {
+        return Err(Error::corruption(
+            &path,
+            format!("end of file at {len}"),
+            format!("file should hold {end} bytes"),
+        ));
+    }
+    let start = LogPosition {
+        file: n,
+        offset: HEADER_LEN as u64,
+        block: 0,
+    };
+    let mut reader = LogReader::new(file, &path, start, end, inner.codec.clone());
+    let mut frames = 0;
+    loop {
+        match reader.next()? {
+            Ok(None) => return Ok(frames),
+            Ok(Some(_)) => frames += 1,
+            Err(bad) => {
+                return Err(Error::corruption(
+                    &path,
+                    format!("block {} at offset {}", bad.block, bad.offset),
+                    bad.reason,
+                ))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// (tables, bytes) per level.
+    pub levels: Vec<(usize, u64)>,
+    pub vlog_files: usize,
+    pub vlog_bytes: u64,
+    pub memtable_bytes: usize,
+    pub immutable_memtables: usize,
+    pub last_sequence: u64,
+    pub block_cache_bytes: usize,
+    pub live_snapshots: usize,
+}
+
+pub fn stats(inner: &DbInner) -> Stats {
+    let head = inner.log.lock().as_ref().map(|l| l.position());
+    let st = inner.state.lock();
+    let v = &st.current;
+    let vlog_bytes = v
+        .logs
+        .values()
+        .map(|l| match (l.sealed, head) {
+            (Some((s, _)), _) => s,
+            (None, Some(h)) if h.file == l.number => h.offset,
+            _ => 0,
+        })
+        .sum();
+    Stats {
+        levels: (0..NUM_LEVELS)
+            .map(|l| (v.levels[l].len(), v.level_bytes(l)))
+            .collect(),
+        vlog_files: v.logs.len(),
+        vlog_bytes,
+        memtable_bytes: st.mem.approximate_bytes(),
+        immutable_memtables: st.imm.len(),
+        last_sequence: inner.visible_seq.load(std::sync::atomic::Ordering::SeqCst),
+        block_cache_bytes: inner.block_cache.used_bytes(),
+        live_snapshots: st.snapshots.values().sum(),
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "last sequence:      {}", self.last_sequence)?;
+        writeln!(
+            f,
+            "memtable:           {} bytes (+{} immutable)",
+            self.memtable_bytes, self.immutable_memtables
+        )?;
+        writeln!(
+            f,
+            "value log:          {} files, {} bytes",
+            self.vlog_files, self.vlog_bytes
+        )?;
+        writeln!(f, "block cache:        {} bytes", self.block_cache_bytes)?;
+        for (l, (files, bytes)) in self.levels.iter().enumerate() {
+            if *files > 0 {
+                writeln!(f, "level {l}:            {files} tables, {bytes} bytes")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Byte ranges `(offset, len)` of every block of a store file, its header
+/// first, as the file's own framing describes them (seals are not checked).
+/// For tools and tests that inspect or deliberately damage files.
+pub fn block_extents(path: &std::path::Path) -> Result<Vec<(u64, u64)>> {
+    use crate::block::Block;
+    use crate::coding::Decoder;
+    use crate::format::{FileHeader, FileKind};
+    use crate::log_writer::FRAME_HEADER_LEN;
+    use crate::table_builder::FOOTER_PAYLOAD_LEN;
+
+    let bytes = std::fs::read(path).ctx(|| format!("reading {}", path.display()))?;
+    let header = FileHeader::decode(&bytes)
+        .map_err(|e| Error::corruption(path, "file header at offset 0", e.to_string()))?;
+    let bad = |what: &str| Error::corruption(path, "block layout", what.to_string());
+    let overhead = crate::codec::Crc32cCodec.overhead_len();
+    let mut out = vec![(0u64, HEADER_LEN as u64)];
+    if header.kind != FileKind::Table {
+        let mut p = HEADER_LEN;
+        while p + FRAME_HEADER_LEN <= bytes.len() {
+            let len = u32::from_le_bytes(bytes[p..p + 4].try_into().expect("4 bytes")) as usize;
+            let total = (FRAME_HEADER_LEN + len).min(bytes.len() - p);
+            out.push((p as u64, total as u64));
+            p += total;
+        }
+        return Ok(out);
+    }
+    let footer_len = FOOTER_PAYLOAD_LEN + overhead;
+    let footer_at = bytes
+        .len()
+        .checked_sub(footer_len)
+        .ok_or_else(|| bad("no footer"))?;
+    let mut d = Decoder::new(&bytes[footer_at..]);
+    let mut handle = || -> Option<(u64, u64)> {
+        let off = d.u64()?;
+        let len = d.u32()?;
+        d.u32()?;
+        Some((off, u64::from(len)))
+    };
+    let index = handle().ok_or_else(|| bad("bad footer"))?;
+    let filter = handle().ok_or_else(|| bad("bad footer"))?;
+    let index_end = index
+        .0
+        .checked_add(index.1)
+        .and_then(|e| e.checked_sub(overhead as u64))
+        .filter(|&e| e >= index.0)
+        .ok_or_else(|| bad("index outside the file"))?;
+    let index_bytes = bytes
+        .get(index.0 as usize..index_end as usize)
+        .ok_or_else(|| bad("index outside the file"))?;
+    let block = Block::decode(index_bytes.to_vec()).map_err(|r| bad(&r))?;
+    for i in 0..block.len() {
+        let h = crate::format::BlockHandle::decode_from(&mut Decoder::new(block.value(i)))
+            .ok_or_else(|| bad("bad index entry"))?;
+        out.push((h.offset, u64::from(h.len)));
+    }
+    out.push(filter);
+    out.push(index);
+    out.push((footer_at as u64, footer_len as u64));
+    Ok(out)
+}

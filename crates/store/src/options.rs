@@ -1,0 +1,161 @@
+//! Every knob of the store, read in one place. Defaults suit a desktop
+//! machine; tests shrink the sizes to exercise flushes and compactions.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::env::{FileSystem, OsFs};
+use crate::error::{Error, Result};
+
+/// Receives recovery warnings (a torn tail cut, an orphan file removed).
+pub type WarningSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct Options {
+    /// Create the directory and an empty store when none exists.
+    pub create_if_missing: bool,
+    /// Fail if a store already exists.
+    pub error_if_exists: bool,
+    /// Bytes of memtable before it becomes immutable and is flushed.
+    pub write_buffer_size: usize,
+    /// Immutable memtables allowed to wait for a flush before writers block.
+    pub max_immutable_memtables: usize,
+    /// Values of at least this many bytes live only in the value log.
+    pub value_threshold: usize,
+    /// Target uncompressed size of a table data block.
+    pub block_size: usize,
+    pub block_restart_interval: usize,
+    pub bloom_bits_per_key: usize,
+    /// Byte budget of the decoded-block LRU cache.
+    pub block_cache_bytes: usize,
+    pub max_open_tables: usize,
+    /// Target size of a table written by compaction.
+    pub table_file_size: u64,
+    /// Size limit of level 1; each deeper level is `level_size_multiplier`
+    /// times larger.
+    pub level1_max_bytes: u64,
+    pub level_size_multiplier: u64,
+    /// Level-0 tables that trigger a compaction into level 1.
+    pub l0_compaction_trigger: usize,
+    /// Level-0 tables at which writers wait for compaction.
+    pub l0_stop_writes_trigger: usize,
+    /// A value-log file is closed and a new one started past this size.
+    pub vlog_file_size: u64,
+    /// Value-log GC rewrites a file once at least this fraction of its
+    /// value bytes is garbage.
+    pub vlog_gc_discard_ratio: f64,
+    /// The background thread runs a value-log GC pass after this many
+    /// flushes (0: only when `Store::gc_value_log` is called).
+    pub vlog_gc_every_flushes: usize,
+    pub fs: Arc<dyn FileSystem>,
+    pub warning_sink: WarningSink,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            create_if_missing: true,
+            error_if_exists: false,
+            write_buffer_size: 8 << 20,
+            max_immutable_memtables: 2,
+            value_threshold: 1024,
+            block_size: 4096,
+            block_restart_interval: 16,
+            bloom_bits_per_key: 10,
+            block_cache_bytes: 32 << 20,
+            max_open_tables: 1000,
+            table_file_size: 4 << 20,
+            level1_max_bytes: 32 << 20,
+            level_size_multiplier: 10,
+            l0_compaction_trigger: 4,
+            l0_stop_writes_trigger: 12,
+            vlog_file_size: 128 << 20,
+            vlog_gc_discard_ratio: 0.5,
+            vlog_gc_every_flushes: 8,
+            fs: Arc::new(OsFs),
+            warning_sink: Arc::new(|msg: &str| eprintln!("gvault-store warning: {msg}")),
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("create_if_missing", &self.create_if_missing)
+            .field("write_buffer_size", &self.write_buffer_size)
+            .field("value_threshold", &self.value_threshold)
+            .field("table_file_size", &self.table_file_size)
+            .field("vlog_file_size", &self.vlog_file_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    pub(crate) fn validate(&self) -> Result<()> {
+        let check = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument(format!("option {what}")))
+            }
+        };
+        check(
+            self.write_buffer_size >= 1024,
+            "write_buffer_size must be at least 1 KiB",
+        )?;
+        check(
+            self.max_immutable_memtables >= 1,
+            "max_immutable_memtables must be at least 1",
+        )?;
+        check(
+            self.value_threshold >= 1,
+            "value_threshold must be at least 1",
+        )?;
+        check(self.block_size >= 64, "block_size must be at least 64")?;
+        check(
+            self.block_restart_interval >= 1,
+            "block_restart_interval must be at least 1",
+        )?;
+        check(
+            self.table_file_size >= 1024,
+            "table_file_size must be at least 1 KiB",
+        )?;
+        check(
+            self.level_size_multiplier >= 2,
+            "level_size_multiplier must be at least 2",
+        )?;
+        check(
+            self.l0_compaction_trigger >= 1,
+            "l0_compaction_trigger must be at least 1",
+        )?;
+        check(
+            self.l0_stop_writes_trigger > self.l0_compaction_trigger,
+            "l0_stop_writes_trigger must exceed l0_compaction_trigger",
+        )?;
+        check(
+            self.vlog_file_size >= 4096,
+            "vlog_file_size must be at least 4 KiB",
+        )?;
+        check(
+            (0.0..=1.0).contains(&self.vlog_gc_discard_ratio),
+            "vlog_gc_discard_ratio must be within 0..=1",
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn warn(&self, msg: &str) {
+        (self.warning_sink)(msg)
+    }
+}
+
+/// Per-write options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteOptions {
+    /// Return only once the write is on stable storage (one fsync per group
+    /// commit, shared by every writer in the group).
+    pub sync: bool,
+}
+
+impl WriteOptions {
+    pub const SYNC: WriteOptions = WriteOptions { sync: true };
+}

@@ -1,0 +1,250 @@
+//! Clear errors for what users get wrong or what the machine does: a
+//! missing directory, a file of another format, a full disk, a store locked
+//! by another process, bad arguments.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use common::{capturing, small_options, value_for};
+use gvault_store::{
+    Error, FaultInjectingFs, FileSystem, Options, OsFs, Store, WriteBatch, WriteOptions,
+};
+
+#[test]
+fn missing_directory_without_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let opts = Options {
+        create_if_missing: false,
+        ..small_options()
+    };
+    let e = Store::open(&missing, opts).err().unwrap();
+    assert!(matches!(e, Error::NotFound { .. }), "{e}");
+    assert!(e.to_string().contains("nope"), "{e}");
+    assert!(!missing.exists(), "open must not create the directory");
+
+    // An existing but empty directory: not found, and left empty.
+    let opts = Options {
+        create_if_missing: false,
+        ..small_options()
+    };
+    let e = Store::open(dir.path(), opts).err().unwrap();
+    assert!(matches!(e, Error::NotFound { .. }), "{e}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn directories_and_files_of_other_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory with someone else's files.
+    std::fs::write(dir.path().join("notes.txt"), "hello").unwrap();
+    let e = Store::open(dir.path(), small_options()).err().unwrap();
+    assert!(matches!(e, Error::NotAStore { .. }), "{e}");
+    assert!(e.to_string().contains("notes.txt"), "{e}");
+    assert!(dir.path().join("notes.txt").exists());
+
+    // A CURRENT file that is not ours.
+    let d2 = tempfile::tempdir().unwrap();
+    std::fs::write(d2.path().join("CURRENT"), "MANIFEST-000001\n").unwrap();
+    let e = Store::open(d2.path(), small_options()).err().unwrap();
+    assert!(matches!(e, Error::NotAStore { .. }), "{e}");
+    assert!(e.to_string().contains("magic"), "{e}");
+
+    // A regular file where the directory should be.
+    let f = dir.path().join("plain-file");
+    std::fs::write(&f, "x").unwrap();
+    let e = Store::open(&f, small_options()).err().unwrap();
+    assert!(
+        matches!(e, Error::NotAStore { .. } | Error::Io { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn invalid_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = Options {
+        write_buffer_size: 10,
+        ..small_options()
+    };
+    let e = Store::open(dir.path(), bad).err().unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let s = Store::open(dir.path(), small_options()).unwrap();
+    let e = s.put(vec![0u8; (1 << 20) + 1], b"v").unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = Store::open(
+        dir.path(),
+        Options {
+            error_if_exists: true,
+            ..small_options()
+        },
+    );
+    assert!(matches!(e.err().unwrap(), Error::Locked { .. }));
+}
+
+#[test]
+fn second_open_in_this_process_is_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path(), small_options()).unwrap();
+    let e = Store::open(dir.path(), small_options()).err().unwrap();
+    assert!(matches!(e, Error::Locked { .. }), "{e}");
+    assert!(e.to_string().contains("locked"), "{e}");
+    s.close().unwrap();
+    Store::open(dir.path(), small_options()).unwrap();
+}
+
+/// Child side of `store_locked_by_another_process`.
+#[test]
+fn hold_lock_child() {
+    let Ok(dir) = std::env::var("GVAULT_TEST_HOLD_LOCK") else {
+        return;
+    };
+    let _s = Store::open(&dir, small_options()).unwrap();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line); // until the parent closes stdin
+}
+
+#[test]
+fn store_locked_by_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    Store::open(dir.path(), small_options())
+        .unwrap()
+        .close()
+        .unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "hold_lock_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GVAULT_TEST_HOLD_LOCK", dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child exited early");
+    }
+    let e = Store::open(dir.path(), small_options()).err().unwrap();
+    assert!(matches!(e, Error::Locked { .. }), "{e}");
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    Store::open(dir.path(), small_options()).unwrap();
+}
+
+fn faulty() -> (Arc<FaultInjectingFs>, Options) {
+    let fs = Arc::new(FaultInjectingFs::new(Arc::new(OsFs)));
+    let opts = Options {
+        fs: fs.clone() as Arc<dyn FileSystem>,
+        ..small_options()
+    };
+    (fs, opts)
+}
+
+/// Writes 5-key batches until the disk fills; returns acknowledged batches.
+fn write_until_full(s: &Store) -> (u64, Error) {
+    for b in 0.. {
+        let mut batch = WriteBatch::new();
+        for i in 0..5u64 {
+            batch.put(
+                format!("b{b:05}-{i}"),
+                value_for(b, i, if i == 0 { 500 } else { 40 }),
+            );
+        }
+        if let Err(e) = s.write(&WriteOptions { sync: b % 3 == 0 }, batch) {
+            return (b, e);
+        }
+    }
+    unreachable!()
+}
+
+fn check_batches(s: &Store, acked: u64) {
+    for b in 0..acked + 1 {
+        let present: Vec<bool> = (0..5u64)
+            .map(|i| {
+                let got = s.get(format!("b{b:05}-{i}")).unwrap();
+                if let Some(v) = &got {
+                    assert_eq!(v, &value_for(b, i, if i == 0 { 500 } else { 40 }));
+                }
+                got.is_some()
+            })
+            .collect();
+        if b < acked {
+            assert!(
+                present.iter().all(|&p| p),
+                "acknowledged batch {b} lost: {present:?}"
+            );
+        } else {
+            assert!(
+                present.iter().all(|&p| p) || present.iter().all(|&p| !p),
+                "batch {b} half applied"
+            );
+        }
+    }
+}
+
+#[test]
+fn full_disk_while_logging() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, opts) = faulty();
+    let s = Store::open(dir.path(), opts.clone()).unwrap();
+    fs.set_space_left(Some(200_000));
+    let (acked, e) = write_until_full(&s);
+    assert!(acked > 10);
+    let msg = e.to_string();
+    assert!(msg.contains("No space left"), "{msg}");
+    // Later writes fail too, naming the first failure; reads still work.
+    let e2 = s.put(b"later", b"x").unwrap_err();
+    assert!(
+        matches!(e2, Error::Closed(_)) && e2.to_string().contains("No space left"),
+        "{e2}"
+    );
+    assert!(s.get(b"b00000-0").unwrap().is_some());
+    drop(s);
+
+    fs.set_space_left(None);
+    let (opts, _warnings) = capturing(opts);
+    let s = Store::open(dir.path(), opts).unwrap();
+    check_batches(&s, acked);
+    s.put(b"after", b"space freed").unwrap();
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn full_disk_while_flushing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, opts) = faulty();
+    let opts = Options {
+        write_buffer_size: 1 << 20,
+        ..opts
+    };
+    let s = Store::open(dir.path(), opts.clone()).unwrap();
+    for b in 0..200u64 {
+        s.put(format!("k{b:04}"), value_for(b, 0, 60)).unwrap();
+    }
+    fs.set_space_left(Some(100));
+    let e = s.flush().unwrap_err();
+    assert!(e.to_string().contains("No space left"), "{e}");
+    let e2 = s.put(b"x", b"y").unwrap_err();
+    assert!(e2.to_string().contains("No space left"), "{e2}");
+    drop(s);
+    fs.set_space_left(None);
+    let s = Store::open(dir.path(), opts).unwrap();
+    for b in 0..200u64 {
+        assert_eq!(
+            s.get(format!("k{b:04}")).unwrap(),
+            Some(value_for(b, 0, 60))
+        );
+    }
+    s.flush().unwrap();
+    assert!(s.verify().unwrap().is_clean());
+}

@@ -1,0 +1,142 @@
+//! The store's CLI module (crates/cli/src/store_cmd.rs), run through the
+//! `cli_check` example that cargo builds alongside the tests.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// `cargo test` builds examples as target/<profile>/examples/cli_check-<hash>
+/// (only `cargo build --example` also copies it to `cli_check`): take the
+/// newest build.
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let examples = exe.parent().unwrap().parent().unwrap().join("examples");
+    std::fs::read_dir(&examples)
+        .expect("examples are built by `cargo test`")
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("cli_check") && p.extension().is_none()
+        })
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .expect("examples/cli_check is built by `cargo test`")
+}
+
+fn run(store: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(binary())
+        .args(args)
+        .env("GVAULT_STORE", store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("examples/cli_check is built by `cargo test`");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(data) = stdin {
+        input.write_all(data).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+#[test]
+fn commands_and_exit_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let d = dir.as_path();
+
+    let o = run(d, &["get", "k"], None);
+    assert_eq!(code(&o), 2, "no store yet");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no store"),
+        "{o:?}"
+    );
+
+    assert_eq!(code(&run(d, &["init"], None)), 0);
+    assert_eq!(code(&run(d, &["init"], None)), 2, "init twice");
+    assert_eq!(code(&run(d, &["put", "a", "1"], None)), 0);
+    assert_eq!(
+        code(&run(d, &["put", "--sync", "b"], Some(b"from stdin"))),
+        0
+    );
+    let f = tmp.path().join("v.bin");
+    std::fs::write(&f, vec![9u8; 5000]).unwrap();
+    assert_eq!(
+        code(&run(
+            d,
+            &["put", "big", "--file", f.to_str().unwrap()],
+            None
+        )),
+        0
+    );
+
+    let o = run(d, &["get", "b"], None);
+    assert_eq!((code(&o), o.stdout.as_slice()), (0, &b"from stdin"[..]));
+    let o = run(d, &["get", "big"], None);
+    assert_eq!(o.stdout, vec![9u8; 5000]);
+    assert_eq!(code(&run(d, &["get", "nope"], None)), 1);
+    assert_eq!(code(&run(d, &["del", "nope"], None)), 1);
+    assert_eq!(code(&run(d, &["del", "a"], None)), 0);
+    assert_eq!(code(&run(d, &["get", "a"], None)), 1);
+
+    let lines = b"{\"key\": \"j1\", \"value\": \"x\"}\n{\"key\": \"j2\", \"value\": \"y\"}\n";
+    let o = run(d, &["import"], Some(lines));
+    assert_eq!(code(&o), 0, "{o:?}");
+    let o = run(d, &["import"], Some(b"{\"key\": 1}\n"));
+    assert_eq!(code(&o), 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("line 1"),
+        "{o:?}"
+    );
+
+    let o = run(
+        d,
+        &["scan", "--from", "b", "--to", "j2", "--keys-only"],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "b\nbig\nj1\n");
+    let o = run(d, &["scan", "--reverse", "--limit", "1"], None);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "j2\ty\n");
+
+    let o = run(d, &["stats"], None);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("last sequence"));
+    let o = run(d, &["gc"], None);
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("scanned"),
+        "{o:?}"
+    );
+    let o = run(d, &["verify"], None);
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no problems"));
+
+    // Damage a value and verify says so.
+    let log = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "vlog"))
+        .unwrap();
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes.windows(16).position(|w| w == [9u8; 16]).unwrap();
+    bytes[at] ^= 1;
+    std::fs::write(&log, bytes).unwrap();
+    let o = run(d, &["verify"], None);
+    assert_eq!(code(&o), 3, "{o:?}");
+    let o = run(d, &["get", "big"], None);
+    assert_eq!(code(&o), 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("corruption"),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn demo_runs_small() {
+    let o = run(Path::new("/nonexistent"), &["demo", "--mb", "4"], None);
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("MiB/s"));
+}

@@ -1,0 +1,44 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+
+use gvault_store::Options;
+
+/// Options with tiny sizes, so a few thousand writes exercise flushes,
+/// compactions and value-log rotation.
+pub fn small_options() -> Options {
+    Options {
+        write_buffer_size: 16 << 10,
+        value_threshold: 100,
+        block_size: 256,
+        table_file_size: 8 << 10,
+        level1_max_bytes: 32 << 10,
+        l0_compaction_trigger: 2,
+        l0_stop_writes_trigger: 8,
+        vlog_file_size: 64 << 10,
+        block_cache_bytes: 64 << 10,
+        ..Options::default()
+    }
+}
+
+/// Options whose warnings are collected instead of printed.
+pub fn capturing(mut opts: Options) -> (Options, Arc<Mutex<Vec<String>>>) {
+    let warnings = Arc::new(Mutex::new(Vec::new()));
+    let w = warnings.clone();
+    opts.warning_sink = Arc::new(move |m: &str| w.lock().unwrap().push(m.to_owned()));
+    (opts, warnings)
+}
+
+pub fn value_for(key: u64, version: u64, len: usize) -> Vec<u8> {
+    let mut v = format!("{key}:{version}:").into_bytes();
+    let mut x = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version;
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.push(b'a' + (x % 26) as u8);
+    }
+    v.truncate(len.max(1));
+    v
+}
