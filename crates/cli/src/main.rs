@@ -1,8 +1,9 @@
-//! The `gvault` command: benchmarks and diagnostics now; the store, backup
-//! and service commands as their crates land.
+//! The `gvault` command: the store (`init`, `put`, `get`, `del`, `scan`,
+//! `import`, `stats`, `verify`, `gc`, `demo`), benchmarks and diagnostics.
 
 mod bench;
 mod doctor;
+mod store_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -24,6 +25,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Show what this machine offers: cores, SIMD features, GPUs.
     Doctor(doctor::DoctorArgs),
+    #[command(flatten)]
+    Store(store_cmd::StoreCommand),
 }
 
 fn main() {
@@ -31,6 +34,7 @@ fn main() {
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Doctor(args) => doctor::run(args),
+        Command::Store(cmd) => std::process::exit(store_cmd::run(cmd)),
     };
     if let Err(e) = result {
         eprintln!("gvault: {e}");

@@ -1,4 +1,5 @@
-//! `gvault store …`: the LSM store from the command line.
+//! The store commands (`gvault init`, `put`, `get`, …): the LSM store from
+//! the command line.
 //!
 //! Exit codes: 0 success, 1 key not found, 2 error (message on stderr),
 //! 3 `verify` found damage.
@@ -118,7 +119,7 @@ pub fn run(cmd: StoreCommand) -> i32 {
     match execute(cmd) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gvault store: {e}");
+            eprintln!("gvault: {e}");
             EXIT_ERROR
         }
     }

@@ -91,6 +91,11 @@ impl Device {
         let multiprocessors = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| err("SM count", e))? as u32;
+        let smem_optin = ctx
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(|e| err("shared memory opt-in limit", e))?;
         let arch = arch_name(cc);
         let mut modules = Vec::new();
         let mut functions = HashMap::new();
@@ -105,6 +110,8 @@ impl Device {
             for &f in src.functions {
                 // SAFETY: module is loaded; names are NUL-free literals.
                 let func = unsafe { cu::module::get_function(module, CString::new(f).unwrap()) }
+                    .map_err(|e| err(&format!("kernel {f}"), e))?;
+                allow_dynamic_shared(func, smem_optin)
                     .map_err(|e| err(&format!("kernel {f}"), e))?;
                 functions.insert(f, func);
             }
@@ -199,6 +206,22 @@ impl Device {
     pub(crate) fn grid_for(&self, threads_needed: u64, block: u32) -> u32 {
         let blocks = threads_needed.div_ceil(block as u64);
         blocks.clamp(1, self.multiprocessors as u64 * 32) as u32
+    }
+}
+
+/// Lets `func` use all the shared memory the device offers per block beyond
+/// its static arrays (the 1024-thread table kernels need 128 KiB; the
+/// default cap for dynamic shared memory is 48 KiB).
+fn allow_dynamic_shared(func: CUfunction, optin_limit: i32) -> Result<(), cu::DriverError> {
+    use sys::CUfunction_attribute::{
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYNAMIC,
+        CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES as STATIC,
+    };
+    // SAFETY: func was just returned by get_function on a loaded module.
+    unsafe {
+        let static_bytes = cu::function::get_function_attribute(func, STATIC)?;
+        let dynamic = (optin_limit - static_bytes).max(0);
+        cu::function::set_function_attribute(func, MAX_DYNAMIC, dynamic)
     }
 }
 

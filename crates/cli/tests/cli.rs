@@ -1,25 +1,11 @@
-//! The store's CLI module (crates/cli/src/store_cmd.rs), run through the
-//! `cli_check` example that cargo builds alongside the tests.
+//! The store commands of the `gvault` binary: behaviour and exit codes.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// `cargo test` builds examples as target/<profile>/examples/cli_check-<hash>
-/// (only `cargo build --example` also copies it to `cli_check`): take the
-/// newest build.
 fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let examples = exe.parent().unwrap().parent().unwrap().join("examples");
-    std::fs::read_dir(&examples)
-        .expect("examples are built by `cargo test`")
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            name.starts_with("cli_check") && p.extension().is_none()
-        })
-        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
-        .expect("examples/cli_check is built by `cargo test`")
+    PathBuf::from(env!("CARGO_BIN_EXE_gvault"))
 }
 
 fn run(store: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
@@ -30,7 +16,7 @@ fn run(store: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("examples/cli_check is built by `cargo test`");
+        .expect("cargo builds the gvault binary for its tests");
     let mut input = child.stdin.take().unwrap();
     if let Some(data) = stdin {
         input.write_all(data).unwrap();
