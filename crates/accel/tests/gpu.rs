@@ -182,12 +182,317 @@ fn device_resident_input_needs_no_host_round_trip() {
 #[test]
 fn unsupported_ops_say_so() {
     let Some(g) = gpu() else { return };
-    let mut job = Job::Digest {
-        algo: DigestAlgo::Md5,
-        segments: vec![Data::Host(b"x")],
+    let key = RsaPrivateKey::from_pem(include_str!("data/rsa1024.pem")).unwrap();
+    let input = vec![1u8; key.size()];
+    let mut job = Job::RsaPrivate {
+        key: &key,
+        segments: vec![&input[..]],
     };
     assert!(matches!(
         g.run(&mut job),
         Err(BackendError::Unsupported { .. })
     ));
+}
+
+#[test]
+fn blowfish_ctr_awkward_sizes_and_many_mixed_segments() {
+    let Some(g) = gpu() else { return };
+    for len in [4usize, 16, 56] {
+        let key = BlowfishKey::try_from_slice(&random_bytes(len, len as u64)).unwrap();
+        ctr_equal(g, CtrCipher::Blowfish(&key), &AWKWARD, 8);
+        ctr_equal(g, CtrCipher::Blowfish(&key), &mixed_sizes(2000, 9), 10);
+    }
+}
+
+/// Inputs of a GCM test job: plaintexts, nonces, AADs of varied lengths.
+struct GcmCase {
+    plain: Vec<Vec<u8>>,
+    nonces: Vec<Nonce96>,
+    aads: Vec<Vec<u8>>,
+}
+
+impl GcmCase {
+    fn new(sizes: &[usize], seed: u64) -> GcmCase {
+        let plain = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| random_bytes(n, seed + i as u64))
+            .collect();
+        let nonces = (0..sizes.len())
+            .map(|i| Nonce96::from_parts(seed, i as u32))
+            .collect();
+        let aads = (0..sizes.len())
+            .map(|i| random_bytes((i * 7) % 41, seed ^ i as u64))
+            .collect();
+        GcmCase {
+            plain,
+            nonces,
+            aads,
+        }
+    }
+
+    fn seal(&self, b: &dyn Backend, key: &Aes256Key) -> (Vec<Vec<u8>>, Vec<Tag>) {
+        let mut bufs = self.plain.clone();
+        let mut job = Job::Seal {
+            key,
+            segments: bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, d)| SealSegment {
+                    nonce: self.nonces[i],
+                    aad: &self.aads[i],
+                    data: d.into(),
+                })
+                .collect(),
+        };
+        let res = b.run(&mut job).expect("seal job runs");
+        drop(job);
+        let tags = res
+            .into_iter()
+            .map(|r| r.expect("seal ok").tag().expect("a tag"))
+            .collect();
+        (bufs, tags)
+    }
+
+    fn open(
+        &self,
+        b: &dyn Backend,
+        key: &Aes256Key,
+        mut bufs: Vec<Vec<u8>>,
+        tags: &[Tag],
+        aads: &[Vec<u8>],
+    ) -> (Vec<SegmentResult>, Vec<Vec<u8>>) {
+        let mut job = Job::Open {
+            key,
+            segments: bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, d)| OpenSegment {
+                    nonce: self.nonces[i],
+                    aad: &aads[i],
+                    tag: tags[i],
+                    data: d.into(),
+                })
+                .collect(),
+        };
+        let res = b.run(&mut job).expect("open job runs");
+        drop(job);
+        (res, bufs)
+    }
+}
+
+fn gcm_equal(g: &GpuBackend, sizes: &[usize], seed: u64) {
+    let cpu = CpuBackend::new();
+    let key = Aes256Key::from_bytes(random_bytes(32, seed).try_into().unwrap());
+    let case = GcmCase::new(sizes, seed);
+    let (ct_cpu, tags_cpu) = case.seal(&cpu, &key);
+    let (ct_gpu, tags_gpu) = case.seal(g, &key);
+    for i in 0..sizes.len() {
+        assert!(
+            ct_cpu[i] == ct_gpu[i],
+            "seal: ciphertext {i} ({} bytes) differs",
+            sizes[i]
+        );
+        assert_eq!(
+            tags_cpu[i], tags_gpu[i],
+            "seal: tag {i} ({} bytes) differs",
+            sizes[i]
+        );
+    }
+    let (res, pt) = case.open(g, &key, ct_gpu, &tags_gpu, &case.aads);
+    assert!(res.iter().all(|r| r.is_ok()), "open: {res:?}");
+    for i in 0..sizes.len() {
+        assert!(
+            pt[i] == case.plain[i],
+            "open: plaintext {i} ({} bytes) differs",
+            sizes[i]
+        );
+    }
+}
+
+#[test]
+fn gcm_seal_and_open_equal_the_cpu() {
+    let Some(g) = gpu() else { return };
+    gcm_equal(g, &AWKWARD, 20);
+    gcm_equal(g, &mixed_sizes(4000, 21), 22);
+    gcm_equal(g, &[0, 0, 0], 23);
+}
+
+#[test]
+fn gcm_segments_longer_than_a_slot_and_jobs_of_several_rounds() {
+    let Some(g) = gpu() else { return };
+    gcm_equal(g, &[(200 << 20) + 13, 7, 0, 70 << 20, 64 << 20], 24);
+    // 20 segments of 60 MiB: one per slot, more slots than one GHASH round.
+    gcm_equal(g, &[60 << 20; 20], 25);
+}
+
+#[test]
+fn gcm_open_rejects_every_tampering_and_wipes_only_those() {
+    let Some(g) = gpu() else { return };
+    let key = Aes256Key::from_bytes([0x33; 32]);
+    let sizes = [1000usize, 0, 5000, (1 << 20) + 3, 64, 300_000, 17, 4096];
+    let case = GcmCase::new(&sizes, 30);
+    let (mut ct, mut tags) = case.seal(g, &key);
+    let mut aads = case.aads.clone();
+    ct[0][500] ^= 1; // ciphertext bit
+    tags[1].0[0] ^= 0x80; // tag of an empty segment
+    aads[2].push(0); // associated data
+    ct[3][(1 << 20) + 2] ^= 4; // last byte of a long segment
+    tags[5].0[15] ^= 1;
+    let (res, pt) = case.open(g, &key, ct, &tags, &aads);
+    let bad = [0usize, 1, 2, 3, 5];
+    for (i, r) in res.iter().enumerate() {
+        if bad.contains(&i) {
+            assert!(
+                matches!(r, Err(e) if e.index == i && matches!(e.kind, SegmentErrorKind::AuthenticationFailed)),
+                "segment {i}: {r:?}"
+            );
+            assert!(pt[i].iter().all(|&b| b == 0), "segment {i} not wiped");
+        } else {
+            assert!(r.is_ok(), "segment {i}: {r:?}");
+            assert!(pt[i] == case.plain[i], "segment {i} plaintext differs");
+        }
+    }
+}
+
+#[test]
+fn gcm_device_resident_seal_and_open() {
+    let Some(g) = gpu() else { return };
+    use cudarc::driver::{CudaContext, DevicePtr};
+    let ctx = CudaContext::new(0).unwrap();
+    let stream = ctx.default_stream();
+    let cpu = CpuBackend::new();
+    let key = Aes256Key::from_bytes([9; 32]);
+    let sizes = [1usize << 20, 17, 0, 4096 * 3 + 5, 33 << 20];
+    let case = GcmCase::new(&sizes, 40);
+    let (ct_cpu, tags_cpu) = case.seal(&cpu, &key);
+    let dev: Vec<_> = case
+        .plain
+        .iter()
+        .map(|v| {
+            stream
+                .clone_htod(&v.iter().copied().chain([0u8]).collect::<Vec<_>>())
+                .unwrap()
+        })
+        .collect();
+    stream.synchronize().unwrap();
+    let slices: Vec<DeviceSlice> = dev
+        .iter()
+        .zip(&sizes)
+        .map(|(d, &n)| {
+            let (ptr, _sync) = d.device_ptr(&stream);
+            // SAFETY: `d` is a live device allocation of n + 1 bytes on device 0.
+            unsafe { DeviceSlice::new(0, ptr, n) }
+        })
+        .collect();
+    let mut job = Job::Seal {
+        key: &key,
+        segments: (0..sizes.len())
+            .map(|i| SealSegment {
+                nonce: case.nonces[i],
+                aad: &case.aads[i],
+                data: DataMut::Device(slices[i]),
+            })
+            .collect(),
+    };
+    let res = g.run(&mut job).unwrap();
+    drop(job);
+    for i in 0..sizes.len() {
+        assert_eq!(res[i].as_ref().unwrap().tag(), Some(tags_cpu[i]), "tag {i}");
+        let got = stream.clone_dtoh(&dev[i]).unwrap();
+        assert!(
+            got[..sizes[i]] == ct_cpu[i][..],
+            "device ciphertext {i} differs"
+        );
+    }
+    let mut tags = tags_cpu.clone();
+    tags[0].0[3] ^= 1;
+    let mut job = Job::Open {
+        key: &key,
+        segments: (0..sizes.len())
+            .map(|i| OpenSegment {
+                nonce: case.nonces[i],
+                aad: &case.aads[i],
+                tag: tags[i],
+                data: DataMut::Device(slices[i]),
+            })
+            .collect(),
+    };
+    let res = g.run(&mut job).unwrap();
+    drop(job);
+    for i in 0..sizes.len() {
+        let got = stream.clone_dtoh(&dev[i]).unwrap();
+        if i == 0 {
+            assert!(res[0].is_err());
+            assert!(
+                got[..sizes[0]].iter().all(|&b| b == 0),
+                "forged device segment not wiped"
+            );
+        } else {
+            assert!(res[i].is_ok(), "{i}: {:?}", res[i]);
+            assert!(
+                got[..sizes[i]] == case.plain[i][..],
+                "device plaintext {i} differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn pinned_host_buffers_move_by_dma_and_give_the_same_bytes() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let key = Aes256Key::from_bytes([0x61; 32]);
+    let sizes = [(1usize << 20) + 13, 300_000, 5, 70 << 20];
+    let total: usize = sizes.iter().map(|n| n + 64).sum();
+    let mut pinned = g.alloc_pinned(total).unwrap();
+    let plain: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| random_bytes(n, 70 + i as u64))
+        .collect();
+    // Odd offsets inside the pinned buffer, plus one pageable segment.
+    let mut rest: &mut [u8] = &mut pinned[..];
+    let mut views: Vec<&mut [u8]> = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let (_, tail) = rest.split_at_mut(3 + i);
+        let (seg, tail) = tail.split_at_mut(n);
+        seg.copy_from_slice(&plain[i]);
+        views.push(seg);
+        rest = tail;
+    }
+    let mut pageable = random_bytes(2 << 20, 80);
+    let mut want: Vec<Vec<u8>> = plain.clone();
+    want.push(pageable.clone());
+    let iv = |i: usize| CtrIv::B128(Iv128([i as u8; 16]));
+    for (i, w) in want.iter_mut().enumerate() {
+        ctr(&cpu, CtrCipher::Aes256(&key), iv(i), w).unwrap();
+    }
+    let mut segments: Vec<CtrSegment> = views
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| CtrSegment {
+            iv: iv(i),
+            data: DataMut::Host(v),
+        })
+        .collect();
+    segments.push(CtrSegment {
+        iv: iv(sizes.len()),
+        data: DataMut::Host(&mut pageable),
+    });
+    let mut job = Job::Ctr {
+        cipher: CtrCipher::Aes256(&key),
+        segments,
+    };
+    let res = g.run(&mut job).unwrap();
+    assert!(res.iter().all(|r| r.is_ok()));
+    let Job::Ctr { segments, .. } = job else {
+        unreachable!()
+    };
+    for (i, s) in segments.iter().enumerate() {
+        let DataMut::Host(b) = &s.data else {
+            unreachable!()
+        };
+        assert!(b[..] == want[i][..], "segment {i} differs");
+    }
 }

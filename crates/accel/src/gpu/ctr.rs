@@ -8,6 +8,18 @@ use rayon::prelude::*;
 
 use super::runtime::{sync, upload, DevError, Device, Slot, DESC_BYTES, SLOT_BYTES};
 
+/// A CTR kernel and its key arguments (device pointers passed before
+/// `data`), with its launch shape (kernels/README.md).
+pub(crate) struct CtrKernel<'a> {
+    pub name: &'a str,
+    pub keys: &'a [u64],
+    pub block: u32,
+    pub shared: u32,
+    pub units_per_thread: u64,
+    /// Resident blocks per SM the recipe sizes the grid for.
+    pub blocks_per_sm: u32,
+}
+
 /// The kernels' segment descriptor (kernels/README.md, `CipherSeg`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -90,110 +102,215 @@ fn copy_parallel(jobs: &[(*mut u8, *const u8, usize)]) {
     });
 }
 
-struct InFlight {
-    pieces: Vec<(Piece, usize)>,
+/// One slot's worth of pieces, packed at 16-byte-aligned offsets.
+pub(crate) struct Batch {
+    pub pieces: Vec<(Piece, usize)>,
+    pub descs: Vec<CipherSeg>,
+    /// Bytes of the slot in use (end of the last piece).
+    pub used: usize,
+    pub units: u64,
+}
+
+/// Packs pieces, in order, into slot-sized batches. A piece of a full slot
+/// always starts a batch at offset 0, so the pieces of a segment longer
+/// than a slot lie in consecutive batches, each full but the last.
+pub(crate) fn pack(pieces: Vec<Piece>, unit: usize) -> Vec<Batch> {
+    let mut out: Vec<Batch> = Vec::new();
+    let mut cur = Batch::empty();
+    for p in pieces {
+        let off = cur.used.next_multiple_of(16);
+        if (!cur.pieces.is_empty() && off + p.len > SLOT_BYTES) || cur.descs.len() == MAX_DESCS {
+            out.push(std::mem::replace(&mut cur, Batch::empty()));
+        }
+        let off = cur.used.next_multiple_of(16);
+        cur.descs.push(CipherSeg {
+            offset: off as u64,
+            len: p.len as u64,
+            first_unit: cur.units,
+            iv: p.iv,
+        });
+        cur.units += p.len.div_ceil(unit) as u64;
+        cur.used = off + p.len;
+        cur.pieces.push((p, off));
+    }
+    if !cur.pieces.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+impl Batch {
+    fn empty() -> Batch {
+        Batch {
+            pieces: Vec::new(),
+            descs: Vec::new(),
+            used: 0,
+            units: 0,
+        }
+    }
+}
+
+/// Pieces at least this long in page-locked user memory are copied by DMA
+/// straight from and to the user's buffer, skipping the staging memcpy.
+const DIRECT_MIN: usize = 256 << 10;
+
+/// Where each batch's slot contents are also copied on the device (GCM keeps
+/// a job's ciphertext there for GHASH): batch `k` goes to
+/// `base + k * SLOT_BYTES`, before the kernel (open: the ciphertext) or
+/// after it (seal).
+#[derive(Clone, Copy)]
+pub(crate) struct Mirror {
+    pub base: u64,
+    pub before_kernel: bool,
 }
 
 /// Runs `kernel(key, data, segs, nsegs, total_units)` over host pieces,
 /// pipelined over the device's two slots.
 pub(crate) fn run_host(
     dev: &Device,
-    kernel: &str,
-    key: u64,
+    kernel: &CtrKernel<'_>,
     unit: usize,
     pieces: Vec<Piece>,
+) -> Result<(), DevError> {
+    run_batches(dev, kernel, pack(pieces, unit), None)
+}
+
+/// The pipeline: while slot k's copy-in, kernel and copy-out run on its
+/// stream, the CPU unpacks and packs the other slot.
+pub(crate) fn run_batches(
+    dev: &Device,
+    kernel: &CtrKernel<'_>,
+    batches: Vec<Batch>,
+    mirror: Option<Mirror>,
 ) -> Result<(), DevError> {
     dev.bind()?;
     let slots = dev
         .slots
         .lock()
         .map_err(|_| "slot lock poisoned".to_string())?;
-    let mut inflight: Vec<Option<InFlight>> = vec![None, None];
-    let mut queue = pieces.into_iter().peekable();
-    let mut k = 0usize;
-    while queue.peek().is_some() {
+    let direct = |p: &Piece| p.len >= DIRECT_MIN && super::runtime::is_page_locked(p.ptr, p.len);
+    let mut inflight: Vec<Option<(Batch, Vec<bool>)>> = vec![None, None];
+    for (k, batch) in batches.into_iter().enumerate() {
         let s = k % 2;
         let slot = &slots[s];
-        if let Some(done) = inflight[s].take() {
+        if let Some((done, is_direct)) = inflight[s].take() {
             sync(slot.stream)?;
-            copy_out(slot, &done);
+            copy_out(slot, &done, &is_direct);
         }
-        let mut batch = Vec::new();
-        let mut descs = Vec::new();
-        let (mut used, mut units) = (0usize, 0u64);
-        while let Some(p) = queue.peek() {
-            let off = used.next_multiple_of(16);
-            if (!batch.is_empty() && off + p.len > SLOT_BYTES) || descs.len() == MAX_DESCS {
-                break;
-            }
-            let p = queue.next().expect("peeked");
-            descs.push(CipherSeg {
-                offset: off as u64,
-                len: p.len as u64,
-                first_unit: units,
-                iv: p.iv,
-            });
-            units += p.len.div_ceil(unit) as u64;
-            used = off + p.len;
-            batch.push((p, off));
-        }
-        // SAFETY: offsets + lengths stay within SLOT_BYTES (checked above).
+        let is_direct: Vec<bool> = batch.pieces.iter().map(|(p, _)| direct(p)).collect();
+        // SAFETY: offsets + lengths stay within SLOT_BYTES (pack).
         let copies: Vec<_> = batch
+            .pieces
             .iter()
-            .map(|(p, off)| (unsafe { slot.host.add(*off) }, p.ptr as *const u8, p.len))
+            .zip(&is_direct)
+            .filter(|(_, &d)| !d)
+            .map(|((p, off), _)| (unsafe { slot.host.add(*off) }, p.ptr as *const u8, p.len))
             .collect();
         copy_parallel(&copies);
         // SAFETY: descs fit in DESC_BYTES (MAX_DESCS); CipherSeg is plain data.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                descs.as_ptr() as *const u8,
+                batch.descs.as_ptr() as *const u8,
                 slot.host_desc,
-                descs.len() * std::mem::size_of::<CipherSeg>(),
+                std::mem::size_of_val(batch.descs.as_slice()),
             );
         }
-        enqueue(dev, slot, kernel, key, used, &descs, units)?;
-        inflight[s] = Some(InFlight { pieces: batch });
-        k += 1;
+        let mirror_at = mirror.map(|m| (m.base + (k * SLOT_BYTES) as u64, m.before_kernel));
+        enqueue(dev, slot, kernel, &batch, &is_direct, mirror_at)?;
+        inflight[s] = Some((batch, is_direct));
     }
     for (s, f) in inflight.into_iter().enumerate() {
-        if let Some(done) = f {
+        if let Some((done, is_direct)) = f {
             sync(slots[s].stream)?;
-            copy_out(&slots[s], &done);
+            copy_out(&slots[s], &done, &is_direct);
         }
     }
     Ok(())
 }
 
-fn copy_out(slot: &Slot, done: &InFlight) {
+fn copy_out(slot: &Slot, done: &Batch, is_direct: &[bool]) {
     // SAFETY: the slot's stream is synchronised, so its host buffer holds
     // the results; each piece's user memory is still borrowed by the job.
     let copies: Vec<_> = done
         .pieces
         .iter()
-        .map(|(p, off)| (p.ptr, unsafe { slot.host.add(*off) } as *const u8, p.len))
+        .zip(is_direct)
+        .filter(|(_, &d)| !d)
+        .map(|((p, off), _)| (p.ptr, unsafe { slot.host.add(*off) } as *const u8, p.len))
         .collect();
     copy_parallel(&copies);
+}
+
+/// Byte ranges of the slot holding runs of staged (not direct) pieces.
+fn staged_ranges(batch: &Batch, is_direct: &[bool]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let mut prev_staged = false;
+    for ((p, off), &d) in batch.pieces.iter().zip(is_direct) {
+        if d {
+            prev_staged = false;
+            continue;
+        }
+        match out.last_mut() {
+            Some(r) if prev_staged => r.1 = off + p.len,
+            _ => out.push((*off, off + p.len)),
+        }
+        prev_staged = true;
+    }
+    out
 }
 
 /// Copy-in, kernel, copy-out of one packed slot, all on the slot's stream.
 fn enqueue(
     dev: &Device,
     slot: &Slot,
-    kernel: &str,
-    key: u64,
-    used: usize,
-    descs: &[CipherSeg],
-    units: u64,
+    kernel: &CtrKernel<'_>,
+    batch: &Batch,
+    is_direct: &[bool],
+    mirror: Option<(u64, bool)>,
 ) -> Result<(), DevError> {
+    use super::runtime::err;
     use cudarc::driver::sys;
-    let desc_bytes = std::mem::size_of_val(descs);
+    let descs = &batch.descs;
+    let desc_bytes = std::mem::size_of_val(descs.as_slice());
+    let mirror_copy = |want_before: bool| -> Result<(), DevError> {
+        match mirror {
+            // SAFETY: the mirror buffer holds SLOT_BYTES per batch (gcm.rs).
+            Some((dst, before)) if before == want_before => unsafe {
+                sys::cuMemcpyDtoDAsync_v2(dst, slot.dev, batch.used, slot.stream)
+                    .result()
+                    .map_err(|e| err("mirror copy", e))
+            },
+            _ => Ok(()),
+        }
+    };
     // SAFETY: host/dev slot buffers hold SLOT_BYTES + DESC_BYTES; used <=
-    // SLOT_BYTES and desc_bytes <= DESC_BYTES; the stream orders the copies
-    // before and after the kernel.
+    // SLOT_BYTES and desc_bytes <= DESC_BYTES; direct pieces are page-locked
+    // user memory of p.len bytes borrowed for the whole job; the stream
+    // orders the copies before and after the kernel.
     unsafe {
-        sys::cuMemcpyHtoDAsync_v2(slot.dev, slot.host as *const c_void, used, slot.stream)
+        let staged = staged_ranges(batch, is_direct);
+        for &(from, to) in &staged {
+            sys::cuMemcpyHtoDAsync_v2(
+                slot.dev + from as u64,
+                slot.host.add(from) as *const c_void,
+                to - from,
+                slot.stream,
+            )
             .result()
-            .map_err(|e| super::runtime::err("copy-in", e))?;
+            .map_err(|e| err("copy-in", e))?;
+        }
+        for ((p, off), &d) in batch.pieces.iter().zip(is_direct) {
+            if d {
+                sys::cuMemcpyHtoDAsync_v2(
+                    slot.dev + *off as u64,
+                    p.ptr as *const c_void,
+                    p.len,
+                    slot.stream,
+                )
+                .result()
+                .map_err(|e| err("copy-in", e))?;
+            }
+        }
         sys::cuMemcpyHtoDAsync_v2(
             slot.dev_desc,
             slot.host_desc as *const c_void,
@@ -201,35 +318,50 @@ fn enqueue(
             slot.stream,
         )
         .result()
-        .map_err(|e| super::runtime::err("descriptor copy-in", e))?;
+        .map_err(|e| err("descriptor copy-in", e))?;
+        mirror_copy(true)?;
         launch_ctr(
             dev,
             kernel,
-            key,
             slot.dev,
             slot.dev_desc,
             descs.len() as u32,
-            units,
+            batch.units,
             slot.stream,
         )?;
-        sys::cuMemcpyDtoHAsync_v2(slot.host as *mut c_void, slot.dev, used, slot.stream)
+        mirror_copy(false)?;
+        for ((p, off), &d) in batch.pieces.iter().zip(is_direct) {
+            if d {
+                sys::cuMemcpyDtoHAsync_v2(
+                    p.ptr as *mut c_void,
+                    slot.dev + *off as u64,
+                    p.len,
+                    slot.stream,
+                )
+                .result()
+                .map_err(|e| err("copy-out", e))?;
+            }
+        }
+        for &(from, to) in &staged {
+            sys::cuMemcpyDtoHAsync_v2(
+                slot.host.add(from) as *mut c_void,
+                slot.dev + from as u64,
+                to - from,
+                slot.stream,
+            )
             .result()
-            .map_err(|e| super::runtime::err("copy-out", e))?;
+            .map_err(|e| err("copy-out", e))?;
+        }
     }
     Ok(())
 }
 
-pub(crate) const CTR_BLOCK: u32 = 256;
-/// Units per thread the kernels are tuned for (kernels/README.md).
-pub(crate) const UNITS_PER_THREAD: u64 = 2;
-
 /// # Safety
-/// `key`, `data` and `segs` must be device pointers valid for the kernel.
-#[allow(clippy::too_many_arguments)]
+/// `kernel.keys`, `data` and `segs` must be device pointers valid for the
+/// kernel.
 pub(crate) unsafe fn launch_ctr(
     dev: &Device,
-    kernel: &str,
-    key: u64,
+    kernel: &CtrKernel<'_>,
     data: u64,
     segs: u64,
     nsegs: u32,
@@ -239,24 +371,37 @@ pub(crate) unsafe fn launch_ctr(
     if units == 0 {
         return Ok(());
     }
-    let (mut key, mut data, mut segs, mut nsegs, mut units_v) = (key, data, segs, nsegs, units);
-    let mut params = [
-        &mut key as *mut u64 as *mut c_void,
+    let mut keys: Vec<u64> = kernel.keys.to_vec();
+    let (mut data, mut segs, mut nsegs, mut units_v) = (data, segs, nsegs, units);
+    let mut params: Vec<*mut c_void> = keys
+        .iter_mut()
+        .map(|k| k as *mut u64 as *mut c_void)
+        .collect();
+    params.extend([
         &mut data as *mut u64 as *mut c_void,
         &mut segs as *mut u64 as *mut c_void,
         &mut nsegs as *mut u32 as *mut c_void,
         &mut units_v as *mut u64 as *mut c_void,
-    ];
-    let grid = dev.grid_for(units.div_ceil(UNITS_PER_THREAD), CTR_BLOCK);
-    dev.launch(kernel, grid, CTR_BLOCK, 0, stream, &mut params)
+    ]);
+    let threads = units.div_ceil(kernel.units_per_thread);
+    let grid = threads
+        .div_ceil(kernel.block as u64)
+        .clamp(1, (kernel.blocks_per_sm * dev.multiprocessors) as u64) as u32;
+    dev.launch(
+        kernel.name,
+        grid,
+        kernel.block,
+        kernel.shared,
+        stream,
+        &mut params,
+    )
 }
 
 /// Device-resident segments: descriptors carry absolute addresses and the
 /// kernel's data base is 0, so no byte crosses the link.
 pub(crate) fn run_device(
     dev: &Device,
-    kernel: &str,
-    key: u64,
+    kernel: &CtrKernel<'_>,
     unit: usize,
     segs: &[(u64, usize, [u8; 16])],
 ) -> Result<(), DevError> {
@@ -287,17 +432,6 @@ pub(crate) fn run_device(
         .map_err(|_| "slot lock poisoned".to_string())?;
     let stream = slots[0].stream;
     // SAFETY: descriptors name caller-guaranteed device memory (DeviceSlice::new).
-    unsafe {
-        launch_ctr(
-            dev,
-            kernel,
-            key,
-            0,
-            buf.ptr,
-            descs.len() as u32,
-            units,
-            stream,
-        )?
-    };
+    unsafe { launch_ctr(dev, kernel, 0, buf.ptr, descs.len() as u32, units, stream)? };
     sync(stream)
 }

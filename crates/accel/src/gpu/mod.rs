@@ -5,9 +5,12 @@
 //!
 //! - `kernels`: embedded .cu sources, NVRTC compilation, on-disk cache.
 //! - `runtime`: devices, streams, pinned staging slots, launches.
-//! - `ctr`: CTR-mode jobs (AES-256, TEA) for host and device-resident data.
+//! - `ctr`: CTR-mode jobs (AES-256, TEA, Blowfish) for host and device-resident data.
+//! - `gcm`: AES-256-GCM seal/open: the CTR pipeline plus a parallel GHASH pass.
 
+mod blowfish_schedule;
 mod ctr;
+mod gcm;
 pub mod kernels;
 pub mod key_schedule;
 pub mod link;
@@ -18,9 +21,9 @@ use std::sync::atomic::Ordering;
 use crate::backend::{precheck, Backend};
 use crate::error::{BackendError, SegmentErrorKind};
 use crate::job::{CtrCipher, DataMut, Job, Output, SegmentResult};
-use crate::types::CtrIv;
+use crate::types::{Aes256Key, CtrIv};
 
-pub use runtime::{arch_name, Device};
+pub use runtime::{arch_name, Device, PinnedBuffer};
 
 pub struct GpuBackend {
     devices: Vec<Device>,
@@ -102,40 +105,29 @@ impl Backend for GpuBackend {
         let _queued = runtime::record_outstanding(dev, job.bytes());
         match job {
             Job::Ctr { cipher, segments } => {
-                let (kernel, key_bytes): (&str, Vec<u8>) = match cipher {
-                    // The 256-thread, static-shared-memory variant (kernels/README.md);
-                    // the 1024-thread variant needs a raised dynamic shared-memory limit.
-                    CtrCipher::Aes256(k) => (
-                        "aes256_ctr_v2",
-                        key_schedule::aes256_expand(k.expose())
-                            .iter()
-                            .flat_map(|w| w.to_ne_bytes())
-                            .collect(),
-                    ),
-                    CtrCipher::Tea(k) => (
-                        "tea_ctr",
-                        k.words().iter().flat_map(|w| w.to_ne_bytes()).collect(),
-                    ),
-                    CtrCipher::Blowfish(_) => {
-                        return Err(BackendError::Unsupported {
-                            backend: "gpu",
-                            op: cipher.op(),
-                        })
-                    }
+                let device_err = |e: String| {
+                    BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name))
                 };
-                if !dev.has_kernel(kernel) {
+                let (shape, key_parts) = ctr_shape(cipher);
+                if !dev.has_kernel(shape.name) {
                     return Err(BackendError::Unsupported {
                         backend: "gpu",
                         op: cipher.op(),
                     });
                 }
-                let unit = cipher.iv_len();
-                let device_err = |e: String| {
-                    BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name))
-                };
                 dev.bind().map_err(device_err)?;
-                let key = dev.alloc(key_bytes.len()).map_err(device_err)?;
-                runtime::upload(key.ptr, &key_bytes).map_err(device_err)?;
+                let key_bufs = key_parts
+                    .iter()
+                    .map(|part| {
+                        let b = dev.alloc(part.len())?;
+                        runtime::upload(b.ptr, part)?;
+                        Ok(b)
+                    })
+                    .collect::<Result<Vec<_>, String>>()
+                    .map_err(device_err)?;
+                let key_ptrs: Vec<u64> = key_bufs.iter().map(|b| b.ptr).collect();
+                let kernel = shape.with_keys(&key_ptrs);
+                let unit = cipher.iv_len();
                 let mut host = Vec::new();
                 let mut resident = Vec::new();
                 let mut results: Vec<SegmentResult> = Vec::with_capacity(segments.len());
@@ -175,12 +167,44 @@ impl Backend for GpuBackend {
                     }
                 }
                 if !resident.is_empty() {
-                    ctr::run_device(dev, kernel, key.ptr, unit, &resident).map_err(device_err)?;
+                    ctr::run_device(dev, &kernel, unit, &resident).map_err(device_err)?;
                 }
                 if !host.is_empty() {
-                    ctr::run_host(dev, kernel, key.ptr, unit, host).map_err(device_err)?;
+                    ctr::run_host(dev, &kernel, unit, host).map_err(device_err)?;
                 }
                 Ok(results)
+            }
+            Job::Seal { key, segments } => {
+                let (items, misplaced): (Vec<_>, Vec<_>) = segments
+                    .iter_mut()
+                    .map(|s| {
+                        let (data, bad) = loc_of(&mut s.data, dev.ordinal);
+                        let item = gcm::GcmItem {
+                            nonce: s.nonce.0,
+                            aad: s.aad,
+                            expected: None,
+                            data,
+                        };
+                        (item, bad)
+                    })
+                    .unzip();
+                run_gcm(dev, key, true, items, misplaced, pre)
+            }
+            Job::Open { key, segments } => {
+                let (items, misplaced): (Vec<_>, Vec<_>) = segments
+                    .iter_mut()
+                    .map(|s| {
+                        let (data, bad) = loc_of(&mut s.data, dev.ordinal);
+                        let item = gcm::GcmItem {
+                            nonce: s.nonce.0,
+                            aad: s.aad,
+                            expected: Some(s.tag.0),
+                            data,
+                        };
+                        (item, bad)
+                    })
+                    .unzip();
+                run_gcm(dev, key, false, items, misplaced, pre)
             }
             other => Err(BackendError::Unsupported {
                 backend: "gpu",
@@ -188,6 +212,178 @@ impl Backend for GpuBackend {
             }),
         }
     }
+}
+
+/// A CTR kernel's name and launch shape, before its key pointers exist.
+struct CtrShape {
+    name: &'static str,
+    block: u32,
+    shared: u32,
+    units_per_thread: u64,
+    blocks_per_sm: u32,
+}
+
+impl CtrShape {
+    fn with_keys<'a>(&self, keys: &'a [u64]) -> ctr::CtrKernel<'a> {
+        ctr::CtrKernel {
+            name: self.name,
+            keys,
+            block: self.block,
+            shared: self.shared,
+            units_per_thread: self.units_per_thread,
+            blocks_per_sm: self.blocks_per_sm,
+        }
+    }
+}
+
+/// Which table layout the table ciphers use: "wide" = the 1024-thread
+/// kernels with 32 conflict-free table copies in 128 KiB of shared memory,
+/// "narrow" = the 256-thread ones (kernels/README.md). Defaults are the
+/// faster of each pair as measured on an H200 (bench/RESULTS.md);
+/// `GVAULT_GPU_TABLES=wide|narrow` overrides, for measuring both.
+fn wide_tables(default: bool) -> bool {
+    match std::env::var("GVAULT_GPU_TABLES").as_deref() {
+        Ok("wide") => true,
+        Ok("narrow") => false,
+        _ => default,
+    }
+}
+
+fn aes_ctr_shape() -> CtrShape {
+    if wide_tables(false) {
+        CtrShape {
+            name: "aes256_ctr",
+            block: 1024,
+            shared: 131072,
+            units_per_thread: 2,
+            blocks_per_sm: 1,
+        }
+    } else {
+        CtrShape {
+            name: "aes256_ctr_v2",
+            block: 256,
+            shared: 0,
+            units_per_thread: 2,
+            blocks_per_sm: 6,
+        }
+    }
+}
+
+/// The kernel for a CTR cipher and its key material as the kernel reads it
+/// (one device buffer per key argument).
+fn ctr_shape(cipher: &CtrCipher<'_>) -> (CtrShape, Vec<Vec<u8>>) {
+    match cipher {
+        CtrCipher::Aes256(k) => (
+            aes_ctr_shape(),
+            vec![key_schedule::aes256_expand(k.expose())
+                .iter()
+                .flat_map(|w| w.to_ne_bytes())
+                .collect()],
+        ),
+        CtrCipher::Tea(k) => (
+            CtrShape {
+                name: "tea_ctr",
+                block: 256,
+                shared: 0,
+                units_per_thread: 4,
+                blocks_per_sm: 6,
+            },
+            vec![k.words().iter().flat_map(|w| w.to_ne_bytes()).collect()],
+        ),
+        CtrCipher::Blowfish(k) => {
+            let (p, s) = blowfish_schedule::Schedule::new(k.expose()).device_bytes();
+            let shape = if wide_tables(true) {
+                CtrShape {
+                    name: "blowfish_ctr",
+                    block: 1024,
+                    shared: 131072,
+                    units_per_thread: 2,
+                    blocks_per_sm: 1,
+                }
+            } else {
+                CtrShape {
+                    name: "blowfish_ctr_v2",
+                    block: 256,
+                    shared: 0,
+                    units_per_thread: 2,
+                    blocks_per_sm: 5,
+                }
+            };
+            (shape, vec![p, s])
+        }
+    }
+}
+
+/// The segment's location, and whether it is device memory this device
+/// cannot use as is (another GPU's, or not 16-byte aligned).
+fn loc_of(data: &mut DataMut<'_>, ordinal: usize) -> (gcm::Loc, bool) {
+    match data {
+        DataMut::Host(b) => (gcm::Loc::Host(b.as_mut_ptr(), b.len()), false),
+        DataMut::Device(d) => (
+            gcm::Loc::Device(d.ptr(), d.len()),
+            d.device() as usize != ordinal || d.ptr() % 16 != 0,
+        ),
+    }
+}
+
+/// Seal or open on `dev`: rejected segments (precheck, misplaced device
+/// memory) are reported and left alone; the rest run as one GCM job.
+fn run_gcm(
+    dev: &Device,
+    key: &Aes256Key,
+    seal: bool,
+    items: Vec<gcm::GcmItem<'_>>,
+    misplaced: Vec<bool>,
+    pre: Vec<Option<SegmentErrorKind>>,
+) -> Result<Vec<SegmentResult>, BackendError> {
+    let op = if seal {
+        crate::job::OpKind::AesGcmSeal
+    } else {
+        crate::job::OpKind::AesGcmOpen
+    };
+    if !dev.has_kernel("gcm_ghash") {
+        return Err(BackendError::Unsupported { backend: "gpu", op });
+    }
+    let device_err =
+        |e: String| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name));
+    let mut results: Vec<Option<SegmentResult>> = Vec::with_capacity(items.len());
+    let mut run: Vec<usize> = Vec::new();
+    let mut subset: Vec<gcm::GcmItem<'_>> = Vec::new();
+    for (i, ((item, misplaced), pre)) in items.into_iter().zip(misplaced).zip(pre).enumerate() {
+        if let Some(kind) = pre {
+            results.push(Some(Err(kind.at(i))));
+        } else if misplaced {
+            results.push(Some(Err(SegmentErrorKind::Internal(
+                "device segment must be 16-byte aligned and on the job's device".into(),
+            )
+            .at(i))));
+        } else {
+            results.push(None);
+            run.push(i);
+            subset.push(item);
+        }
+    }
+    dev.bind().map_err(device_err)?;
+    let rk: Vec<u8> = key_schedule::aes256_expand(key.expose())
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .collect();
+    let drk = dev.alloc(rk.len()).map_err(device_err)?;
+    runtime::upload(drk.ptr, &rk).map_err(device_err)?;
+    let rk_ptr = [drk.ptr];
+    let ctr_kernel = aes_ctr_shape().with_keys(&rk_ptr);
+    let outcomes = gcm::run(dev, drk.ptr, &ctr_kernel, seal, &subset).map_err(device_err)?;
+    for (&i, o) in run.iter().zip(outcomes) {
+        results[i] = Some(match o {
+            Ok(Some(tag)) => Ok(Output::Tag(crate::types::Tag(tag))),
+            Ok(None) => Ok(Output::Done),
+            Err(()) => Err(SegmentErrorKind::AuthenticationFailed.at(i)),
+        });
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every segment has a result"))
+        .collect())
 }
 
 /// Device memory owned by the caller, for GPU-resident inputs (benchmarks,
@@ -228,6 +424,16 @@ impl GpuBackend {
             buf,
             len,
         })
+    }
+}
+
+impl GpuBackend {
+    /// Page-locked host memory: jobs over segments inside it move by DMA
+    /// with no staging copy, at the full link rate.
+    pub fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer, BackendError> {
+        let dev = &self.devices[0];
+        dev.bind().map_err(BackendError::Device)?;
+        PinnedBuffer::new(len).map_err(BackendError::Device)
     }
 }
 

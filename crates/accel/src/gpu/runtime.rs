@@ -203,6 +203,7 @@ impl Device {
     }
 
     /// Grid size for grid-stride kernels: enough blocks to fill every SM.
+    #[allow(dead_code)] // for launchers that size grids by threads
     pub(crate) fn grid_for(&self, threads_needed: u64, block: u32) -> u32 {
         let blocks = threads_needed.div_ceil(block as u64);
         blocks.clamp(1, self.multiprocessors as u64 * 32) as u32
@@ -296,5 +297,96 @@ impl Drop for OutstandingGuard<'_> {
         self.dev
             .outstanding
             .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Whether `[ptr, ptr + len)` lies inside one page-locked host allocation
+/// (cuMemHostAlloc or cuMemHostRegister) that the DMA engines can read and
+/// write directly. Pageable memory answers false.
+pub(crate) fn is_page_locked(ptr: *const u8, len: usize) -> bool {
+    use sys::CUpointer_attribute::{
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE as MEMORY_TYPE,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE as RANGE_SIZE,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR as RANGE_START,
+    };
+    let addr = ptr as CUdeviceptr;
+    let mut mem_type: u32 = 0;
+    let mut start: CUdeviceptr = 0;
+    let mut size: usize = 0;
+    // SAFETY: each call writes one value of the attribute's documented type
+    // (CUmemorytype as u32, CUdeviceptr, size_t) into a local; an unknown
+    // (pageable) pointer makes the call fail, which we read as "no".
+    unsafe {
+        if sys::cuPointerGetAttribute(&mut mem_type as *mut u32 as *mut c_void, MEMORY_TYPE, addr)
+            .result()
+            .is_err()
+            || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+        {
+            return false;
+        }
+        if sys::cuPointerGetAttribute(
+            &mut start as *mut CUdeviceptr as *mut c_void,
+            RANGE_START,
+            addr,
+        )
+        .result()
+        .is_err()
+            || sys::cuPointerGetAttribute(&mut size as *mut usize as *mut c_void, RANGE_SIZE, addr)
+                .result()
+                .is_err()
+        {
+            return false;
+        }
+    }
+    addr >= start && addr + len as u64 <= start + size as u64
+}
+
+/// Page-locked host memory from the driver: segments in it cross the link
+/// by DMA with no staging copy (the shared buffers of the service, or any
+/// caller that wants the full link rate).
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain host memory owned by this value.
+unsafe impl Send for PinnedBuffer {}
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    /// `len` zeroed bytes of portable page-locked memory (usable from every
+    /// device's context). The caller must have bound a context.
+    pub(crate) fn new(len: usize) -> Result<PinnedBuffer, DevError> {
+        // SAFETY: size is non-zero; freed in Drop; zeroed before use.
+        unsafe {
+            let ptr = cu::malloc_host(len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
+                .map_err(|e| err("pinned allocation", e))? as *mut u8;
+            std::ptr::write_bytes(ptr, 0, len);
+            Ok(PinnedBuffer { ptr, len })
+        }
+    }
+}
+
+impl std::ops::Deref for PinnedBuffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len bytes while self lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for PinnedBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is valid for len bytes and uniquely borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by malloc_host in new(), freed once.
+        unsafe {
+            let _ = cu::free_host(self.ptr as *mut c_void);
+        }
     }
 }

@@ -228,7 +228,14 @@ fn measure_op(
 
 /// Ops the GPU backend implements today.
 fn gpu_supports(op: OpKind) -> bool {
-    matches!(op, OpKind::AesCtr | OpKind::TeaCtr)
+    matches!(
+        op,
+        OpKind::AesCtr
+            | OpKind::TeaCtr
+            | OpKind::BlowfishCtr
+            | OpKind::AesGcmSeal
+            | OpKind::AesGcmOpen
+    )
 }
 
 /// The same job with every segment in device memory: the kernel's rate
@@ -245,27 +252,90 @@ fn measure_device_resident(
     let alloc = g
         .alloc_device(0, stride * nseg, &random(1 << 20))
         .map_err(|e| e.to_string())?;
-    let (cipher, iv) = match op {
-        OpKind::AesCtr => (CtrCipher::Aes256(&keys.aes), CtrIv::B128(Iv128([0; 16]))),
-        _ => (CtrCipher::Tea(&keys.tea), CtrIv::B64(Iv64([0; 8]))),
+    let slices: Vec<_> = (0..nseg)
+        .map(|i| alloc.slice(i * stride, size).expect("in bounds"))
+        .collect();
+    let seal_job = || Job::Seal {
+        key: &keys.aes,
+        segments: slices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| SealSegment {
+                nonce: nonce(i),
+                aad: b"",
+                data: DataMut::Device(*d),
+            })
+            .collect(),
     };
     let mut failure = None;
-    let t = repeat(3, min_time, || {
-        let mut job = Job::Ctr {
-            cipher,
-            segments: (0..nseg)
-                .map(|i| CtrSegment {
-                    iv,
-                    data: DataMut::Device(alloc.slice(i * stride, size).expect("in bounds")),
-                })
-                .collect(),
-        };
-        let start = Instant::now();
-        if let Err(e) = g.run(&mut job) {
-            failure = Some(e.to_string());
+    let mut fail = |r: Result<Vec<SegmentResult>, BackendError>| match r {
+        Err(e) => failure = Some(e.to_string()),
+        Ok(res) => {
+            if let Some(Err(e)) = res.into_iter().find(|r| r.is_err()) {
+                failure = Some(e.to_string());
+            }
         }
-        start.elapsed()
-    });
+    };
+    let t = match op {
+        OpKind::AesGcmSeal => repeat(3, min_time, || {
+            let mut job = seal_job();
+            let start = Instant::now();
+            fail(g.run(&mut job));
+            start.elapsed()
+        }),
+        OpKind::AesGcmOpen => repeat(3, min_time, || {
+            // Seal (untimed) so that the open verifies, then time the open.
+            let mut job = seal_job();
+            let tags: Vec<Tag> = match g.run(&mut job) {
+                Ok(res) => res
+                    .into_iter()
+                    .map(|r| r.ok().and_then(|o| o.tag()).unwrap_or(Tag([0; 16])))
+                    .collect(),
+                Err(_) => vec![Tag([0; 16]); nseg],
+            };
+            let mut job = Job::Open {
+                key: &keys.aes,
+                segments: slices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| OpenSegment {
+                        nonce: nonce(i),
+                        aad: b"",
+                        tag: tags[i],
+                        data: DataMut::Device(*d),
+                    })
+                    .collect(),
+            };
+            let start = Instant::now();
+            fail(g.run(&mut job));
+            start.elapsed()
+        }),
+        _ => {
+            let (cipher, iv) = match op {
+                OpKind::AesCtr => (CtrCipher::Aes256(&keys.aes), CtrIv::B128(Iv128([0; 16]))),
+                OpKind::BlowfishCtr => (
+                    CtrCipher::Blowfish(&keys.blowfish),
+                    CtrIv::B64(Iv64([0; 8])),
+                ),
+                _ => (CtrCipher::Tea(&keys.tea), CtrIv::B64(Iv64([0; 8]))),
+            };
+            repeat(3, min_time, || {
+                let mut job = Job::Ctr {
+                    cipher,
+                    segments: slices
+                        .iter()
+                        .map(|d| CtrSegment {
+                            iv,
+                            data: DataMut::Device(*d),
+                        })
+                        .collect(),
+                };
+                let start = Instant::now();
+                fail(g.run(&mut job));
+                start.elapsed()
+            })
+        }
+    };
     match failure {
         Some(e) => Err(e),
         None => Ok(t.median),
