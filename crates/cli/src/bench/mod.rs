@@ -1,6 +1,7 @@
 //! `gvault bench`: reproductions of the seeds' measurements.
 
 pub mod link;
+pub mod lsm;
 mod measure;
 pub mod primitive;
 
@@ -10,11 +11,14 @@ pub enum BenchCommand {
     Primitive(primitive::PrimitiveArgs),
     /// Host<->device copy throughput, pinned and pageable.
     Link(link::LinkArgs),
+    /// The store's LSM engine: db_bench workloads and seed 000 §4.5.
+    Lsm(lsm::LsmArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Primitive(args) => primitive::run(args),
         BenchCommand::Link(args) => link::run(args),
+        BenchCommand::Lsm(args) => lsm::run(args),
     }
 }

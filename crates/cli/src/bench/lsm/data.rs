@@ -1,0 +1,218 @@
+//! What the LSM benchmark writes and how it checks what it reads back:
+//! keys (db_bench's 16-byte decimal keys, or seed 000's random 64-bit
+//! keys), self-describing values, and the process's write counter.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gvault_store::Store;
+use rand::rngs::StdRng;
+use rand::{RngCore, SeedableRng};
+
+/// Bytes of the header every value starts with: key index, generation.
+pub const VALUE_HEADER: usize = 16;
+/// Payloads start at one of this many offsets into the random pool.
+const POOL_WINDOW: usize = 64 << 10;
+
+/// The keys of one workload.
+pub enum Keys {
+    /// db_bench: `format!("{:016}", i)`, so key order is index order.
+    Decimal16,
+    /// Seed 000 §4.5: random 64-bit keys (the seed's key-value pair is 128
+    /// bits: a 64-bit key and a 64-bit object pointer), big-endian.
+    Random64(Vec<u64>),
+}
+
+impl Keys {
+    /// `n` distinct random 64-bit keys, reproducible from `seed`.
+    pub fn random64(n: usize, seed: u64) -> Keys {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        let mut keys = Vec::with_capacity(n);
+        while keys.len() < n {
+            let k = rng.next_u64();
+            if seen.insert(k) {
+                keys.push(k);
+            }
+        }
+        Keys::Random64(keys)
+    }
+
+    pub fn key(&self, i: u64) -> KeyBuf {
+        let mut b = KeyBuf {
+            bytes: [0; 16],
+            len: 16,
+        };
+        match self {
+            Keys::Decimal16 => {
+                let s = format!("{i:016}");
+                b.bytes.copy_from_slice(&s.as_bytes()[s.len() - 16..]);
+            }
+            Keys::Random64(keys) => {
+                b.bytes[..8].copy_from_slice(&keys[i as usize].to_be_bytes());
+                b.len = 8;
+            }
+        }
+        b
+    }
+}
+
+pub struct KeyBuf {
+    bytes: [u8; 16],
+    len: usize,
+}
+
+impl AsRef<[u8]> for KeyBuf {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Values of one size: `[key index u64][generation u64][payload]`, the
+/// payload a slice of a random pool at an offset fixed by (index,
+/// generation), so a reader can check any value it gets without a model.
+pub struct Values {
+    pub size: usize,
+    pool: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Values {
+    pub fn new(size: usize) -> Result<Values, String> {
+        if size < VALUE_HEADER {
+            return Err(format!(
+                "value size {size} is below the {VALUE_HEADER}-byte header every benchmark value carries"
+            ));
+        }
+        let mut pool = vec![0u8; size - VALUE_HEADER + POOL_WINDOW];
+        StdRng::seed_from_u64(0x6776_6175_6c74).fill_bytes(&mut pool);
+        Ok(Values {
+            size,
+            pool,
+            buf: vec![0; size],
+        })
+    }
+
+    fn payload(&self, index: u64, generation: u64) -> &[u8] {
+        let off = (mix(index ^ generation.rotate_left(32)) % POOL_WINDOW as u64) as usize;
+        &self.pool[off..off + self.size - VALUE_HEADER]
+    }
+
+    /// The value of `index` at `generation` (valid until the next call).
+    pub fn make(&mut self, index: u64, generation: u64) -> &[u8] {
+        let off = (mix(index ^ generation.rotate_left(32)) % POOL_WINDOW as u64) as usize;
+        self.buf[..8].copy_from_slice(&index.to_le_bytes());
+        self.buf[8..16].copy_from_slice(&generation.to_le_bytes());
+        self.buf[VALUE_HEADER..].copy_from_slice(&self.pool[off..off + self.size - VALUE_HEADER]);
+        &self.buf
+    }
+
+    /// Checks that `v` is a value this generator made for `index` (any
+    /// generation); a mismatch is a store bug, reported as an error.
+    pub fn check(&self, index: u64, v: &[u8]) -> Result<(), String> {
+        if v.len() != self.size {
+            return Err(format!(
+                "key index {index}: value is {} bytes, wrote {}",
+                v.len(),
+                self.size
+            ));
+        }
+        let got = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+        if got != index {
+            return Err(format!(
+                "key index {index}: got the value of key index {got}"
+            ));
+        }
+        let generation = u64::from_le_bytes(v[8..16].try_into().expect("8 bytes"));
+        if v[VALUE_HEADER..] != *self.payload(index, generation) {
+            return Err(format!(
+                "key index {index}: value payload differs from what was written"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// splitmix64's finaliser: spreads (index, generation) over the pool.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Bytes this process has passed to write(2) and friends so far (Linux
+/// `/proc/self/io` `wchar`, every thread included); None elsewhere.
+pub fn process_bytes_written() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Flushes the memtable and waits until the store's background work
+/// (flushes, compactions, value-log GC) has stopped writing, so that a
+/// workload's write amplification includes the compaction debt it left.
+pub fn settle(store: &Store) -> Result<(), String> {
+    store.flush().map_err(|e| format!("flush: {e}"))?;
+    let poll = Duration::from_millis(50);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let probe = |s: &Store| {
+        let st = s.stats();
+        (process_bytes_written(), st.levels, st.immutable_memtables)
+    };
+    let mut last = probe(store);
+    let mut quiet = 0;
+    while quiet < 3 {
+        if Instant::now() > deadline {
+            return Err("background work did not settle within 300 s".into());
+        }
+        std::thread::sleep(poll);
+        let now = probe(store);
+        quiet = if now == last { quiet + 1 } else { 0 };
+        last = now;
+    }
+    Ok(())
+}
+
+/// The filesystem type and device under `dir`, from /proc/mounts (the
+/// longest mount point that is a prefix of the directory).
+pub fn filesystem_of(dir: &Path) -> Option<(String, String)> {
+    let dir = dir.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (dev, mnt, ty) = (f.next()?, f.next()?, f.next()?);
+            dir.starts_with(mnt)
+                .then(|| (mnt.len(), ty.to_string(), dev.to_string()))
+        })
+        .max_by_key(|(len, _, _)| *len)
+        .map(|(_, ty, dev)| (ty, dev))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_check_what_they_made_and_reject_others() {
+        let mut v = Values::new(100).unwrap();
+        let a = v.make(7, 3).to_vec();
+        v.check(7, &a).unwrap();
+        assert!(v.check(8, &a).is_err(), "another key's value");
+        let mut bad = a.clone();
+        bad[50] ^= 1;
+        assert!(v.check(7, &bad).is_err(), "flipped payload bit");
+        assert!(v.check(7, &a[..99]).is_err(), "short value");
+        assert!(Values::new(15).is_err());
+    }
+
+    #[test]
+    fn keys_have_db_bench_and_seed_shapes() {
+        assert_eq!(Keys::Decimal16.key(42).as_ref(), b"0000000000000042");
+        let k = Keys::random64(1000, 1);
+        assert_eq!(k.key(999).as_ref().len(), 8);
+    }
+}
