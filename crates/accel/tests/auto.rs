@@ -134,7 +134,13 @@ fn run_op(
 ) -> (Vec<SegmentResult>, Vec<Vec<u8>>) {
     let mut bufs = bufs.to_vec();
     let nonce = |i: usize| Nonce96::from_parts(9, i as u32);
-    let aad = |i: usize| if i % 2 == 0 { &b"header"[..] } else { &b""[..] };
+    let aad = |i: usize| {
+        if i.is_multiple_of(2) {
+            &b"header"[..]
+        } else {
+            &b""[..]
+        }
+    };
     let results = match op {
         OpKind::AesGcmSeal => run(&mut Job::Seal {
             key: &keys.aes,

@@ -105,7 +105,8 @@ pub fn split<'s>(job: &'s mut Job<'_>, at: SplitPoint) -> Result<(Job<'s>, Job<'
                     .expect("at.segment < n checked above");
                 let iv = cut.iv;
                 let len = cut.data.len() as u64;
-                if at.offset % CUT_ALIGN != 0 || at.offset >= len || len > MAX_SEGMENT_LEN {
+                if !at.offset.is_multiple_of(CUT_ALIGN) || at.offset >= len || len > MAX_SEGMENT_LEN
+                {
                     return bad("a cut must fall on a block boundary inside a valid segment");
                 }
                 let Some(buf) = cut.data.host_mut() else {

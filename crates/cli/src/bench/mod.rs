@@ -1,5 +1,6 @@
 //! `gvault bench`: reproductions of the seeds' measurements.
 
+pub mod calibrate;
 pub mod link;
 mod measure;
 pub mod primitive;
@@ -10,11 +11,14 @@ pub enum BenchCommand {
     Primitive(primitive::PrimitiveArgs),
     /// Host<->device copy throughput, pinned and pageable.
     Link(link::LinkArgs),
+    /// Fit the auto backend's cost model on this machine and store it.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
     match cmd {
         BenchCommand::Primitive(args) => primitive::run(args),
         BenchCommand::Link(args) => link::run(args),
+        BenchCommand::Calibrate(args) => calibrate::run(args),
     }
 }
