@@ -6,9 +6,11 @@
 //!   per segment ([`Output`] or a typed [`SegmentError`]).
 //! - [`types`]: keys, nonces, IVs and tags as distinct types.
 //! - [`Backend`]: what every executor implements. [`cpu::CpuBackend`] runs
-//!   jobs on all cores with well-kept crates; a GPU backend and a dispatcher
-//!   come behind the same trait, so callers never change.
+//!   jobs on all cores with well-kept crates; [`gpu::GpuBackend`] on NVIDIA
+//!   GPUs; [`AutoBackend`] chooses between them (or splits) per job by a
+//!   calibrated cost model. Callers never change.
 
+pub mod auto;
 pub mod backend;
 pub mod chunking;
 pub mod cpu;
@@ -19,6 +21,7 @@ pub mod rsa_key;
 pub mod sysinfo;
 pub mod types;
 
+pub use auto::{AutoBackend, CpuThreads};
 pub use backend::Backend;
 pub use chunking::{ChunkParams, ChunkParamsError};
 pub use error::{BackendError, KeyError, SegmentError, SegmentErrorKind};

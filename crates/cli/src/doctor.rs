@@ -1,6 +1,7 @@
 //! `gvault doctor`: what this machine offers gvault. `--kernels` compiles
 //! every kernel with NVRTC (no GPU needed) and fails if any fails.
 
+use gvault_accel::auto::{self, machine_identity, CpuThreads};
 use gvault_accel::gpu::{kernels, GpuBackend};
 use gvault_accel::sysinfo::cpu_info;
 
@@ -25,7 +26,8 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
         Some((a, b)) => println!("nvrtc: {a}.{b}"),
         None => println!("nvrtc: not found"),
     }
-    match GpuBackend::probe() {
+    let gpu = GpuBackend::probe();
+    match &gpu {
         Ok(g) => {
             for d in g.devices() {
                 println!(
@@ -40,6 +42,11 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
         }
         Err(why) => println!("gpu: unavailable ({why}); every op runs on the CPU backend"),
     }
+    let identity = machine_identity(gpu.as_ref().ok());
+    let (model, source) = auto::load(auto::default_path().as_deref(), &identity);
+    let threads = CpuThreads::from_env().resolve(cpu.logical_cores);
+    println!("\ncost model (auto backend): {source}");
+    crate::bench::calibrate::print_model(&model, threads);
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! `gvault bench`: reproductions of the seeds' measurements.
 
+pub mod calibrate;
 pub mod link;
 pub mod lsm;
 mod measure;
@@ -13,6 +14,8 @@ pub enum BenchCommand {
     Link(link::LinkArgs),
     /// The store's LSM engine: db_bench workloads and seed 000 §4.5.
     Lsm(lsm::LsmArgs),
+    /// Fit the auto backend's cost model on this machine and store it.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -20,5 +23,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Primitive(args) => primitive::run(args),
         BenchCommand::Link(args) => link::run(args),
         BenchCommand::Lsm(args) => lsm::run(args),
+        BenchCommand::Calibrate(args) => calibrate::run(args),
     }
 }

@@ -35,6 +35,22 @@ pub struct PrimitiveArgs {
     /// hashing, and print the ratios the targets are stated in.
     #[arg(long)]
     reference: bool,
+    /// Backends to measure: `cpu` (1 core and all cores), `gpu` (adds the
+    /// GPU columns, the default), `auto` (adds the auto backend's column and
+    /// its ratio to the better of cpu-all and gpu).
+    #[arg(long, value_enum, default_value = "gpu")]
+    backend: BackendChoice,
+    /// Threads for the auto backend's CPU side: a count, a share of cores
+    /// (0.5, 50%) or "all" (default: $GVAULT_CPU_THREADS, else all).
+    #[arg(long)]
+    cpu_threads: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    Cpu,
+    Gpu,
+    Auto,
 }
 
 #[derive(Serialize)]
@@ -53,7 +69,7 @@ struct Report {
     reference: BTreeMap<String, f64>,
 }
 
-struct Keys {
+pub(super) struct Keys {
     aes: Aes256Key,
     tea: TeaKey,
     blowfish: BlowfishKey,
@@ -90,7 +106,15 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
 
     let one = CpuBackend::with_threads(1);
     let all = CpuBackend::new();
+    let auto = match args.backend {
+        BackendChoice::Auto => Some(match &args.cpu_threads {
+            Some(t) => AutoBackend::with_cpu_threads(t.parse()?),
+            None => AutoBackend::new(),
+        }),
+        _ => None,
+    };
     let gpu = match gvault_accel::gpu::GpuBackend::probe() {
+        _ if args.backend == BackendChoice::Cpu => None,
         Ok(g) => Some(g),
         Err(why) => {
             if !args.json {
@@ -100,25 +124,32 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
         }
     };
     let threads = all.threads();
-    let keys = Keys {
-        aes: Aes256Key::from_bytes([7; 32]),
-        tea: TeaKey::from_bytes([3; 16]),
-        blowfish: BlowfishKey::try_from_slice(b"gvault benchmark key").expect("valid length"),
-        blake3: Blake3Key::from_bytes([9; 32]),
-    };
+    let keys = Keys::new();
 
     let mut rows = Vec::new();
     if !args.json {
         println!("{threads} cores; GB/s per column (RSA: private ops/s); median of repeated runs, each >= {} ms", min_time.as_millis());
-        println!(
+        if let Some(a) = &auto {
+            println!(
+                "auto: {} CPU threads, {}; cost model: {}",
+                a.cpu_threads(),
+                if a.has_gpu() { "GPU" } else { "no GPU" },
+                a.model_source()
+            );
+        }
+        print!(
             "{:<16} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10}",
             "op", "segment", "count", "cpu-1", "cpu-all", "scaling", "gpu", "gpu-kernel"
         );
+        if auto.is_some() {
+            print!(" {:>10} {:>9}", "auto", "auto/best");
+        }
+        println!();
     }
     for &op in &ops {
         if op == OpKind::RsaPrivate {
             for bits in [1024usize, 2048, 4096] {
-                let row = rsa_row(bits, &one, &all, min_time, args.quick)?;
+                let row = rsa_row(bits, &one, &all, auto.as_ref(), min_time, args.quick)?;
                 print_row(&args, &row);
                 rows.push(row);
             }
@@ -141,6 +172,10 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                 results.insert("gpu".into(), gbps((size * nseg) as u64, t));
                 let t = measure_device_resident(g, op, &keys, size, nseg, min_time)?;
                 results.insert("gpu-kernel".into(), gbps((size * nseg) as u64, t));
+            }
+            if let Some(a) = &auto {
+                let t = measure_dyn(a, op, &keys, &mut bufs, min_time)?;
+                results.insert("auto".into(), gbps((size * nseg) as u64, t));
             }
             let row = Row {
                 op: op.name(),
@@ -196,7 +231,7 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
             .map(|v| format!("{v:.3}"))
             .unwrap_or_else(|| "-".into())
     };
-    println!(
+    print!(
         "{:<16} {:>8} {:>8} {:>10.3} {:>10.3} {:>7.2}x {:>10} {:>10}",
         row.op,
         size,
@@ -207,9 +242,25 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
         col("gpu"),
         col("gpu-kernel")
     );
+    if let Some(a) = row.results.get("auto") {
+        let best = cn.max(row.results.get("gpu").copied().unwrap_or(0.0));
+        print!(" {a:>10.3} {:>8.2}x", a / best);
+    }
+    println!();
 }
 
-fn random(len: usize) -> Vec<u8> {
+impl Keys {
+    pub(super) fn new() -> Self {
+        Keys {
+            aes: Aes256Key::from_bytes([7; 32]),
+            tea: TeaKey::from_bytes([3; 16]),
+            blowfish: BlowfishKey::try_from_slice(b"gvault benchmark key").expect("valid length"),
+            blake3: Blake3Key::from_bytes([9; 32]),
+        }
+    }
+}
+
+pub(super) fn random(len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     rand::thread_rng().fill_bytes(&mut v);
     v
@@ -227,7 +278,7 @@ fn measure_op(
 }
 
 /// Ops the GPU backend implements today.
-fn gpu_supports(op: OpKind) -> bool {
+pub(super) fn gpu_supports(op: OpKind) -> bool {
     matches!(
         op,
         OpKind::AesCtr
@@ -240,7 +291,7 @@ fn gpu_supports(op: OpKind) -> bool {
 
 /// The same job with every segment in device memory: the kernel's rate
 /// with no byte crossing the link.
-fn measure_device_resident(
+pub(super) fn measure_device_resident(
     g: &gvault_accel::gpu::GpuBackend,
     op: OpKind,
     keys: &Keys,
@@ -342,7 +393,7 @@ fn measure_device_resident(
     }
 }
 
-fn measure_dyn(
+pub(super) fn measure_dyn(
     backend: &dyn Backend,
     op: OpKind,
     keys: &Keys,
@@ -478,6 +529,7 @@ fn rsa_row(
     bits: usize,
     one: &CpuBackend,
     all: &CpuBackend,
+    auto: Option<&AutoBackend>,
     min_time: Duration,
     quick: bool,
 ) -> Result<Row, String> {
@@ -494,7 +546,11 @@ fn rsa_row(
         })
         .collect();
     let mut results = BTreeMap::new();
-    for (name, backend) in [("cpu-1", one), ("cpu-all", all)] {
+    let mut backends: Vec<(&str, &dyn Backend)> = vec![("cpu-1", one), ("cpu-all", all)];
+    if let Some(a) = auto {
+        backends.push(("auto", a));
+    }
+    for (name, backend) in backends {
         let t = repeat(2, min_time, || {
             let mut job = Job::RsaPrivate {
                 key: &key,

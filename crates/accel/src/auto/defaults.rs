@@ -1,0 +1,98 @@
+//! Shipped defaults, used until `gvault bench calibrate` has measured this
+//! machine. CPU figures are OpenSSL-class rates for one x86 core with AES-NI
+//! and SHA-NI (DESIGN.md's table); GPU figures are an H200 over PCIe 5
+//! (55 GB/s pinned). They only need to be right to within a factor of two to
+//! send small jobs to the CPU and large hashing jobs to the GPU.
+
+use std::collections::BTreeMap;
+
+use super::model::FORMAT_VERSION;
+use super::model::{CostModel, CpuCost, GpuCost, Identity, LinearCost, LinkCost, OpModel};
+use crate::job::OpKind;
+
+/// (op, CPU ns per byte on one core, CPU ns per segment, GPU kernel ns per
+/// byte, GPU kernel ns per segment)
+const RATES: [(OpKind, f64, f64, f64, f64); 13] = [
+    (OpKind::AesGcmSeal, 0.087, 300.0, 0.004, 40.0),
+    (OpKind::AesGcmOpen, 0.087, 300.0, 0.004, 40.0),
+    (OpKind::AesCtr, 0.167, 200.0, 0.003, 30.0),
+    (OpKind::TeaCtr, 4.0, 100.0, 0.004, 30.0),
+    (OpKind::BlowfishCtr, 6.0, 20_000.0, 0.02, 30.0),
+    (OpKind::Blake3, 0.33, 300.0, 0.006, 40.0),
+    (OpKind::Blake3Keyed, 0.33, 300.0, 0.006, 40.0),
+    (OpKind::Sha256, 0.6, 200.0, 0.006, 40.0),
+    (OpKind::Md5, 1.6, 200.0, 0.006, 40.0),
+    (OpKind::Crc32, 0.1, 100.0, 0.004, 40.0),
+    (OpKind::Crc32c, 0.05, 100.0, 0.004, 40.0),
+    (OpKind::Chunk, 1.0, 500.0, 0.02, 100.0),
+    // RSA-2048 at 2.4 k/s a core; its cost is per segment, not per byte.
+    (OpKind::RsaPrivate, 0.0, 420_000.0, 0.0, 5_000.0),
+];
+
+/// A job on the CPU pays to enter the rayon pool; on the GPU, a launch and
+/// a synchronisation.
+const CPU_FIXED_NS: f64 = 3_000.0;
+const GPU_FIXED_NS: f64 = 30_000.0;
+/// Of the ideal speed-up, what many segments on all cores achieve.
+const CPU_EFFICIENCY: f64 = 0.85;
+
+/// The shipped model, shaped for `identity` (its core count sets the CPU
+/// speed-up; GPU figures are included only when it names a GPU).
+pub fn shipped(identity: Identity) -> CostModel {
+    let cores = identity.cpu_cores.max(1);
+    let has_gpu = identity.gpu_name.is_some();
+    let ops: BTreeMap<String, OpModel> = RATES
+        .iter()
+        .map(|&(op, cpu_b, cpu_s, gpu_b, gpu_s)| {
+            let cpu = CpuCost {
+                one_thread: LinearCost {
+                    fixed_ns: CPU_FIXED_NS,
+                    ns_per_byte: cpu_b,
+                    ns_per_segment: cpu_s,
+                },
+                threads: cores,
+                speedup: (cores as f64 * CPU_EFFICIENCY).max(1.0),
+            };
+            let gpu = has_gpu.then_some(GpuCost {
+                kernel: LinearCost {
+                    fixed_ns: GPU_FIXED_NS,
+                    ns_per_byte: gpu_b,
+                    ns_per_segment: gpu_s,
+                },
+                host: None,
+            });
+            (op.name().to_string(), OpModel { cpu, gpu })
+        })
+        .collect();
+    CostModel {
+        format_version: FORMAT_VERSION,
+        identity,
+        link: has_gpu.then_some(LinkCost {
+            fixed_ns: 10_000.0,
+            ns_per_byte: 1.0 / 55.0,
+        }),
+        ops,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_model_covers_every_op_and_validates() {
+        let m = shipped(Identity {
+            gvault_version: "0".into(),
+            cpu_cores: 16,
+            gpu_name: Some("H200".into()),
+            driver_version: Some(13000),
+        });
+        m.validate().expect("valid");
+        for op in OpKind::ALL {
+            assert!(m.op(op).is_some_and(|o| o.gpu.is_some()), "{op}");
+        }
+        let no_gpu = shipped(Identity::default());
+        assert!(no_gpu.link.is_none());
+        assert!(no_gpu.ops.values().all(|o| o.gpu.is_none()));
+    }
+}

@@ -1,0 +1,167 @@
+//! The calibrated model on disk: `$XDG_CONFIG_HOME/gvault/cost-model.json`
+//! (or `~/.config/...`; `GVAULT_COST_MODEL` names another file). A missing,
+//! stale or corrupt file means shipped defaults and one warning per process.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use super::defaults::shipped;
+use super::model::{CostModel, Identity};
+
+/// Where the model in use came from, for `gvault doctor`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelSource {
+    File(PathBuf),
+    /// Shipped defaults, and why the file was not used.
+    Defaults {
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ModelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSource::File(p) => write!(f, "calibrated, {}", p.display()),
+            ModelSource::Defaults { reason } => write!(f, "shipped defaults ({reason})"),
+        }
+    }
+}
+
+/// The default model file, or `None` when neither the environment nor a
+/// home directory names one.
+pub fn default_path() -> Option<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(p) = env("GVAULT_COST_MODEL") {
+        return Some(PathBuf::from(p));
+    }
+    let base = env("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("gvault").join("cost-model.json"))
+}
+
+/// Reads and checks a model file against the machine it will run on.
+pub fn read(path: &Path, current: &Identity) -> Result<CostModel, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let model: CostModel = serde_json::from_str(&text).map_err(|e| format!("corrupt: {e}"))?;
+    model.validate().map_err(|e| format!("corrupt: {e}"))?;
+    if let Some(why) = model.identity.mismatch(current) {
+        return Err(format!("stale: {why}"));
+    }
+    Ok(model)
+}
+
+/// Writes `model` to `path` (creating its directory) through a temporary
+/// file and a rename, so a crash never leaves half a model behind.
+pub fn write(path: &Path, model: &CostModel) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(model).map_err(|e| e.to_string())?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("renaming to {}: {e}", path.display()))
+}
+
+/// The model for `current`: the file at `path` if it is usable, else the
+/// shipped defaults and the reason. Ops the file lacks come from defaults.
+pub fn load(path: Option<&Path>, current: &Identity) -> (CostModel, ModelSource) {
+    let defaults = shipped(current.clone());
+    let Some(path) = path else {
+        return (
+            defaults,
+            ModelSource::Defaults {
+                reason: "no config directory (set HOME or XDG_CONFIG_HOME)".into(),
+            },
+        );
+    };
+    if !path.exists() {
+        let reason = format!(
+            "no calibration at {}; run `gvault bench calibrate`",
+            path.display()
+        );
+        return (defaults, ModelSource::Defaults { reason });
+    }
+    match read(path, current) {
+        Ok(mut m) => {
+            m.fill_from(&defaults);
+            (m, ModelSource::File(path.to_path_buf()))
+        }
+        Err(why) => {
+            let reason = format!("{} {why}; run `gvault bench calibrate`", path.display());
+            (defaults, ModelSource::Defaults { reason })
+        }
+    }
+}
+
+/// Prints one warning line per process about a model not loaded from file.
+/// A missing file on a machine without a GPU is not worth a warning: every
+/// job runs on the CPU whatever the model says.
+pub fn warn_once(source: &ModelSource, has_gpu: bool) {
+    static WARNED: Once = Once::new();
+    if let ModelSource::Defaults { reason } = source {
+        let missing = reason.starts_with("no calibration");
+        if has_gpu || !missing {
+            WARNED.call_once(|| eprintln!("gvault: warning: cost model: using {source}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ident(gpu: Option<&str>) -> Identity {
+        Identity {
+            gvault_version: "1.2.3".into(),
+            cpu_cores: 8,
+            gpu_name: gpu.map(String::from),
+            driver_version: gpu.map(|_| 13000),
+        }
+    }
+
+    #[test]
+    fn round_trip_then_stale_then_corrupt() {
+        let dir = std::env::temp_dir().join(format!("gvault-auto-file-{}", std::process::id()));
+        let path = dir.join("cost-model.json");
+        let mut model = shipped(ident(Some("H200")));
+        model.ops.get_mut("sha256").expect("op").cpu.speedup = 3.25;
+        write(&path, &model).expect("written");
+
+        let (loaded, src) = load(Some(&path), &ident(Some("H200")));
+        assert_eq!(src, ModelSource::File(path.clone()));
+        assert_eq!(loaded, model);
+
+        let (loaded, src) = load(Some(&path), &ident(Some("H100")));
+        assert!(matches!(&src, ModelSource::Defaults { reason } if reason.contains("stale")));
+        assert_eq!(loaded, shipped(ident(Some("H100"))));
+
+        std::fs::write(&path, b"{ not json").expect("write");
+        let (_, src) = load(Some(&path), &ident(Some("H200")));
+        assert!(matches!(&src, ModelSource::Defaults { reason } if reason.contains("corrupt")));
+
+        let mut bad = model.clone();
+        bad.format_version += 1;
+        write(&path, &bad).expect("written");
+        let (_, src) = load(Some(&path), &ident(Some("H200")));
+        assert!(matches!(&src, ModelSource::Defaults { reason } if reason.contains("version")));
+
+        let mut negative = model.clone();
+        negative
+            .ops
+            .get_mut("md5")
+            .expect("op")
+            .cpu
+            .one_thread
+            .ns_per_byte = -1.0;
+        write(&path, &negative).expect("written");
+        let (_, src) = load(Some(&path), &ident(Some("H200")));
+        assert!(matches!(&src, ModelSource::Defaults { reason } if reason.contains("corrupt")));
+
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let (_, src) = load(Some(&path), &ident(None));
+        assert!(
+            matches!(&src, ModelSource::Defaults { reason } if reason.starts_with("no calibration"))
+        );
+    }
+}

@@ -1,0 +1,29 @@
+//! The `auto` backend: a calibrated choice between CPU and GPU per job, and
+//! splitting of large jobs so both finish together (seed 000's hybrid).
+//!
+//! - `model`: the cost model (fixed + per byte + per segment, CPU per
+//!   thread, GPU kernel and host link apart) and its least-squares fit.
+//! - `defaults`: shipped figures, used until `gvault bench calibrate` runs.
+//! - `file`: the versioned model file in the user's config directory.
+//! - `decide`: the choice itself, pure functions of model, job and queues.
+//! - `split`: cutting a job in two and merging the results.
+//! - `backend`: [`AutoBackend`], with queue accounting.
+
+mod backend;
+mod decide;
+mod defaults;
+mod file;
+mod model;
+mod split;
+
+pub use backend::{machine_identity, AutoBackend, CpuThreads};
+pub use decide::{
+    crossover, cuttable, decide, Crossover, Decision, JobShape, Plan, Sides, SplitPoint, CUT_ALIGN,
+    MIN_SPLIT_BYTES,
+};
+pub use defaults::shipped;
+pub use file::{default_path, load, read, warn_once, write, ModelSource};
+pub use model::{
+    fit_linear, CostModel, CpuCost, GpuCost, Identity, LinearCost, LinkCost, OpModel,
+    FORMAT_VERSION,
+};

@@ -1,0 +1,367 @@
+//! The cost model: per operation and backend, predicted time = fixed cost +
+//! bytes × rate + segments × rate. The host link is modelled apart from the
+//! GPU kernel, so that device-resident data and host data get different
+//! answers; the CPU side is modelled per thread with a measured speed-up, so
+//! that reserving cores changes the answer.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::OpKind;
+
+/// Bumped whenever the file's meaning changes; other versions are ignored.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// fixed + bytes × ns_per_byte + segments × ns_per_segment, in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinearCost {
+    pub fixed_ns: f64,
+    pub ns_per_byte: f64,
+    pub ns_per_segment: f64,
+}
+
+impl LinearCost {
+    pub fn predict_ns(&self, bytes: u64, segments: usize) -> f64 {
+        self.fixed_ns + self.ns_per_byte * bytes as f64 + self.ns_per_segment * segments as f64
+    }
+
+    fn is_valid(&self) -> bool {
+        [self.fixed_ns, self.ns_per_byte, self.ns_per_segment]
+            .iter()
+            .all(|v| v.is_finite() && *v >= 0.0)
+    }
+}
+
+/// One op on the CPU: its single-thread cost, and the speed-up measured
+/// with `threads` threads on work that can use them all.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuCost {
+    pub one_thread: LinearCost,
+    pub threads: usize,
+    pub speedup: f64,
+}
+
+impl CpuCost {
+    /// Speed-up with `t` threads: the measured one scaled linearly in the
+    /// thread count (1 thread = 1×).
+    pub fn speedup_at(&self, t: usize) -> f64 {
+        let t = t.max(1) as f64;
+        if self.threads <= 1 {
+            return 1.0;
+        }
+        let slope = (self.speedup - 1.0) / (self.threads as f64 - 1.0);
+        (1.0 + (t - 1.0) * slope).max(1.0)
+    }
+
+    /// Time with `threads` threads for `units` independent pieces of work
+    /// (segments, or pieces of cuttable segments).
+    pub fn predict_ns(&self, bytes: u64, segments: usize, units: usize, threads: usize) -> f64 {
+        let par = self.speedup_at(threads).min(units.max(1) as f64).max(1.0);
+        let c = &self.one_thread;
+        c.fixed_ns + (c.ns_per_byte * bytes as f64 + c.ns_per_segment * segments as f64) / par
+    }
+}
+
+/// One op on the GPU. `kernel` is device-resident data (no byte crosses the
+/// link); `host` is the measured end-to-end cost from host memory, when
+/// calibration measured it; otherwise host cost is kernel ⊕ link.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuCost {
+    pub kernel: LinearCost,
+    pub host: Option<LinearCost>,
+}
+
+/// The host↔device link, one direction, pinned memory.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkCost {
+    pub fixed_ns: f64,
+    pub ns_per_byte: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpModel {
+    pub cpu: CpuCost,
+    pub gpu: Option<GpuCost>,
+}
+
+/// What a model was measured on; a file measured elsewhere is stale.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub gvault_version: String,
+    pub cpu_cores: usize,
+    pub gpu_name: Option<String>,
+    pub driver_version: Option<i32>,
+}
+
+impl Identity {
+    /// Why a model measured on `self` does not describe `current`, if it does not.
+    pub fn mismatch(&self, current: &Identity) -> Option<String> {
+        if self.gvault_version != current.gvault_version {
+            return Some(format!(
+                "measured by gvault {}, this is {}",
+                self.gvault_version, current.gvault_version
+            ));
+        }
+        if self.cpu_cores != current.cpu_cores {
+            return Some(format!(
+                "measured on {} cores, this machine has {}",
+                self.cpu_cores, current.cpu_cores
+            ));
+        }
+        if self.gpu_name != current.gpu_name {
+            return Some(format!(
+                "measured with GPU {}, now {}",
+                self.gpu_name.as_deref().unwrap_or("none"),
+                current.gpu_name.as_deref().unwrap_or("none")
+            ));
+        }
+        if self.driver_version != current.driver_version {
+            return Some(format!(
+                "measured with driver {:?}, now {:?}",
+                self.driver_version, current.driver_version
+            ));
+        }
+        None
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostModel {
+    pub format_version: u32,
+    pub identity: Identity,
+    pub link: Option<LinkCost>,
+    /// Keyed by [`OpKind::name`].
+    pub ops: BTreeMap<String, OpModel>,
+}
+
+impl CostModel {
+    pub fn op(&self, op: OpKind) -> Option<&OpModel> {
+        self.ops.get(op.name())
+    }
+
+    /// CPU time for a job of `bytes` in `segments` that the CPU can cut
+    /// into `units` independent pieces, on `threads` threads.
+    pub fn cpu_ns(
+        &self,
+        op: OpKind,
+        bytes: u64,
+        segments: usize,
+        units: usize,
+        threads: usize,
+    ) -> f64 {
+        match self.op(op) {
+            Some(m) => m.cpu.predict_ns(bytes, segments, units, threads),
+            // An op the model does not know: assume the CPU, which runs everything.
+            None => 0.0,
+        }
+    }
+
+    /// GPU time, or `None` where the model has no GPU figures for `op`.
+    pub fn gpu_ns(&self, op: OpKind, bytes: u64, segments: usize, resident: bool) -> Option<f64> {
+        let g = self.op(op)?.gpu?;
+        if resident {
+            return Some(g.kernel.predict_ns(bytes, segments));
+        }
+        if let Some(host) = g.host {
+            return Some(host.predict_ns(bytes, segments));
+        }
+        // Copies in, kernels and copies out overlap (pipelined), so the
+        // slower of link and kernel sets the per-byte rate.
+        let link = self.link?;
+        let k = g.kernel;
+        Some(
+            k.fixed_ns
+                + link.fixed_ns
+                + k.ns_per_byte.max(link.ns_per_byte) * bytes as f64
+                + k.ns_per_segment * segments as f64,
+        )
+    }
+
+    /// Checks a model read from a file: known version and ops, sane numbers.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.format_version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {} (this gvault reads {FORMAT_VERSION})",
+                self.format_version
+            ));
+        }
+        if let Some(l) = self.link {
+            let ok = |v: f64| v.is_finite() && v >= 0.0;
+            if !ok(l.fixed_ns) || !ok(l.ns_per_byte) {
+                return Err("link cost is negative or not a number".into());
+            }
+        }
+        for (name, m) in &self.ops {
+            if OpKind::from_name(name).is_none() {
+                return Err(format!("unknown op {name:?}"));
+            }
+            let cpu_ok = m.cpu.one_thread.is_valid()
+                && m.cpu.threads >= 1
+                && m.cpu.speedup.is_finite()
+                && m.cpu.speedup > 0.0;
+            let gpu_ok = m
+                .gpu
+                .is_none_or(|g| g.kernel.is_valid() && g.host.is_none_or(|h| h.is_valid()));
+            if !cpu_ok || !gpu_ok {
+                return Err(format!("{name}: a cost is negative or not a number"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills ops missing from `self` from `defaults` (a file written before
+    /// an op existed, or a quick calibration of a subset).
+    pub fn fill_from(&mut self, defaults: &CostModel) {
+        for (name, m) in &defaults.ops {
+            self.ops.entry(name.clone()).or_insert(*m);
+        }
+        if self.link.is_none() && self.identity.gpu_name.is_some() {
+            self.link = defaults.link;
+        }
+    }
+}
+
+/// Least-squares fit of fixed + per-byte + per-segment costs to samples of
+/// (bytes, segments, nanoseconds), minimising relative error (so small jobs
+/// count as much as large ones) with every coefficient kept non-negative.
+pub fn fit_linear(samples: &[(u64, usize, f64)]) -> Option<LinearCost> {
+    let rows: Vec<([f64; 3], f64)> = samples
+        .iter()
+        .filter(|(_, _, ns)| ns.is_finite() && *ns > 0.0)
+        .map(|&(b, s, ns)| ([1.0 / ns, b as f64 / ns, s as f64 / ns], 1.0))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    // Try every subset of the three terms; keep the best fit whose
+    // coefficients are all non-negative (an active set by enumeration).
+    let mut best: Option<(f64, [f64; 3])> = None;
+    for mask in 1u8..8 {
+        let cols: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
+        let Some(coef) = solve_subset(&rows, &cols) else {
+            continue;
+        };
+        if coef.iter().any(|c| *c < 0.0 || !c.is_finite()) {
+            continue;
+        }
+        let mut full = [0.0; 3];
+        for (c, &i) in coef.iter().zip(&cols) {
+            full[i] = *c;
+        }
+        let residual: f64 = rows
+            .iter()
+            .map(|(x, y)| {
+                let p: f64 = x.iter().zip(&full).map(|(a, b)| a * b).sum();
+                (p - y).powi(2)
+            })
+            .sum();
+        if best.is_none_or(|(r, _)| residual < r * (1.0 - 1e-9)) {
+            best = Some((residual, full));
+        }
+    }
+    best.map(|(_, c)| LinearCost {
+        fixed_ns: c[0],
+        ns_per_byte: c[1],
+        ns_per_segment: c[2],
+    })
+}
+
+/// Normal equations on the chosen columns, scaled for conditioning.
+fn solve_subset(rows: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
+    let n = cols.len();
+    let scale: Vec<f64> = cols
+        .iter()
+        .map(|&c| {
+            let s = rows.iter().map(|(x, _)| x[c] * x[c]).sum::<f64>().sqrt();
+            if s > 0.0 {
+                s
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let mut a = vec![vec![0.0; n + 1]; n];
+    for (x, y) in rows {
+        for i in 0..n {
+            let xi = x[cols[i]] / scale[i];
+            for j in 0..n {
+                a[i][j] += xi * x[cols[j]] / scale[j];
+            }
+            a[i][n] += xi * y;
+        }
+    }
+    // Gaussian elimination with partial pivoting.
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
+        if a[pivot][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, pivot);
+        let pivot_row = a[col].clone();
+        for (r, row) in a.iter_mut().enumerate() {
+            if r != col {
+                let f = row[col] / pivot_row[col];
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= f * p;
+                }
+            }
+        }
+    }
+    Some((0..n).map(|i| a[i][n] / a[i][i] / scale[i]).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_recovers_exact_costs() {
+        let truth = LinearCost {
+            fixed_ns: 5_000.0,
+            ns_per_byte: 0.25,
+            ns_per_segment: 300.0,
+        };
+        let samples: Vec<_> = [
+            (512u64, 256usize),
+            (4096, 64),
+            (65536, 16),
+            (1 << 20, 4),
+            (16 << 20, 1),
+            (512, 1),
+        ]
+        .iter()
+        .map(|&(size, n)| (size * n as u64, n, truth.predict_ns(size * n as u64, n)))
+        .collect();
+        let fit = fit_linear(&samples).expect("fits");
+        assert!((fit.fixed_ns - 5_000.0).abs() < 1.0, "{fit:?}");
+        assert!((fit.ns_per_byte - 0.25).abs() < 1e-6, "{fit:?}");
+        assert!((fit.ns_per_segment - 300.0).abs() < 0.1, "{fit:?}");
+    }
+
+    #[test]
+    fn fit_keeps_coefficients_non_negative() {
+        // Timings that a free fit would explain with a negative fixed cost.
+        let samples = [(1000u64, 1usize, 100.0), (2000, 1, 300.0), (4000, 1, 700.0)];
+        let fit = fit_linear(&samples).expect("fits");
+        assert!(fit.fixed_ns >= 0.0 && fit.ns_per_byte > 0.0 && fit.ns_per_segment >= 0.0);
+    }
+
+    #[test]
+    fn fit_of_nothing_is_none() {
+        assert_eq!(fit_linear(&[]), None);
+        assert_eq!(fit_linear(&[(10, 1, f64::NAN)]), None);
+    }
+
+    #[test]
+    fn speedup_scales_with_threads() {
+        let c = CpuCost {
+            one_thread: LinearCost::default(),
+            threads: 16,
+            speedup: 14.5,
+        };
+        assert_eq!(c.speedup_at(1), 1.0);
+        assert!((c.speedup_at(16) - 14.5).abs() < 1e-9);
+        assert!(c.speedup_at(8) > 1.0 && c.speedup_at(8) < 14.5);
+    }
+}

@@ -1,0 +1,365 @@
+//! `gvault bench calibrate`: measures every op on the CPU (one core at a
+//! few job shapes, then all cores) and, where there is a GPU, end to end from
+//! host memory, on device-resident data, and the link; fits the auto
+//! backend's cost model by least squares and stores it where `auto` loads it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gvault_accel::auto::{
+    self, crossover, fit_linear, machine_identity, CostModel, CpuCost, Crossover, GpuCost,
+    LinearCost, LinkCost, OpModel, FORMAT_VERSION,
+};
+use gvault_accel::cpu::CpuBackend;
+use gvault_accel::gpu::GpuBackend;
+use gvault_accel::*;
+
+use super::measure::{repeat, size_label};
+use super::primitive::{gpu_supports, measure_device_resident, measure_dyn, random, Keys};
+
+#[derive(clap::Args, Debug)]
+pub struct CalibrateArgs {
+    /// Fewer, smaller measurements (seconds; for tests and a first look).
+    #[arg(long)]
+    quick: bool,
+    /// Write the model here instead of the config directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Job shapes (segment size, segments) the fixed, per-byte and per-segment
+/// costs are fitted to: sizes and counts vary independently enough.
+const SHAPES: [(usize, usize); 6] = [
+    (512, 256),
+    (4096, 1),
+    (4096, 128),
+    (64 << 10, 32),
+    (1 << 20, 8),
+    (16 << 20, 2),
+];
+const QUICK_SHAPES: [(usize, usize); 4] = [(512, 64), (4096, 1), (4096, 16), (256 << 10, 4)];
+
+/// Segments in the jobs cross-overs are reported for.
+pub const CROSSOVER_SEGMENTS: usize = 64;
+
+pub fn run(args: CalibrateArgs) -> Result<(), String> {
+    let started = Instant::now();
+    let path = match args.out.clone() {
+        Some(p) => p,
+        None => auto::default_path()
+            .ok_or("no config directory: set HOME or XDG_CONFIG_HOME, or pass --out")?,
+    };
+    let gpu = match GpuBackend::probe() {
+        Ok(g) => Some(g),
+        Err(why) => {
+            println!("gpu: unavailable ({why}); calibrating the CPU only");
+            None
+        }
+    };
+    let identity = machine_identity(gpu.as_ref());
+    let shapes: &[(usize, usize)] = if args.quick { &QUICK_SHAPES } else { &SHAPES };
+    let min_time = Duration::from_millis(if args.quick { 10 } else { 40 });
+    let one = CpuBackend::with_threads(1);
+    let all = CpuBackend::new();
+    let keys = Keys::new();
+    println!(
+        "calibrating on {} cores{}; {} shapes per op, >= {} ms each",
+        all.threads(),
+        identity
+            .gpu_name
+            .as_deref()
+            .map(|n| format!(" and {n}"))
+            .unwrap_or_default(),
+        shapes.len(),
+        min_time.as_millis()
+    );
+
+    let mut model = CostModel {
+        format_version: FORMAT_VERSION,
+        identity,
+        link: None,
+        ops: Default::default(),
+    };
+    for op in OpKind::ALL {
+        let m = if op == OpKind::RsaPrivate {
+            calibrate_rsa(&one, &all, min_time)?
+        } else {
+            calibrate_op(
+                op,
+                &keys,
+                shapes,
+                &one,
+                &all,
+                gpu.as_ref(),
+                min_time,
+                args.quick,
+            )?
+        };
+        model.ops.insert(op.name().to_string(), m);
+    }
+    if let Some(g) = &gpu {
+        model.link = calibrate_link(g)?;
+    }
+    model.validate()?;
+    auto::write(&path, &model)?;
+    print_model(&model, all.threads());
+    println!(
+        "\nwrote {} in {:.1} s",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn time_ns(
+    backend: &dyn Backend,
+    op: OpKind,
+    keys: &Keys,
+    size: usize,
+    n: usize,
+    min_time: Duration,
+) -> Result<f64, String> {
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| random(size)).collect();
+    Ok(measure_dyn(backend, op, keys, &mut bufs, min_time)?.as_nanos() as f64)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn calibrate_op(
+    op: OpKind,
+    keys: &Keys,
+    shapes: &[(usize, usize)],
+    one: &CpuBackend,
+    all: &CpuBackend,
+    gpu: Option<&GpuBackend>,
+    min_time: Duration,
+    quick: bool,
+) -> Result<OpModel, String> {
+    let mut samples = Vec::new();
+    for &(size, n) in shapes {
+        samples.push((
+            (size * n) as u64,
+            n,
+            time_ns(one, op, keys, size, n, min_time)?,
+        ));
+    }
+    let one_thread = fit_linear(&samples).ok_or_else(|| format!("{op}: no usable CPU timings"))?;
+    // Speed-up on all cores, on enough 1 MiB segments to keep every core busy.
+    let (size, n) = (if quick { 256 << 10 } else { 1 << 20 }, all.threads() * 2);
+    let t1 = time_ns(one, op, keys, size, n, min_time)?;
+    let tn = time_ns(all, op, keys, size, n, min_time)?;
+    let speedup = (t1 / tn).max(1.0);
+    let cpu = CpuCost {
+        one_thread,
+        threads: all.threads(),
+        speedup,
+    };
+    let gpu = match gpu {
+        Some(g) => calibrate_gpu(op, keys, shapes, g, min_time)?,
+        None => None,
+    };
+    Ok(OpModel { cpu, gpu })
+}
+
+/// GPU costs of `op`, or `None` where the GPU backend does not run it.
+fn calibrate_gpu(
+    op: OpKind,
+    keys: &Keys,
+    shapes: &[(usize, usize)],
+    g: &GpuBackend,
+    min_time: Duration,
+) -> Result<Option<GpuCost>, String> {
+    let mut host = Vec::new();
+    for &(size, n) in shapes {
+        match time_ns(g, op, keys, size, n, min_time) {
+            Ok(ns) => host.push(((size * n) as u64, n, ns)),
+            Err(e) if e.contains("does not implement") => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    let host = fit_linear(&host).ok_or_else(|| format!("{op}: no usable GPU timings"))?;
+    // Device-resident timings where the bench can place this op's input on
+    // the GPU; otherwise the host figure stands in (it can only be slower).
+    let kernel = if gpu_supports(op) {
+        let mut samples = Vec::new();
+        for &(size, n) in shapes {
+            let t = measure_device_resident(g, op, keys, size, n, min_time)?;
+            samples.push(((size * n) as u64, n, t.as_nanos() as f64));
+        }
+        fit_linear(&samples).unwrap_or(host)
+    } else {
+        host
+    };
+    Ok(Some(GpuCost {
+        kernel,
+        host: Some(host),
+    }))
+}
+
+/// RSA-2048 private operations: a cost per segment (key sizes differ by
+/// far more than bytes would say; 2048 bits is the common case).
+fn calibrate_rsa(
+    one: &CpuBackend,
+    all: &CpuBackend,
+    min_time: Duration,
+) -> Result<OpModel, String> {
+    let key = RsaPrivateKey::from_key(
+        rsa::RsaPrivateKey::new(&mut rand::thread_rng(), 2048).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let batch = all.threads() * 2;
+    let inputs: Vec<Vec<u8>> = (0..batch)
+        .map(|_| {
+            let mut v = random(key.size());
+            v[0] = 0;
+            v
+        })
+        .collect();
+    let time = |b: &CpuBackend, n: usize| {
+        repeat(2, min_time, || {
+            let mut job = Job::RsaPrivate {
+                key: &key,
+                segments: inputs[..n].iter().map(|v| v.as_slice()).collect(),
+            };
+            let start = Instant::now();
+            let _ = b.run(&mut job);
+            start.elapsed()
+        })
+        .median
+        .as_nanos() as f64
+    };
+    let samples: Vec<(u64, usize, f64)> = [1, batch]
+        .iter()
+        .map(|&n| ((n * key.size()) as u64, n, time(one, n)))
+        .collect();
+    let per_segment = samples[1].2 / batch as f64;
+    let one_thread = LinearCost {
+        fixed_ns: 0.0,
+        ns_per_byte: 0.0,
+        ns_per_segment: per_segment,
+    };
+    let speedup = (samples[1].2 / time(all, batch)).max(1.0);
+    Ok(OpModel {
+        cpu: CpuCost {
+            one_thread,
+            threads: all.threads(),
+            speedup,
+        },
+        gpu: None,
+    })
+}
+
+/// Pinned host-to-device copies at a few sizes: fixed cost and rate.
+fn calibrate_link(g: &GpuBackend) -> Result<Option<LinkCost>, String> {
+    let Some(dev) = g.devices().first() else {
+        return Ok(None);
+    };
+    let sizes = [64 << 10, 1 << 20, 16 << 20, 64 << 20];
+    let figures = gvault_accel::gpu::link::measure(dev, &sizes, 5)?;
+    let samples: Vec<(u64, usize, f64)> = figures
+        .iter()
+        .filter(|f| f.pinned && f.to_device && f.gbps > 0.0)
+        .map(|f| (f.bytes as u64, 1, f.bytes as f64 / f.gbps))
+        .collect();
+    Ok(fit_linear(&samples).map(|c| LinkCost {
+        fixed_ns: c.fixed_ns + c.ns_per_segment,
+        ns_per_byte: c.ns_per_byte,
+    }))
+}
+
+fn gbps(ns_per_byte: f64) -> String {
+    if ns_per_byte > 0.0 {
+        format!("{:.2}", 1.0 / ns_per_byte)
+    } else {
+        "-".into()
+    }
+}
+
+pub fn describe(c: Crossover) -> String {
+    match c {
+        Crossover::NoGpu => "no GPU".into(),
+        Crossover::GpuNeverFaster => "GPU never faster".into(),
+        Crossover::GpuAlwaysFaster => "GPU always faster".into(),
+        Crossover::At(size) => format!("GPU from {}", approx_size(size)),
+    }
+}
+
+fn approx_size(n: u64) -> String {
+    let p = n.next_power_of_two();
+    // Round to a power of two for display when close; exact otherwise.
+    if p - n < p / 8 {
+        size_label(p as usize)
+    } else {
+        format!("{:.0} KiB", n as f64 / 1024.0)
+    }
+}
+
+/// The model as a table: CPU and GPU rates and the cross-over per op.
+pub fn print_model(model: &CostModel, cpu_threads: usize) {
+    if let Some(l) = model.link {
+        println!(
+            "link: {:.1} µs + {} GB/s (pinned, host to device)",
+            l.fixed_ns / 1e3,
+            gbps(l.ns_per_byte)
+        );
+    }
+    println!(
+        "{:<16} {:>9} {:>10} {:>8} {:>9} {:>10} {:>10}  cross-over ({CROSSOVER_SEGMENTS}-segment jobs, host data, {cpu_threads} CPU threads)",
+        "op", "cpu µs", "cpu-1 GB/s", "speedup", "gpu µs", "gpu GB/s", "kernel GB/s"
+    );
+    for op in OpKind::ALL {
+        let Some(m) = model.op(op) else { continue };
+        let c = m.cpu.one_thread;
+        let (gpu_fixed, gpu_host, gpu_kernel) = match m.gpu {
+            Some(g) => {
+                let h = g.host.unwrap_or(g.kernel);
+                (
+                    format!("{:.1}", h.fixed_ns / 1e3),
+                    gbps(h.ns_per_byte),
+                    gbps(g.kernel.ns_per_byte),
+                )
+            }
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        let cpu_rate = if op == OpKind::RsaPrivate {
+            format!("{:.0}/s", 1e9 / c.ns_per_segment.max(1.0))
+        } else {
+            gbps(c.ns_per_byte)
+        };
+        println!(
+            "{:<16} {:>9.1} {:>10} {:>7.1}x {:>9} {:>10} {:>10}  {}",
+            op.name(),
+            c.fixed_ns / 1e3,
+            cpu_rate,
+            m.cpu.speedup_at(cpu_threads),
+            gpu_fixed,
+            gpu_host,
+            gpu_kernel,
+            describe(crossover(model, op, CROSSOVER_SEGMENTS, cpu_threads))
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_calibration_writes_a_model_that_loads_back() {
+        let dir = std::env::temp_dir().join(format!("gvault-calibrate-{}", std::process::id()));
+        let path = dir.join("model.json");
+        run(CalibrateArgs {
+            quick: true,
+            out: Some(path.clone()),
+        })
+        .expect("calibration runs");
+        let identity = machine_identity(GpuBackend::probe().ok().as_ref());
+        let model = auto::read(&path, &identity).expect("the written model loads");
+        for op in OpKind::ALL {
+            let m = model.op(op).expect("every op calibrated");
+            assert!(m.cpu.one_thread.predict_ns(1 << 20, 1) > 0.0, "{op}");
+        }
+        let (_, source) = auto::load(Some(&path), &identity);
+        assert_eq!(source, auto::ModelSource::File(path.clone()));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
