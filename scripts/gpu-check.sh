@@ -14,6 +14,9 @@ if [ "${1:-}" = "--build" ]; then
   bin=$(cargo test --release -p gvault-accel --test gpu --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import sys,json; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable")]')
   cp "$bin" .gpu/gpu-tests
+  bin=$(cargo test --release -p gvault-accel --test gpu_hash --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import sys,json; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable")]')
+  cp "$bin" .gpu/gpu-hash-tests
   ls -la .gpu
   exit 0
 fi
@@ -29,6 +32,8 @@ cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
 $B/gpu-tests --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu-tests.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+$B/gpu-hash-tests --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu-hash-tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 $B/gvault bench link --quick 2>&1 | tee "$OUT/link.txt"
 $B/gvault bench primitive --ops aes256ctr --sizes 4K,64K,1M,16M,256M,1G --min-ms 300 2>&1 | tee "$OUT/primitive-gpu.txt"

@@ -182,9 +182,14 @@ fn device_resident_input_needs_no_host_round_trip() {
 #[test]
 fn unsupported_ops_say_so() {
     let Some(g) = gpu() else { return };
-    let mut job = Job::Digest {
-        algo: DigestAlgo::Md5,
-        segments: vec![Data::Host(b"x")],
+    let key = BlowfishKey::try_from_slice(b"unsupported").unwrap();
+    let mut buf = [0u8; 8];
+    let mut job = Job::Ctr {
+        cipher: CtrCipher::Blowfish(&key),
+        segments: vec![CtrSegment {
+            iv: CtrIv::B64(Iv64([0; 8])),
+            data: (&mut buf[..]).into(),
+        }],
     };
     assert!(matches!(
         g.run(&mut job),

@@ -7,11 +7,15 @@
 //! - `runtime`: devices, streams, pinned staging slots, launches.
 //! - `ctr`: CTR-mode jobs (AES-256, TEA) for host and device-resident data.
 
+mod blake3;
 mod ctr;
+mod digest;
 pub mod kernels;
 pub mod key_schedule;
 pub mod link;
 mod runtime;
+mod serial;
+mod stage;
 
 use std::sync::atomic::Ordering;
 
@@ -182,6 +186,7 @@ impl Backend for GpuBackend {
                 }
                 Ok(results)
             }
+            Job::Digest { algo, segments } => digest::run(dev, algo, segments, pre),
             other => Err(BackendError::Unsupported {
                 backend: "gpu",
                 op: other.op(),
