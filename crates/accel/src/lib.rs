@@ -10,6 +10,7 @@
 //!   come behind the same trait, so callers never change.
 
 pub mod backend;
+pub mod cdc_resolve;
 pub mod chunking;
 pub mod cpu;
 pub mod error;

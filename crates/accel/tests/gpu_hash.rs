@@ -130,7 +130,8 @@ fn blake3_one_gib_segment() {
     let Some(g) = gpu() else { return };
     let data = vec![random_bytes((1 << 30) + 5, 8)];
     let cpu = CpuBackend::new();
-    for algo in [DigestAlgo::Blake3] {
+    let key = Blake3Key::from_bytes([1; 32]);
+    for algo in [DigestAlgo::Blake3, DigestAlgo::Blake3Keyed(&key)] {
         assert_eq!(digest_job(&cpu, algo, &data), digest_job(g, algo, &data));
     }
 }
@@ -164,4 +165,54 @@ fn digests_of_device_resident_input() {
         let want = digest_job(&cpu, algo, &data);
         assert_eq!(want, got, "{} device-resident", algo.op());
     }
+}
+
+fn chunk_job(b: &dyn Backend, params: ChunkParams, segments: Vec<Data<'_>>) -> Vec<SegmentResult> {
+    let mut job = Job::Chunk { params, segments };
+    b.run(&mut job).expect("job runs")
+}
+
+#[test]
+fn chunk_boundaries_equal_fastcdc() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let mut real = Vec::new();
+    for name in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "src/job.rs",
+        "kernels/blake3.cu",
+        "kernels/cdc.cu",
+    ] {
+        real.extend(std::fs::read(format!("{}/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap());
+    }
+    while real.len() < (3 << 20) {
+        real.extend_from_within(..real.len().min(1 << 20));
+    }
+    let mut data = inputs(&[5 << 20, 3 << 20, 2 << 20, 1025, 0, 70_001], 11);
+    data.push(real);
+    for p in [
+        ChunkParams::new(64, 256, 1024, 3).unwrap(),
+        ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+        ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
+        ChunkParams::DEFAULT,
+    ] {
+        let segs: Vec<Data<'_>> = data.iter().map(Data::from).collect();
+        assert_eq!(
+            chunk_job(&cpu, p, segs.clone()),
+            chunk_job(g, p, segs),
+            "{p:?}"
+        );
+    }
+    // Device-resident input.
+    let alloc = g.alloc_device(0, data[0].len(), &data[0]).unwrap();
+    let p = ChunkParams::new(2048, 8192, 65536, 2).unwrap();
+    assert_eq!(
+        chunk_job(&cpu, p, vec![Data::from(&data[0])]),
+        chunk_job(
+            g,
+            p,
+            vec![Data::Device(alloc.slice(0, data[0].len()).unwrap())]
+        )
+    );
 }

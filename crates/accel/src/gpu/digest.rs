@@ -43,6 +43,22 @@ pub(crate) fn inputs<'a>(
     (inputs, index, results)
 }
 
+/// A chunking job: boundaries per segment.
+pub(crate) fn run_chunk(
+    dev: &Device,
+    params: &crate::chunking::ChunkParams,
+    segments: &[Data<'_>],
+    pre: Vec<Option<SegmentErrorKind>>,
+) -> Result<Vec<SegmentResult>, BackendError> {
+    let (inputs, index, mut results) = inputs(dev, segments, pre);
+    let spans = super::cdc::chunk_all(dev, params, &inputs)
+        .map_err(|e| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name)))?;
+    for (i, c) in index.into_iter().zip(spans) {
+        results[i] = Ok(Output::Chunks(c));
+    }
+    Ok(results)
+}
+
 pub(crate) fn run(
     dev: &Device,
     algo: &DigestAlgo<'_>,

@@ -44,6 +44,11 @@ pub const SOURCES: &[KernelSource] = &[
         functions: &["blake3_chunks", "blake3_reduce"],
     },
     KernelSource {
+        name: "cdc",
+        source: include_str!("../../kernels/cdc.cu"),
+        functions: &["gear_candidates"],
+    },
+    KernelSource {
         name: "serial",
         source: include_str!("../../kernels/serial.cu"),
         functions: &[

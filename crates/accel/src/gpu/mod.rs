@@ -8,6 +8,7 @@
 //! - `ctr`: CTR-mode jobs (AES-256, TEA) for host and device-resident data.
 
 mod blake3;
+mod cdc;
 mod ctr;
 mod digest;
 pub mod kernels;
@@ -187,6 +188,7 @@ impl Backend for GpuBackend {
                 Ok(results)
             }
             Job::Digest { algo, segments } => digest::run(dev, algo, segments, pre),
+            Job::Chunk { params, segments } => digest::run_chunk(dev, params, segments, pre),
             other => Err(BackendError::Unsupported {
                 backend: "gpu",
                 op: other.op(),
