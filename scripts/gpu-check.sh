@@ -14,6 +14,9 @@ if [ "${1:-}" = "--build" ]; then
   bin=$(cargo test --release -p gvault-accel --test gpu --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import sys,json; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable")]')
   cp "$bin" .gpu/gpu-tests
+  bin=$(cargo test --release -p gvault-accel --test gpu_hash --no-run --message-format=json 2>/dev/null \
+        | python3 -c 'import sys,json; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable")]')
+  cp "$bin" .gpu/gpu-hash-tests
   strip .gpu/* 2>/dev/null || true
   ls -la .gpu
   exit 0

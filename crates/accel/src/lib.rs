@@ -12,6 +12,7 @@
 
 pub mod auto;
 pub mod backend;
+pub mod cdc_resolve;
 pub mod chunking;
 pub mod cpu;
 pub mod error;

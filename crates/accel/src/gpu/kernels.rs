@@ -38,6 +38,26 @@ pub const SOURCES: &[KernelSource] = &[
         source: include_str!("../../kernels/blowfish.cu"),
         functions: &["blowfish_ctr", "blowfish_ctr_v2", "blowfish_encrypt_blocks"],
     },
+    KernelSource {
+        name: "blake3",
+        source: include_str!("../../kernels/blake3.cu"),
+        functions: &["blake3_chunks", "blake3_reduce"],
+    },
+    KernelSource {
+        name: "cdc",
+        source: include_str!("../../kernels/cdc.cu"),
+        functions: &["gear_candidates"],
+    },
+    KernelSource {
+        name: "serial",
+        source: include_str!("../../kernels/serial.cu"),
+        functions: &[
+            "sha256_pieces",
+            "md5_pieces",
+            "crc32_pieces",
+            "crc32c_pieces",
+        ],
+    },
 ];
 
 /// Loaded and compiled; not yet driven by the runtime (AES-GCM on the GPU

@@ -8,13 +8,18 @@
 //! - `ctr`: CTR-mode jobs (AES-256, TEA, Blowfish) for host and device-resident data.
 //! - `gcm`: AES-256-GCM seal/open: the CTR pipeline plus a parallel GHASH pass.
 
+mod blake3;
 mod blowfish_schedule;
+mod cdc;
 mod ctr;
+mod digest;
 mod gcm;
 pub mod kernels;
 pub mod key_schedule;
 pub mod link;
 mod runtime;
+mod serial;
+mod stage;
 
 use std::sync::atomic::Ordering;
 
@@ -206,6 +211,8 @@ impl Backend for GpuBackend {
                     .unzip();
                 run_gcm(dev, key, false, items, misplaced, pre)
             }
+            Job::Digest { algo, segments } => digest::run(dev, algo, segments, pre),
+            Job::Chunk { params, segments } => digest::run_chunk(dev, params, segments, pre),
             other => Err(BackendError::Unsupported {
                 backend: "gpu",
                 op: other.op(),

@@ -1,0 +1,191 @@
+//! FastCDC 2020 boundaries from per-position candidate bitmaps: the CPU
+//! half of the GPU chunker. The GPU marks every position whose full-window
+//! gear hash passes the small or large mask; this walk applies the min /
+//! avg / max rules of `fastcdc::v2020::cut_gear` over those sparse hits and
+//! gives exactly its boundaries.
+//!
+//! Why it is exact: the crate's hash restarts at 0 at `chunk start + 2 *
+//! (min / 2)`; a gear hash forgets a byte after 64 steps, so from the 64th
+//! position on it equals the full-window hash the GPU computed. The first 63
+//! positions are recomputed here from the bytes. The crate tests even
+//! positions as `(h << 1) & (mask << 1)`, which is `h & mask` because no mask
+//! uses bit 63.
+
+use fastcdc::v2020::{get_gear_with_seed, MASKS};
+
+use crate::chunking::ChunkParams;
+use crate::job::ChunkSpan;
+
+/// The two masks of normalized chunking for `params` (as the crate picks them).
+pub fn masks(params: &ChunkParams) -> (u64, u64) {
+    let bits = 31 - params.avg().leading_zeros();
+    let n = params.level() as u32;
+    (MASKS[(bits + n) as usize], MASKS[(bits - n) as usize])
+}
+
+/// Candidate bitmaps on the CPU, as the GPU kernel `gear_candidates` writes
+/// them: bit p % 32 of word p / 32 is set iff the gear hash of the 64 bytes
+/// ending at p (fewer before position 63) passes the mask.
+pub fn candidates(data: &[u8], mask_s: u64, mask_l: u64) -> (Vec<u32>, Vec<u32>) {
+    let (gear, _) = get_gear_with_seed(0);
+    let words = data.len().div_ceil(32);
+    let (mut s, mut l) = (vec![0u32; words], vec![0u32; words]);
+    let mut h = 0u64;
+    for (p, &b) in data.iter().enumerate() {
+        h = (h << 1).wrapping_add(gear[b as usize]);
+        s[p / 32] |= ((h & mask_s == 0) as u32) << (p % 32);
+        l[p / 32] |= ((h & mask_l == 0) as u32) << (p % 32);
+    }
+    (s, l)
+}
+
+/// First set bit of `bits` in positions `from..to`, if any.
+fn first_hit(bits: &[u32], from: usize, to: usize) -> Option<usize> {
+    let mut p = from;
+    while p < to {
+        let w = bits[p / 32] >> (p % 32);
+        if w != 0 {
+            let hit = p + w.trailing_zeros() as usize;
+            return (hit < to).then_some(hit);
+        }
+        p = (p / 32 + 1) * 32;
+    }
+    None
+}
+
+/// Chunk boundaries of `len` bytes. `head(at, n)` returns the `n` bytes at
+/// `at` (the first positions after each hash start, recomputed here).
+pub fn resolve(
+    params: &ChunkParams,
+    len: usize,
+    hits_s: &[u32],
+    hits_l: &[u32],
+    mut head: impl FnMut(usize, usize) -> Vec<u8>,
+) -> Vec<ChunkSpan> {
+    let (gear, _) = get_gear_with_seed(0);
+    let (mask_s, mask_l) = masks(params);
+    let (min, avg, max) = (
+        params.min() as usize,
+        params.avg() as usize,
+        params.max() as usize,
+    );
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    while start < len {
+        let cut = cut_at(len - start, (min, avg, max), |hs, (center_end, end)| {
+            // Chunk-relative positions: mask_s below `center_end`, mask_l up
+            // to `end`, both from the crate's rules.
+            let direct = (hs + 63).min(end);
+            let bytes = head(start + hs, direct - hs);
+            let mut h = 0u64;
+            for (i, &b) in bytes.iter().enumerate() {
+                let a = hs + i;
+                h = (h << 1).wrapping_add(gear[b as usize]);
+                let mask = if a < center_end { mask_s } else { mask_l };
+                if h & mask == 0 {
+                    return a;
+                }
+            }
+            let abs = |p: usize| start + p;
+            if direct < center_end {
+                if let Some(p) = first_hit(hits_s, abs(direct), abs(center_end)) {
+                    return p - start;
+                }
+            }
+            let from = direct.max(center_end);
+            if let Some(p) = first_hit(hits_l, abs(from), abs(end)) {
+                return p - start;
+            }
+            end
+        });
+        out.push(ChunkSpan {
+            offset: start as u64,
+            len: cut as u32,
+        });
+        start += cut;
+    }
+    out
+}
+
+/// The crate's size rules for one chunk of at most `remaining` bytes;
+/// `scan(hash_start, (center_end, end))` returns the cut.
+fn cut_at(
+    remaining: usize,
+    (min, avg, max): (usize, usize, usize),
+    scan: impl FnOnce(usize, (usize, usize)) -> usize,
+) -> usize {
+    if remaining <= min {
+        return remaining;
+    }
+    let mut center = avg;
+    let mut remaining = remaining;
+    if remaining > max {
+        remaining = max;
+    } else if remaining < center {
+        center = remaining;
+    }
+    let hash_start = min / 2 * 2;
+    let center_end = center / 2 * 2;
+    let end = remaining / 2 * 2;
+    if hash_start >= end {
+        return remaining;
+    }
+    let cut = scan(hash_start, (center_end.max(hash_start), end));
+    if cut >= end {
+        remaining
+    } else {
+        cut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastcdc::v2020::FastCDC;
+    use rand::{RngCore, SeedableRng};
+
+    fn want(p: &ChunkParams, data: &[u8]) -> Vec<ChunkSpan> {
+        FastCDC::with_level(data, p.min(), p.avg(), p.max(), p.normalization())
+            .map(|c| ChunkSpan {
+                offset: c.offset as u64,
+                len: c.length as u32,
+            })
+            .collect()
+    }
+
+    fn check(p: &ChunkParams, data: &[u8]) {
+        let (ms, ml) = masks(p);
+        let (s, l) = candidates(data, ms, ml);
+        let got = resolve(p, data.len(), &s, &l, |at, n| data[at..at + n].to_vec());
+        assert_eq!(got, want(p, data), "params {p:?}, {} bytes", data.len());
+    }
+
+    #[test]
+    fn matches_fastcdc_on_random_repetitive_and_odd_sizes() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut random = vec![0u8; 3 << 20];
+        rng.fill_bytes(&mut random);
+        let period: Vec<u8> = (0..(2 << 20)).map(|k| (k % 13) as u8 * 19).collect();
+        let zeros = vec![0u8; 1 << 20];
+        let mut text = Vec::new();
+        while text.len() < (1 << 20) {
+            text.extend_from_slice(include_bytes!("cdc_resolve.rs"));
+        }
+        for p in [
+            ChunkParams::new(64, 256, 1024, 0).unwrap(),
+            ChunkParams::new(64, 256, 1024, 3).unwrap(),
+            ChunkParams::new(1000, 4096, 16384, 1).unwrap(),
+            ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+            ChunkParams::new(65, 300, 1025, 1).unwrap(),
+            ChunkParams::new(4096, 4096, 4096, 0).unwrap(),
+            ChunkParams::DEFAULT,
+        ] {
+            for d in [&random[..], &period, &zeros, &text] {
+                check(&p, d);
+            }
+            for n in [0usize, 1, 63, 64, 65, 1023, 1024, 1025, 4095, 70_001] {
+                check(&p, &random[..n]);
+            }
+        }
+    }
+}

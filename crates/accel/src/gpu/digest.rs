@@ -1,0 +1,91 @@
+//! Digest jobs on one device: BLAKE3 (`blake3.rs`), and SHA-256, MD5,
+//! CRC-32 and CRC-32C (`serial.rs`: one thread per segment). Host segments
+//! are staged through the pinned slots; device-resident ones are read where
+//! they lie; only digests come back.
+
+use super::blake3::{self as b3, Input};
+use super::runtime::Device;
+use super::serial;
+use crate::error::{BackendError, SegmentErrorKind};
+use crate::job::{Data, Digest, DigestAlgo, Output, SegmentResult};
+
+/// The inputs that passed the precheck, and the results slots for the rest.
+pub(crate) fn inputs<'a>(
+    dev: &Device,
+    segments: &[Data<'a>],
+    pre: Vec<Option<SegmentErrorKind>>,
+) -> (Vec<Input<'a>>, Vec<usize>, Vec<SegmentResult>) {
+    let mut inputs = Vec::new();
+    let mut index = Vec::new();
+    let mut results: Vec<SegmentResult> = Vec::with_capacity(segments.len());
+    for (i, (seg, pre)) in segments.iter().zip(pre).enumerate() {
+        if let Some(kind) = pre {
+            results.push(Err(kind.at(i)));
+            continue;
+        }
+        match seg {
+            Data::Host(b) => inputs.push(Input::Host(b)),
+            Data::Device(d) if d.device() as usize == dev.ordinal => inputs.push(Input::Device {
+                ptr: d.ptr(),
+                len: d.len(),
+            }),
+            Data::Device(_) => {
+                results.push(Err(SegmentErrorKind::Internal(
+                    "device segment is not on the job's device".into(),
+                )
+                .at(i)));
+                continue;
+            }
+        }
+        index.push(i);
+        results.push(Ok(Output::Done));
+    }
+    (inputs, index, results)
+}
+
+/// A chunking job: boundaries per segment.
+pub(crate) fn run_chunk(
+    dev: &Device,
+    params: &crate::chunking::ChunkParams,
+    segments: &[Data<'_>],
+    pre: Vec<Option<SegmentErrorKind>>,
+) -> Result<Vec<SegmentResult>, BackendError> {
+    let (inputs, index, mut results) = inputs(dev, segments, pre);
+    let spans = super::cdc::chunk_all(dev, params, &inputs)
+        .map_err(|e| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name)))?;
+    for (i, c) in index.into_iter().zip(spans) {
+        results[i] = Ok(Output::Chunks(c));
+    }
+    Ok(results)
+}
+
+pub(crate) fn run(
+    dev: &Device,
+    algo: &DigestAlgo<'_>,
+    segments: &[Data<'_>],
+    pre: Vec<Option<SegmentErrorKind>>,
+) -> Result<Vec<SegmentResult>, BackendError> {
+    let device_err =
+        |e: String| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name));
+    let (inputs, index, mut results) = inputs(dev, segments, pre);
+    let digests: Vec<Digest> = match algo {
+        DigestAlgo::Blake3 | DigestAlgo::Blake3Keyed(_) => {
+            let key = match algo {
+                DigestAlgo::Blake3Keyed(k) => Some(*k),
+                _ => None,
+            };
+            b3::hash_all(dev, key, &inputs)
+                .map_err(device_err)?
+                .into_iter()
+                .map(Digest::B256)
+                .collect()
+        }
+        DigestAlgo::Sha256 | DigestAlgo::Md5 | DigestAlgo::Crc32 | DigestAlgo::Crc32c => {
+            serial::hash_all(dev, *algo, &inputs).map_err(device_err)?
+        }
+    };
+    for (i, d) in index.into_iter().zip(digests) {
+        results[i] = Ok(Output::Digest(d));
+    }
+    Ok(results)
+}

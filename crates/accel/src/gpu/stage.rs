@@ -1,0 +1,182 @@
+//! Host input for read-only jobs (digests, chunking): pieces of host memory
+//! are packed into the device's two pinned slots and copied in on the slot's
+//! stream, alternating slots so that packing one overlaps the copy and
+//! kernel of the other. Nothing is copied back: the kernels leave their
+//! results (digests, chaining values) in job-scoped device buffers.
+
+use std::ffi::c_void;
+
+use cudarc::driver::result as cu;
+use cudarc::driver::sys;
+use rayon::prelude::*;
+
+use super::runtime::{err, sync, DevError, Device, Slot, SLOT_BYTES};
+
+/// Where a piece landed in the slot's device buffer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Staged {
+    /// Index into the caller's piece list.
+    pub idx: usize,
+    /// Byte offset in the slot (16-byte aligned).
+    pub off: usize,
+}
+
+/// Parallel copy of host pieces into a pinned slot (one core cannot feed the link).
+fn pack(slot: &Slot, parts: &[(usize, &[u8])]) {
+    const CHUNK: usize = 4 << 20;
+    struct Raw(*mut u8, *const u8, usize);
+    // SAFETY (Send/Sync): each Raw names disjoint live memory.
+    unsafe impl Send for Raw {}
+    unsafe impl Sync for Raw {}
+    let jobs: Vec<Raw> = parts
+        .iter()
+        .flat_map(|&(off, src)| {
+            (0..src.len()).step_by(CHUNK).map(move |o| {
+                // SAFETY: off + src.len() <= SLOT_BYTES (checked by the caller).
+                Raw(
+                    unsafe { slot.host.add(off + o) },
+                    src[o..].as_ptr(),
+                    CHUNK.min(src.len() - o),
+                )
+            })
+        })
+        .collect();
+    jobs.par_iter().for_each(|r| {
+        // SAFETY: the pinned slot and the user's bytes do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(r.1, r.0, r.2) }
+    });
+}
+
+/// Stages `pieces` (each at most `SLOT_BYTES`) and calls `launch(slot,
+/// batch)` after each slot's copy-in is queued; `launch` queues its
+/// descriptors (at most `max_batch` per call) and kernel on `slot.stream`.
+/// With `ordered`, each launch also waits for the previous one (kernels that
+/// carry per-segment state from one piece to the next). Returns once all
+/// queued work is done.
+pub(crate) fn stage_host<F>(
+    dev: &Device,
+    pieces: &[&[u8]],
+    max_batch: usize,
+    ordered: bool,
+    mut launch: F,
+) -> Result<(), DevError>
+where
+    F: FnMut(&Slot, &[Staged]) -> Result<(), DevError>,
+{
+    dev.bind()?;
+    let slots = dev
+        .slots
+        .lock()
+        .map_err(|_| "slot lock poisoned".to_string())?;
+    let event = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        .map_err(|e| err("creating event", e))?;
+    let result = (|| {
+        let mut next = 0usize;
+        let mut k = 0usize;
+        let mut busy = [false, false];
+        while next < pieces.len() {
+            let s = k % 2;
+            let slot = &slots[s];
+            if busy[s] {
+                sync(slot.stream)?;
+            }
+            let mut batch = Vec::new();
+            let mut parts = Vec::new();
+            let mut used = 0usize;
+            while next < pieces.len() && batch.len() < max_batch.max(1) {
+                let p = pieces[next];
+                let off = used.next_multiple_of(16);
+                if !batch.is_empty() && off + p.len() > SLOT_BYTES {
+                    break;
+                }
+                if p.len() > SLOT_BYTES {
+                    return Err(format!("piece of {} bytes exceeds a slot", p.len()));
+                }
+                batch.push(Staged { idx: next, off });
+                parts.push((off, p));
+                used = off + p.len();
+                next += 1;
+            }
+            pack(slot, &parts);
+            // SAFETY: the slot holds SLOT_BYTES >= used; its stream was
+            // synchronised before the host buffer was refilled.
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(slot.dev, slot.host as *const c_void, used, slot.stream)
+                    .result()
+                    .map_err(|e| err("copy-in", e))?;
+                if ordered && k > 0 {
+                    cu::stream::wait_event(
+                        slot.stream,
+                        event,
+                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )
+                    .map_err(|e| err("stream wait", e))?;
+                }
+            }
+            launch(slot, &batch)?;
+            if ordered {
+                // SAFETY: event and stream are live.
+                unsafe { cu::event::record(event, slot.stream) }
+                    .map_err(|e| err("event record", e))?;
+            }
+            busy[s] = true;
+            k += 1;
+        }
+        for (s, b) in busy.iter().enumerate() {
+            if *b {
+                sync(slots[s].stream)?;
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        for s in slots.iter() {
+            let _ = sync(s.stream);
+        }
+    }
+    // SAFETY: all streams that used the event are synchronised.
+    unsafe {
+        let _ = cu::event::destroy(event);
+    }
+    result
+}
+
+/// Copies `descs` (plain `repr(C)` data) into the slot's descriptor area
+/// and queues their copy to the device on the slot's stream.
+pub(crate) fn upload_descs<T: Copy>(slot: &Slot, descs: &[T]) -> Result<(), DevError> {
+    let bytes = std::mem::size_of_val(descs);
+    if bytes > super::runtime::DESC_BYTES {
+        return Err("descriptor batch exceeds the slot's descriptor area".into());
+    }
+    // SAFETY: T is plain data; the area holds DESC_BYTES; the stream was
+    // synchronised before this slot was reused.
+    unsafe {
+        std::ptr::copy_nonoverlapping(descs.as_ptr() as *const u8, slot.host_desc, bytes);
+        sys::cuMemcpyHtoDAsync_v2(
+            slot.dev_desc,
+            slot.host_desc as *const c_void,
+            bytes,
+            slot.stream,
+        )
+        .result()
+        .map_err(|e| err("descriptor copy-in", e))
+    }
+}
+
+/// The bytes of a plain `repr(C)` slice, for synchronous uploads.
+pub(crate) fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is plain data without padding-dependent meaning; the slice
+    // lives as long as the returned borrow.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+/// Cuts `data` into pieces of at most `SLOT_BYTES` (a multiple of 1 KiB, so
+/// BLAKE3 chunks and hash blocks never straddle two pieces); an empty input
+/// is one empty piece.
+pub(crate) fn cut(data: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let n = data.len().div_ceil(SLOT_BYTES).max(1);
+    (0..n).map(move |i| {
+        let at = i * SLOT_BYTES;
+        (at, &data[at..(at + SLOT_BYTES).min(data.len())])
+    })
+}

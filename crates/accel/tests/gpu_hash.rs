@@ -1,0 +1,218 @@
+//! GPU hashing and chunking kernels bit for bit against their CPU twins. On
+//! a machine without a GPU every test prints a visible SKIPPED line and
+//! passes; scripts/gpu-check.sh runs this binary on the GPU machine.
+
+mod common;
+
+use common::*;
+use gvault_accel::cpu::CpuBackend;
+use gvault_accel::gpu::GpuBackend;
+use gvault_accel::*;
+use std::sync::OnceLock;
+
+fn gpu() -> Option<&'static GpuBackend> {
+    static GPU: OnceLock<Result<GpuBackend, String>> = OnceLock::new();
+    match GPU.get_or_init(GpuBackend::probe) {
+        Ok(g) => Some(g),
+        Err(why) => {
+            println!("SKIPPED: no GPU ({why})");
+            eprintln!("SKIPPED: no GPU ({why})");
+            None
+        }
+    }
+}
+
+const ODD: [usize; 10] = [0, 1, 63, 64, 65, 1023, 1024, 1025, 4095, (1 << 20) + 13];
+
+/// Random, all-zero and short-period inputs of the given sizes.
+fn inputs(sizes: &[usize], seed: u64) -> Vec<Vec<u8>> {
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| match i % 3 {
+            0 => random_bytes(n, seed + i as u64),
+            1 => vec![0u8; n],
+            _ => (0..n).map(|k| (k % 7) as u8 * 31).collect(),
+        })
+        .collect()
+}
+
+fn mixed_sizes(n: usize, seed: u64, max: u32) -> Vec<usize> {
+    let r = random_bytes(n * 4, seed);
+    r.chunks(4)
+        .map(|c| (u32::from_le_bytes(c.try_into().unwrap()) % max) as usize)
+        .collect()
+}
+
+fn algos(key: &Blake3Key) -> Vec<DigestAlgo<'_>> {
+    vec![
+        DigestAlgo::Blake3,
+        DigestAlgo::Blake3Keyed(key),
+        DigestAlgo::Sha256,
+        DigestAlgo::Md5,
+        DigestAlgo::Crc32,
+        DigestAlgo::Crc32c,
+    ]
+}
+
+fn digest_job(b: &dyn Backend, algo: DigestAlgo<'_>, data: &[Vec<u8>]) -> Vec<SegmentResult> {
+    let mut job = Job::Digest {
+        algo,
+        segments: data.iter().map(Data::from).collect(),
+    };
+    b.run(&mut job).expect("job runs")
+}
+
+fn digests_equal(gpu: &GpuBackend, data: &[Vec<u8>], what: &str) {
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes(*b"gvault gpu hash test key 32 byte");
+    for algo in algos(&key) {
+        let want = digest_job(&cpu, algo, data);
+        let got = digest_job(gpu, algo, data);
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(
+                w,
+                g,
+                "{} {what}: segment {i} of {} bytes differs",
+                algo.op(),
+                data[i].len()
+            );
+        }
+        assert_eq!(want.len(), got.len());
+    }
+}
+
+#[test]
+fn digests_of_odd_sizes_random_and_repetitive() {
+    let Some(g) = gpu() else { return };
+    digests_equal(g, &inputs(&ODD, 1), "odd sizes");
+    // Each size in each data kind.
+    for rot in 1..3 {
+        let mut sizes = ODD.to_vec();
+        sizes.rotate_left(rot);
+        digests_equal(g, &inputs(&sizes, 10 + rot as u64), "odd sizes, rotated");
+    }
+}
+
+#[test]
+fn digests_of_thousands_of_mixed_segments() {
+    let Some(g) = gpu() else { return };
+    digests_equal(g, &inputs(&mixed_sizes(5000, 2, 20_000), 3), "5000 mixed");
+    digests_equal(
+        g,
+        &inputs(&mixed_sizes(300, 4, 300_000), 5),
+        "300 mixed up to 300 KB",
+    );
+}
+
+#[test]
+fn digests_of_segments_larger_than_a_slot() {
+    let Some(g) = gpu() else { return };
+    // 200 MiB + 13 spans four staging slots: BLAKE3 chunk counters and the
+    // carried SHA/MD5/CRC state must line up across them.
+    let sizes = [(200 << 20) + 13, 7, (64 << 20) + 1024, 64 << 20];
+    digests_equal(g, &inputs(&sizes, 6), "larger than a slot");
+}
+
+#[test]
+fn blake3_tree_shapes() {
+    let Some(g) = gpu() else { return };
+    // Chunk counts around the 16-to-1 reduction groups and powers of two.
+    let sizes: Vec<usize> = [2, 3, 15, 16, 17, 31, 32, 33, 255, 256, 257, 4097]
+        .iter()
+        .flat_map(|&c| [c * 1024 - 1, c * 1024, c * 1024 + 1])
+        .collect();
+    digests_equal(g, &inputs(&sizes, 7), "tree shapes");
+}
+
+#[test]
+fn blake3_one_gib_segment() {
+    let Some(g) = gpu() else { return };
+    let data = vec![random_bytes((1 << 30) + 5, 8)];
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([1; 32]);
+    for algo in [DigestAlgo::Blake3, DigestAlgo::Blake3Keyed(&key)] {
+        assert_eq!(digest_job(&cpu, algo, &data), digest_job(g, algo, &data));
+    }
+}
+
+#[test]
+fn digests_of_device_resident_input() {
+    let Some(g) = gpu() else { return };
+    let sizes = [0usize, 1, 63, 1025, (1 << 20) + 13, 3 << 20];
+    let data = inputs(&sizes, 9);
+    // One allocation, segments at odd offsets in it (alignment 1 and 4 paths).
+    let mut packed = Vec::new();
+    let mut at = Vec::new();
+    for d in &data {
+        packed.extend_from_slice(&[0xAB; 3]);
+        at.push(packed.len());
+        packed.extend_from_slice(d);
+    }
+    let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([9; 32]);
+    for algo in algos(&key) {
+        let mut job = Job::Digest {
+            algo,
+            segments: at
+                .iter()
+                .zip(&data)
+                .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
+                .collect(),
+        };
+        let got = g.run(&mut job).unwrap();
+        let want = digest_job(&cpu, algo, &data);
+        assert_eq!(want, got, "{} device-resident", algo.op());
+    }
+}
+
+fn chunk_job(b: &dyn Backend, params: ChunkParams, segments: Vec<Data<'_>>) -> Vec<SegmentResult> {
+    let mut job = Job::Chunk { params, segments };
+    b.run(&mut job).expect("job runs")
+}
+
+#[test]
+fn chunk_boundaries_equal_fastcdc() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let mut real = Vec::new();
+    for name in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "src/job.rs",
+        "kernels/blake3.cu",
+        "kernels/cdc.cu",
+    ] {
+        real.extend(std::fs::read(format!("{}/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap());
+    }
+    while real.len() < (3 << 20) {
+        real.extend_from_within(..real.len().min(1 << 20));
+    }
+    let mut data = inputs(&[5 << 20, 3 << 20, 2 << 20, 1025, 0, 70_001], 11);
+    data.push(real);
+    for p in [
+        ChunkParams::new(64, 256, 1024, 3).unwrap(),
+        ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+        ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
+        ChunkParams::DEFAULT,
+    ] {
+        let segs: Vec<Data<'_>> = data.iter().map(Data::from).collect();
+        assert_eq!(
+            chunk_job(&cpu, p, segs.clone()),
+            chunk_job(g, p, segs),
+            "{p:?}"
+        );
+    }
+    // Device-resident input.
+    let alloc = g.alloc_device(0, data[0].len(), &data[0]).unwrap();
+    let p = ChunkParams::new(2048, 8192, 65536, 2).unwrap();
+    assert_eq!(
+        chunk_job(&cpu, p, vec![Data::from(&data[0])]),
+        chunk_job(
+            g,
+            p,
+            vec![Data::Device(alloc.slice(0, data[0].len()).unwrap())]
+        )
+    );
+}
