@@ -135,8 +135,10 @@ impl<'a> OutputWriter<'a> {
             return Ok(());
         }
         let number = self.inner.new_file_number();
-        let built = b.finish(number, &*self.inner.codec);
         let path = table_path(&self.inner.dir, number);
+        let built = b
+            .finish(number, &*self.inner.codec)
+            .map_err(|e| Error::Seal(format!("{}: {e}", path.display())))?;
         let mut f = self
             .inner
             .fs
