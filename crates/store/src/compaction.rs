@@ -50,7 +50,7 @@ pub fn needs_compaction(inner: &DbInner, v: &Version) -> bool {
     best_level(inner, v).1 >= 1.0
 }
 
-fn key_range(files: &[Arc<FileMeta>]) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn key_range(files: &[Arc<FileMeta>]) -> (Vec<u8>, Vec<u8>) {
     let lo = files
         .iter()
         .map(|f| f.smallest_user())
