@@ -1,10 +1,10 @@
 //! The sealing layer: the one place through which every block of every file
-//! is written and read. Today a block is sealed by appending a masked CRC32C
-//! over (context ‖ payload); the next issue seals with AES-256-GCM through
-//! gvault-accel, using the same context as associated data and
-//! (file number ‖ block number) as the nonce. Callers hand over a whole batch
-//! (all blocks of a table, all frames of a group commit) because that batch
-//! becomes one accelerator job.
+//! is written and read. An unencrypted store appends a masked CRC32C over
+//! (context ‖ payload); an encrypted one seals with AES-256-GCM through
+//! gvault-accel ([`crate::crypto::GcmCodec`]), with the same context as
+//! associated data and (file number ‖ block number) as the nonce. Callers
+//! hand over a whole batch (all blocks of a table, all frames of a group
+//! commit) because that batch becomes one accelerator job.
 
 use std::fmt;
 
@@ -46,6 +46,9 @@ impl BlockKind {
 /// open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockContext {
+    /// The data key named by the file's header (0: none). Not part of the
+    /// bound bytes: it selects the key, which binds it.
+    pub key_id: u32,
     pub file_number: u64,
     pub block_number: u32,
     pub offset: u64,
@@ -78,17 +81,32 @@ impl fmt::Display for OpenError {
     }
 }
 
+/// Why a batch could not be sealed (the accelerator refused the job).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealError(pub String);
+
+impl fmt::Display for SealError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 pub trait BlockCodec: Send + Sync + fmt::Debug {
-    /// The data-key id written in the header of every file this codec seals
-    /// (0: no encryption).
+    /// The data-key id to write in the header of each new file (0: no
+    /// encryption). It changes when the data key rotates, so a writer reads
+    /// it once per file and seals every block of that file under it.
     fn key_id(&self) -> u32;
+
+    /// Whether blocks under this data key can be opened.
+    fn knows_key(&self, key_id: u32) -> bool;
 
     /// Bytes a sealed block has beyond its payload; fixed per codec so that
     /// offsets of a whole batch are known before sealing.
     fn overhead(&self) -> usize;
 
-    /// Seals a whole batch in place: each payload gets its seal appended.
-    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]);
+    /// Seals a whole batch in place (one accelerator job): each payload gets
+    /// its seal appended. Every context names the same key.
+    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]) -> Result<(), SealError>;
 
     /// Checks and strips the seal of one block.
     fn open(&self, ctx: &BlockContext, sealed: Vec<u8>) -> Result<Vec<u8>, OpenError>;
@@ -123,15 +141,20 @@ impl BlockCodec for Crc32cCodec {
         0
     }
 
+    fn knows_key(&self, key_id: u32) -> bool {
+        key_id == 0
+    }
+
     fn overhead(&self) -> usize {
         self.overhead_len()
     }
 
-    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]) {
+    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]) -> Result<(), SealError> {
         for (ctx, payload) in blocks.iter_mut() {
             let crc = block_crc(ctx, payload);
             payload.extend_from_slice(&crc.to_le_bytes());
         }
+        Ok(())
     }
 
     fn open(&self, ctx: &BlockContext, mut sealed: Vec<u8>) -> Result<Vec<u8>, OpenError> {
@@ -157,6 +180,7 @@ mod tests {
 
     fn ctx(block: u32) -> BlockContext {
         BlockContext {
+            key_id: 0,
             file_number: 7,
             block_number: block,
             offset: 100,
@@ -168,7 +192,7 @@ mod tests {
     fn seal_open_round_trip_and_binding() {
         let codec = Crc32cCodec;
         let mut batch = vec![(ctx(0), b"hello".to_vec()), (ctx(1), Vec::new())];
-        codec.seal_batch(&mut batch);
+        codec.seal_batch(&mut batch).unwrap();
         assert_eq!(batch[0].1.len(), 5 + codec.overhead());
         assert_eq!(codec.open(&ctx(0), batch[0].1.clone()).unwrap(), b"hello");
         assert_eq!(codec.open(&ctx(1), batch[1].1.clone()).unwrap(), b"");

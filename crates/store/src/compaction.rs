@@ -50,7 +50,7 @@ pub fn needs_compaction(inner: &DbInner, v: &Version) -> bool {
     best_level(inner, v).1 >= 1.0
 }
 
-fn key_range(files: &[Arc<FileMeta>]) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn key_range(files: &[Arc<FileMeta>]) -> (Vec<u8>, Vec<u8>) {
     let lo = files
         .iter()
         .map(|f| f.smallest_user())
@@ -135,8 +135,10 @@ impl<'a> OutputWriter<'a> {
             return Ok(());
         }
         let number = self.inner.new_file_number();
-        let built = b.finish(number, &*self.inner.codec);
         let path = table_path(&self.inner.dir, number);
+        let built = b
+            .finish(number, &*self.inner.codec)
+            .map_err(|e| Error::Seal(format!("{}: {e}", path.display())))?;
         let mut f = self
             .inner
             .fs

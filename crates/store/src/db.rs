@@ -16,6 +16,7 @@ use crate::codec::BlockCodec;
 use crate::env::{FileLock, FileSystem};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{internal_key, vlog_path, LogPosition, ValuePointer, ValueType, TYPE_FOR_SEEK};
+use crate::keys::KeyState;
 use crate::log_writer::LogWriter;
 use crate::manifest::{self, Manifest};
 use crate::memtable::{Found, MemTable};
@@ -61,6 +62,8 @@ pub(crate) struct DbInner {
     pub opts: Options,
     pub fs: Arc<dyn FileSystem>,
     pub codec: Arc<dyn BlockCodec>,
+    /// The key registry of an encrypted store.
+    pub keys: Option<Arc<KeyState>>,
     pub block_cache: Arc<BlockCache>,
     pub tables: TableCache,
     pub vlog: ValueLog,
@@ -131,6 +134,7 @@ impl DbInner {
         dir: PathBuf,
         opts: Options,
         codec: Arc<dyn BlockCodec>,
+        keys: Option<Arc<KeyState>>,
         version: Version,
         log: LogWriter,
         manifest: Manifest,
@@ -166,6 +170,7 @@ impl DbInner {
             opts,
             fs,
             codec,
+            keys,
             block_cache,
             tables,
             vlog,

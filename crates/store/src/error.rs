@@ -47,6 +47,19 @@ pub enum Error {
     #[error("{path} is not supported by this build: {reason}")]
     Unsupported { path: PathBuf, reason: String },
 
+    /// The store is encrypted and no master key was given.
+    #[error("store {dir} is encrypted; give its master key (--key-file, GVAULT_KEY or --passphrase-env)")]
+    KeyRequired { dir: PathBuf },
+
+    /// The master key given does not open the store's key registry. Nothing
+    /// else was read.
+    #[error("wrong master key for {path}: {reason}")]
+    WrongKey { path: PathBuf, reason: String },
+
+    /// The accelerator could not run a sealing job.
+    #[error("sealing failed: {0}")]
+    Seal(String),
+
     /// The store was closed, or stopped accepting writes after an earlier
     /// failure (the earlier error is named).
     #[error("store is closed or read-only after an earlier error: {0}")]

@@ -12,6 +12,10 @@ use crate::coding::{put_u32, put_u64, put_varint, Decoder};
 pub const FORMAT_VERSION: u16 = 1;
 pub const MAGIC: [u8; 4] = *b"GVLT";
 pub const HEADER_LEN: usize = 24;
+/// The block number of the pointer file's one record. The pointer file
+/// carries its manifest's file number; a manifest is rewritten long before
+/// its frames count this high, so the two never seal under one nonce.
+pub const POINTER_BLOCK: u32 = u32::MAX - 1;
 
 /// Sequence numbers are 56 bits: the low byte of a key trailer is the type.
 pub const MAX_SEQUENCE: u64 = (1 << 56) - 1;
@@ -268,6 +272,8 @@ pub enum FileType {
     Pointer,
     PointerTemp,
     Lock,
+    KeyRegistry,
+    KeyRegistryTemp,
 }
 
 pub const POINTER_FILE: &str = "CURRENT";
@@ -293,6 +299,8 @@ pub fn parse_file_name(name: &str) -> Option<(FileType, u64)> {
         POINTER_FILE => return Some((FileType::Pointer, 0)),
         POINTER_TEMP => return Some((FileType::PointerTemp, 0)),
         LOCK_FILE => return Some((FileType::Lock, 0)),
+        crate::keys::KEYS_FILE => return Some((FileType::KeyRegistry, 0)),
+        crate::keys::KEYS_TEMP => return Some((FileType::KeyRegistryTemp, 0)),
         _ => {}
     }
     let number = |s: &str| -> Option<u64> {

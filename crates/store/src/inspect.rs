@@ -198,17 +198,52 @@ impl fmt::Display for Stats {
 /// first, as the file's own framing describes them (seals are not checked).
 /// For tools and tests that inspect or deliberately damage files.
 pub fn block_extents(path: &std::path::Path) -> Result<Vec<(u64, u64)>> {
+    block_extents_with(path, None)
+}
+
+/// [`block_extents`] for a file of an encrypted store: a table's footer and
+/// index are sealed, so reading its layout needs the master key (the key
+/// registry is read from the file's directory).
+pub fn block_extents_with(
+    path: &std::path::Path,
+    encryption: Option<&crate::keys::Encryption>,
+) -> Result<Vec<(u64, u64)>> {
     use crate::block::Block;
+    use crate::codec::{BlockCodec, BlockContext, BlockKind, Crc32cCodec};
     use crate::coding::Decoder;
     use crate::format::{FileHeader, FileKind};
     use crate::log_writer::FRAME_HEADER_LEN;
-    use crate::table_builder::FOOTER_PAYLOAD_LEN;
+    use crate::table_builder::{FOOTER_BLOCK, FOOTER_PAYLOAD_LEN};
 
     let bytes = std::fs::read(path).ctx(|| format!("reading {}", path.display()))?;
     let header = FileHeader::decode(&bytes)
         .map_err(|e| Error::corruption(path, "file header at offset 0", e.to_string()))?;
     let bad = |what: &str| Error::corruption(path, "block layout", what.to_string());
-    let overhead = crate::codec::Crc32cCodec.overhead_len();
+    let codec: Box<dyn BlockCodec> = match encryption {
+        Some(enc) if header.key_id != 0 => {
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            let backend = crate::crypto::shared_cpu_backend();
+            let r = crate::keys::Registry::load(&crate::env::OsFs, dir, enc, &*backend)?;
+            Box::new(r.codec(backend, None))
+        }
+        _ => Box::new(Crc32cCodec),
+    };
+    let overhead = codec.overhead();
+    let open = |kind, block, off: u64, len: u64| -> Result<Vec<u8>> {
+        let sealed = bytes
+            .get(off as usize..(off + len) as usize)
+            .ok_or_else(|| bad("block outside the file"))?;
+        let ctx = BlockContext {
+            key_id: header.key_id,
+            file_number: header.file_number,
+            block_number: block,
+            offset: off,
+            kind,
+        };
+        codec
+            .open(&ctx, sealed.to_vec())
+            .map_err(|e| Error::corruption(path, "block layout", e.0))
+    };
     let mut out = vec![(0u64, HEADER_LEN as u64)];
     if header.kind != FileKind::Table {
         let mut p = HEADER_LEN;
@@ -225,32 +260,30 @@ pub fn block_extents(path: &std::path::Path) -> Result<Vec<(u64, u64)>> {
         .len()
         .checked_sub(footer_len)
         .ok_or_else(|| bad("no footer"))?;
-    let mut d = Decoder::new(&bytes[footer_at..]);
-    let mut handle = || -> Option<(u64, u64)> {
+    let footer = open(
+        BlockKind::Footer,
+        FOOTER_BLOCK,
+        footer_at as u64,
+        footer_len as u64,
+    )?;
+    let mut d = Decoder::new(&footer);
+    let mut handle = || -> Option<(u64, u64, u32)> {
         let off = d.u64()?;
         let len = d.u32()?;
-        d.u32()?;
-        Some((off, u64::from(len)))
+        let block = d.u32()?;
+        Some((off, u64::from(len), block))
     };
     let index = handle().ok_or_else(|| bad("bad footer"))?;
     let filter = handle().ok_or_else(|| bad("bad footer"))?;
-    let index_end = index
-        .0
-        .checked_add(index.1)
-        .and_then(|e| e.checked_sub(overhead as u64))
-        .filter(|&e| e >= index.0)
-        .ok_or_else(|| bad("index outside the file"))?;
-    let index_bytes = bytes
-        .get(index.0 as usize..index_end as usize)
-        .ok_or_else(|| bad("index outside the file"))?;
-    let block = Block::decode(index_bytes.to_vec()).map_err(|r| bad(&r))?;
+    let index_bytes = open(BlockKind::Index, index.2, index.0, index.1)?;
+    let block = Block::decode(index_bytes).map_err(|r| bad(&r))?;
     for i in 0..block.len() {
         let h = crate::format::BlockHandle::decode_from(&mut Decoder::new(block.value(i)))
             .ok_or_else(|| bad("bad index entry"))?;
         out.push((h.offset, u64::from(h.len)));
     }
-    out.push(filter);
-    out.push(index);
+    out.push((filter.0, filter.1));
+    out.push((index.0, index.1));
     out.push((footer_at as u64, footer_len as u64));
     Ok(out)
 }

@@ -47,6 +47,7 @@ mod cache;
 pub mod codec;
 mod coding;
 mod compaction;
+pub mod crypto;
 mod db;
 mod db_iter;
 pub mod env;
@@ -55,6 +56,7 @@ pub mod format;
 mod gc;
 mod inspect;
 mod iterator;
+pub mod keys;
 mod level_iterator;
 mod log_reader;
 mod log_writer;
@@ -62,6 +64,7 @@ mod manifest;
 mod memtable;
 pub mod options;
 mod recovery;
+mod rotation;
 mod table_builder;
 mod table_cache;
 mod table_reader;
@@ -75,8 +78,10 @@ pub use db_iter::{DbIterator, Scan};
 pub use env::{FaultInjectingFs, FileSystem, OsFs};
 pub use error::{Error, Result};
 pub use gc::GcReport;
-pub use inspect::{block_extents, Stats, VerifyReport};
+pub use inspect::{block_extents, block_extents_with, Stats, VerifyReport};
+pub use keys::{Encryption, KdfParams, MasterKeySource};
 pub use options::{Options, WriteOptions};
+pub use rotation::{KeyStatus, ReencryptReport};
 pub use write_batch::WriteBatch;
 
 impl Store {
@@ -109,5 +114,43 @@ impl Store {
 
     pub fn stats(&self) -> Stats {
         inspect::stats(self.inner())
+    }
+
+    /// Whether blocks are sealed with AES-256-GCM.
+    pub fn is_encrypted(&self) -> bool {
+        self.inner().keys.is_some()
+    }
+
+    /// Which live files use which data key.
+    pub fn key_status(&self) -> Result<KeyStatus> {
+        rotation::status(self.inner())
+    }
+
+    /// Adds a data key that new files use from now on; returns its id. Run
+    /// [`Store::reencrypt`] (or [`Store::spawn_reencrypt`]) to move older
+    /// files to it.
+    pub fn rotate_data_key(&self) -> Result<u32> {
+        rotation::rotate_data_key(self.inner())
+    }
+
+    /// Rewraps the key registry under a new master key (key or passphrase).
+    pub fn rotate_master_key(&self, new: &Encryption) -> Result<()> {
+        rotation::rotate_master_key(self.inner(), new)
+    }
+
+    /// Rewrites every live file still under an older data key, at most
+    /// `options.reencrypt_bytes_per_sec`, then retires keys no file uses.
+    /// Safe to interrupt: a later call resumes.
+    pub fn reencrypt(&self) -> Result<ReencryptReport> {
+        let rate = self.inner().opts.reencrypt_bytes_per_sec;
+        rotation::reencrypt(self.inner(), &|| self.flush(), rate)
+    }
+
+    /// Runs [`Store::reencrypt`] on a background thread.
+    pub fn spawn_reencrypt(
+        self: &std::sync::Arc<Self>,
+    ) -> std::thread::JoinHandle<Result<ReencryptReport>> {
+        let s = self.clone();
+        std::thread::spawn(move || s.reencrypt())
     }
 }

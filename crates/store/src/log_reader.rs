@@ -31,8 +31,22 @@ pub struct BadFrame {
     pub truncated: bool,
 }
 
+/// An open log file and the data key its header names.
+#[derive(Clone)]
+pub struct LogFile {
+    pub file: Arc<dyn RandomAccessFile>,
+    pub key_id: u32,
+}
+
+impl LogFile {
+    pub fn len(&self) -> std::io::Result<u64> {
+        self.file.len()
+    }
+}
+
 pub struct LogReader {
     file: Arc<dyn RandomAccessFile>,
+    key_id: u32,
     path: PathBuf,
     file_number: u64,
     offset: u64,
@@ -48,12 +62,12 @@ pub fn open_log_file(
     kind: FileKind,
     file_number: u64,
     codec: &dyn BlockCodec,
-) -> Result<Arc<dyn RandomAccessFile>> {
+) -> Result<LogFile> {
     let file = fs
         .open_read(path)
         .ctx(|| format!("opening {}", path.display()))?;
-    check_header(&*file, path, kind, file_number, codec)?;
-    Ok(file)
+    let key_id = check_header(&*file, path, kind, file_number, codec)?;
+    Ok(LogFile { file, key_id })
 }
 
 pub fn check_header(
@@ -62,7 +76,7 @@ pub fn check_header(
     kind: FileKind,
     file_number: u64,
     codec: &dyn BlockCodec,
-) -> Result<()> {
+) -> Result<u32> {
     let len = file
         .len()
         .ctx(|| format!("reading size of {}", path.display()))?;
@@ -88,28 +102,37 @@ pub fn check_header(
             ),
         ));
     }
-    if h.key_id != codec.key_id() {
-        return Err(Error::Unsupported {
-            path: path.to_owned(),
-            reason: format!(
-                "sealed with data key {}, which this store cannot open",
-                h.key_id
-            ),
-        });
+    check_key(path, h.key_id, codec)?;
+    Ok(h.key_id)
+}
+
+/// A file's header names a data key the codec must hold: none for an
+/// unencrypted store, one in the key registry for an encrypted one.
+pub fn check_key(path: &Path, key_id: u32, codec: &dyn BlockCodec) -> Result<()> {
+    if codec.knows_key(key_id) {
+        return Ok(());
     }
-    Ok(())
+    let reason = match (key_id, codec.key_id()) {
+        (0, _) => "it is not encrypted, but the store is".to_string(),
+        (k, 0) => format!(
+            "it is sealed with data key {k}, but the store has no key registry (KEYS missing?)"
+        ),
+        (k, _) => format!("it is sealed with data key {k}, which the key registry does not hold"),
+    };
+    Err(Error::corruption(path, "file header at offset 0", reason))
 }
 
 impl LogReader {
     pub fn new(
-        file: Arc<dyn RandomAccessFile>,
+        file: LogFile,
         path: &Path,
         start: LogPosition,
         end: u64,
         codec: Arc<dyn BlockCodec>,
     ) -> LogReader {
         LogReader {
-            file,
+            file: file.file,
+            key_id: file.key_id,
             path: path.to_owned(),
             file_number: start.file,
             offset: start.offset,
@@ -190,6 +213,7 @@ impl LogReader {
         let mut sealed = vec![0u8; len as usize];
         self.read(&mut sealed, body)?;
         let ctx = BlockContext {
+            key_id: self.key_id,
             file_number: self.file_number,
             block_number: block,
             offset,
@@ -238,6 +262,7 @@ impl LogReader {
                 continue;
             }
             let ctx = BlockContext {
+                key_id: self.key_id,
                 file_number: self.file_number,
                 block_number: block,
                 offset: start + i as u64,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::codec::{BlockCodec, BlockContext, BlockKind};
 use crate::env::{FileSystem, WritableFile};
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::format::{BlockHandle, FileHeader, FileKind, LogPosition, HEADER_LEN};
 
 pub const FRAME_HEADER_LEN: usize = 9;
@@ -20,6 +20,8 @@ pub struct LogWriter {
     file_number: u64,
     offset: u64,
     next_block: u32,
+    /// The data key named in the header; every block of the file uses it.
+    key_id: u32,
     codec: Arc<dyn BlockCodec>,
 }
 
@@ -35,9 +37,10 @@ impl LogWriter {
         let mut file = fs
             .create(path)
             .ctx(|| format!("creating {}", path.display()))?;
+        let key_id = codec.key_id();
         let header = FileHeader {
             kind,
-            key_id: codec.key_id(),
+            key_id,
             file_number,
         };
         file.append(&header.encode())
@@ -49,8 +52,16 @@ impl LogWriter {
             file_number,
             offset: HEADER_LEN as u64,
             next_block: 0,
+            key_id,
             codec,
         })
+    }
+
+    /// Numbers the next frame `block` instead of 0; the pointer file uses a
+    /// block number no manifest frame reaches, so that it and its manifest
+    /// (same file number) never share a nonce.
+    pub fn start_at_block(&mut self, block: u32) {
+        self.next_block = block;
     }
 
     pub fn position(&self) -> LogPosition {
@@ -95,6 +106,7 @@ impl LogWriter {
             .zip(&handles)
             .map(|((kind, payload), h)| {
                 let ctx = BlockContext {
+                    key_id: self.key_id,
                     file_number: self.file_number,
                     block_number: h.block,
                     offset: h.offset,
@@ -103,7 +115,9 @@ impl LogWriter {
                 (ctx, payload)
             })
             .collect();
-        self.codec.seal_batch(&mut batch);
+        self.codec
+            .seal_batch(&mut batch)
+            .map_err(|e| Error::Seal(format!("{}: {e}", self.path.display())))?;
         let total: usize = batch.iter().map(|(_, s)| FRAME_HEADER_LEN + s.len()).sum();
         let mut buf = Vec::with_capacity(total);
         for (ctx, sealed) in &batch {

@@ -11,9 +11,10 @@ use crate::coding::{put_u64, Decoder};
 use crate::env::FileSystem;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{
-    manifest_path, FileHeader, FileKind, LogPosition, HEADER_LEN, POINTER_FILE, POINTER_TEMP,
+    manifest_path, FileHeader, FileKind, LogPosition, HEADER_LEN, POINTER_BLOCK, POINTER_FILE,
+    POINTER_TEMP,
 };
-use crate::log_reader::{open_log_file, LogReader};
+use crate::log_reader::{open_log_file, LogFile, LogReader};
 use crate::log_writer::LogWriter;
 use crate::options::Options;
 use crate::version::{Version, VersionEdit};
@@ -171,13 +172,18 @@ pub fn read_pointer(
             reason: format!("expected a pointer file, found a {:?} file", header.kind),
         });
     }
+    crate::log_reader::check_key(&path, header.key_id, &*codec)?;
     let file = fs
         .open_read(&path)
         .ctx(|| format!("opening {}", path.display()))?;
+    let file = LogFile {
+        file,
+        key_id: header.key_id,
+    };
     let start = LogPosition {
         file: header.file_number,
         offset: HEADER_LEN as u64,
-        block: 0,
+        block: POINTER_BLOCK,
     };
     let mut reader = LogReader::new(file, &path, start, bytes.len() as u64, codec);
     let frame = match reader.next()? {
@@ -185,7 +191,7 @@ pub fn read_pointer(
         Ok(_) => {
             return Err(Error::corruption(
                 &path,
-                "block 0 at offset 24",
+                "pointer record at offset 24",
                 "pointer record missing",
             ))
         }
@@ -202,7 +208,7 @@ pub fn read_pointer(
         (Some(n), true) if n == header.file_number => Ok(Some(n)),
         _ => Err(Error::corruption(
             &path,
-            "block 0 at offset 24",
+            "pointer record at offset 24",
             "malformed pointer record",
         )),
     }
@@ -216,9 +222,11 @@ pub fn write_pointer(
     codec: Arc<dyn BlockCodec>,
 ) -> Result<()> {
     let tmp = dir.join(POINTER_TEMP);
-    // The pointer file carries the manifest's number as its own file number,
-    // so each rewrite seals under a fresh (file, block) pair.
+    // The pointer file carries the manifest's number as its own file number
+    // and POINTER_BLOCK as its block number: each manifest is pointed at
+    // once, so each rewrite seals under a fresh (file, block) pair.
     let mut w = LogWriter::create(fs, &tmp, FileKind::Pointer, number, codec)?;
+    w.start_at_block(POINTER_BLOCK);
     let mut payload = Vec::new();
     put_u64(&mut payload, number);
     w.append_group(vec![(BlockKind::Pointer, payload)])?;

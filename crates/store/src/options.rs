@@ -4,8 +4,12 @@
 use std::fmt;
 use std::sync::Arc;
 
+use gvault_accel::Backend;
+
+use crate::crypto::SealObserver;
 use crate::env::{FileSystem, OsFs};
 use crate::error::{Error, Result};
+use crate::keys::Encryption;
 
 /// Receives recovery warnings (a torn tail cut, an orphan file removed).
 pub type WarningSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -49,6 +53,17 @@ pub struct Options {
     pub vlog_gc_every_flushes: usize,
     pub fs: Arc<dyn FileSystem>,
     pub warning_sink: WarningSink,
+    /// Encryption at rest: required to open an encrypted store, and creates
+    /// one when the store does not exist yet. `None`: CRC32C only.
+    pub encryption: Option<Encryption>,
+    /// The accelerator that seals and opens blocks (`None`: a CPU backend
+    /// shared by the process). Seals go one job per group commit or table.
+    pub crypto_backend: Option<Arc<dyn Backend>>,
+    /// Sees every (data-key id, nonce) pair before it seals a block.
+    pub seal_observer: Option<SealObserver>,
+    /// Byte-rate limit of the background re-encryption pass after a data
+    /// key rotation (bytes read plus written per second).
+    pub reencrypt_bytes_per_sec: u64,
 }
 
 impl Default for Options {
@@ -74,6 +89,10 @@ impl Default for Options {
             vlog_gc_every_flushes: 8,
             fs: Arc::new(OsFs),
             warning_sink: Arc::new(|msg: &str| eprintln!("gvault-store warning: {msg}")),
+            encryption: None,
+            crypto_backend: None,
+            seal_observer: None,
+            reencrypt_bytes_per_sec: 32 << 20,
         }
     }
 }
@@ -86,6 +105,11 @@ impl fmt::Debug for Options {
             .field("value_threshold", &self.value_threshold)
             .field("table_file_size", &self.table_file_size)
             .field("vlog_file_size", &self.vlog_file_size)
+            .field("encrypted", &self.encryption.is_some())
+            .field(
+                "crypto_backend",
+                &self.crypto_backend.as_ref().map(|b| b.name()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -135,6 +159,10 @@ impl Options {
         check(
             self.vlog_file_size >= 4096,
             "vlog_file_size must be at least 4 KiB",
+        )?;
+        check(
+            self.reencrypt_bytes_per_sec >= 4096,
+            "reencrypt_bytes_per_sec must be at least 4096",
         )?;
         check(
             (0.0..=1.0).contains(&self.vlog_gc_discard_ratio),

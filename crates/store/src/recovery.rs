@@ -12,6 +12,7 @@ use crate::format::{
     parse_file_name, table_path, vlog_path, FileKind, FileType, LogPosition, ValuePointer,
     HEADER_LEN, LOCK_FILE, POINTER_FILE,
 };
+use crate::keys::KeyState;
 use crate::log_reader::{open_log_file, LogReader};
 use crate::log_writer::LogWriter;
 use crate::manifest::{self, Manifest};
@@ -23,7 +24,6 @@ use crate::write_batch::decode_commit;
 pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     opts.validate()?;
     let fs = opts.fs.clone();
-    let codec: Arc<dyn BlockCodec> = Arc::new(Crc32cCodec);
     if !fs.exists(dir) {
         if !opts.create_if_missing {
             return Err(Error::NotFound {
@@ -65,6 +65,14 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
         .max()
         .unwrap_or(0);
 
+    // Keys first: a missing or wrong key fails here, before any data file
+    // is read.
+    let mut keys = if fs.exists(&dir.join(POINTER_FILE)) {
+        KeyState::load(&opts, dir)?.map(Arc::new)
+    } else {
+        None
+    };
+    let mut codec = codec_for(&keys);
     let mut dropped_tail = None;
     let mut version = match manifest::read_pointer(&*fs, dir, codec.clone())? {
         Some(number) => {
@@ -92,6 +100,10 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
                 ));
                 fs.remove(&p).ctx(|| format!("removing {}", p.display()))?;
             }
+            if let Some(enc) = &opts.encryption {
+                keys = Some(Arc::new(KeyState::create(&opts, dir, enc)?));
+                codec = codec_for(&keys);
+            }
             let v = create_empty(&opts, dir, codec.clone())?;
             names = fs.list(dir).ctx(|| format!("listing {}", dir.display()))?;
             v
@@ -99,6 +111,12 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     };
 
     version.next_file_number = version.next_file_number.max(max_on_disk + 1);
+    if keys.is_some() {
+        // A file whose directory entry a power loss dropped leaves no trace
+        // for `max_on_disk`, but its sealed blocks may still lie on the
+        // device: never seal under its number again.
+        version.next_file_number += FILE_NUMBER_GAP;
+    }
 
     // A torn edit is never followed by a deletion, so with a dropped tail a
     // missing file means the manifest lost a record that was complete.
@@ -179,7 +197,7 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     manifest::write_pointer(&*fs, dir, number, codec.clone())?;
     remove_orphans(&opts, dir, &names, &version, number);
 
-    let inner = DbInner::new(dir.to_owned(), opts, codec, version, log, m, lock);
+    let inner = DbInner::new(dir.to_owned(), opts, codec, keys, version, log, m, lock);
     if !mem.is_empty() {
         // Flush what was replayed, as LevelDB does, so the next open does not
         // replay it again and value-log files do not pile up.
@@ -206,6 +224,17 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
         }
     }
     Ok(inner)
+}
+
+/// File numbers skipped at each open of an encrypted store: more than any
+/// flush, compaction and GC pass can allocate between two manifest edits.
+const FILE_NUMBER_GAP: u64 = 1 << 16;
+
+fn codec_for(keys: &Option<Arc<KeyState>>) -> Arc<dyn BlockCodec> {
+    match keys {
+        Some(k) => k.codec.clone(),
+        None => Arc::new(Crc32cCodec),
+    }
 }
 
 fn create_empty(opts: &Options, dir: &Path, codec: Arc<dyn BlockCodec>) -> Result<Version> {
@@ -408,7 +437,13 @@ fn unfinished_init_leftovers(opts: &Options, dir: &Path, names: &[String]) -> Re
                 .is_ok_and(|len| len <= HEADER_LEN as u64);
         let harmless = matches!(
             parse_file_name(name),
-            Some((FileType::Manifest | FileType::PointerTemp, _))
+            Some((
+                FileType::Manifest
+                    | FileType::PointerTemp
+                    | FileType::KeyRegistry
+                    | FileType::KeyRegistryTemp,
+                _
+            ))
         );
         if !(empty_log || harmless) {
             let reason = if parse_file_name(name).is_some() {
@@ -469,8 +504,8 @@ fn remove_orphans(opts: &Options, dir: &Path, names: &[String], v: &Version, man
             FileType::Table => !tables.contains(&n),
             FileType::ValueLog => !v.logs.contains_key(&n),
             FileType::Manifest => n != manifest,
-            FileType::PointerTemp => true,
-            FileType::Pointer | FileType::Lock => false,
+            FileType::PointerTemp | FileType::KeyRegistryTemp => true,
+            FileType::Pointer | FileType::Lock | FileType::KeyRegistry => false,
         };
         if orphan {
             let p = dir.join(name);

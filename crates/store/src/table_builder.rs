@@ -7,7 +7,7 @@
 
 use crate::block::BlockBuilder;
 use crate::bloom;
-use crate::codec::{BlockCodec, BlockContext, BlockKind};
+use crate::codec::{BlockCodec, BlockContext, BlockKind, SealError};
 use crate::coding::{put_u32, put_u64};
 use crate::format::{user_key, BlockHandle, FileHeader, FileKind, HEADER_LEN};
 
@@ -96,8 +96,13 @@ impl TableBuilder {
         self.bytes
     }
 
-    pub fn finish(mut self, file_number: u64, codec: &dyn BlockCodec) -> BuiltTable {
+    pub fn finish(
+        mut self,
+        file_number: u64,
+        codec: &dyn BlockCodec,
+    ) -> Result<BuiltTable, SealError> {
         self.finish_block();
+        let key_id = codec.key_id();
         let overhead = codec.overhead();
         let mut offset = HEADER_LEN as u64;
         let mut batch: Vec<(BlockContext, Vec<u8>)> = Vec::with_capacity(self.blocks.len() + 3);
@@ -109,6 +114,7 @@ impl TableBuilder {
             };
             offset += u64::from(h.len);
             let ctx = BlockContext {
+                key_id,
                 file_number,
                 block_number: block,
                 offset: h.offset,
@@ -138,10 +144,10 @@ impl TableBuilder {
         put_u64(&mut footer, self.entries);
         push(&mut batch, BlockKind::Footer, FOOTER_BLOCK, footer);
 
-        codec.seal_batch(&mut batch);
+        codec.seal_batch(&mut batch)?;
         let header = FileHeader {
             kind: FileKind::Table,
-            key_id: codec.key_id(),
+            key_id,
             file_number,
         };
         let mut bytes = Vec::with_capacity(offset as usize);
@@ -150,10 +156,10 @@ impl TableBuilder {
             bytes.extend_from_slice(sealed);
         }
         debug_assert_eq!(bytes.len() as u64, offset);
-        BuiltTable {
+        Ok(BuiltTable {
             bytes,
             smallest: self.smallest.unwrap_or_default(),
             largest: self.last_key,
-        }
+        })
     }
 }

@@ -19,6 +19,8 @@ use crate::table_builder::{FOOTER_BLOCK, FOOTER_PAYLOAD_LEN};
 
 pub struct Table {
     number: u64,
+    /// The data key the header names.
+    key_id: u32,
     path: PathBuf,
     file: Arc<dyn RandomAccessFile>,
     codec: Arc<dyn BlockCodec>,
@@ -60,7 +62,7 @@ impl Table {
                 format!("table should be {size} bytes (truncated or overwritten)"),
             ));
         }
-        check_header(&*file, path, FileKind::Table, number, &*codec)?;
+        let key_id = check_header(&*file, path, FileKind::Table, number, &*codec)?;
         let footer_len = (FOOTER_PAYLOAD_LEN + codec.overhead()) as u64;
         if size < HEADER_LEN as u64 + footer_len {
             return Err(Error::corruption(
@@ -71,6 +73,7 @@ impl Table {
         }
         let mut t = Table {
             number,
+            key_id,
             path: path.to_owned(),
             file,
             codec,
@@ -159,6 +162,7 @@ impl Table {
                 }
             })?;
         let ctx = BlockContext {
+            key_id: self.key_id,
             file_number: self.number,
             block_number: h.block,
             offset: h.offset,

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::codec::{BlockCodec, BlockContext, BlockKind};
-use crate::env::{FileSystem, RandomAccessFile};
+use crate::env::FileSystem;
 use crate::error::{Error, Result};
 use crate::format::{vlog_path, FileKind, ValuePointer};
-use crate::log_reader::open_log_file;
+use crate::log_reader::{open_log_file, LogFile};
 use crate::log_writer::FRAME_HEADER_LEN;
 use crate::write_batch::decode_value_frame;
 
@@ -18,7 +18,7 @@ pub struct ValueLog {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     codec: Arc<dyn BlockCodec>,
-    open: Mutex<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    open: Mutex<HashMap<u64, LogFile>>,
 }
 
 impl ValueLog {
@@ -31,7 +31,7 @@ impl ValueLog {
         }
     }
 
-    fn file(&self, n: u64) -> Result<Arc<dyn RandomAccessFile>> {
+    fn file(&self, n: u64) -> Result<LogFile> {
         if let Some(f) = self.open.lock().get(&n) {
             return Ok(f.clone());
         }
@@ -61,7 +61,8 @@ impl ValueLog {
         let loc = format!("block {} at offset {}", ptr.frame.block, ptr.frame.offset);
         let file = self.file(ptr.file)?;
         let mut buf = vec![0u8; FRAME_HEADER_LEN + ptr.frame.len as usize];
-        file.read_exact_at(&mut buf, ptr.frame.offset)
+        file.file
+            .read_exact_at(&mut buf, ptr.frame.offset)
             .map_err(|e| {
                 if e.kind() == std::io::ErrorKind::UnexpectedEof {
                     Error::corruption(&path, &loc, "value frame runs past the end of the file")
@@ -79,6 +80,7 @@ impl ValueLog {
             ));
         }
         let ctx = BlockContext {
+            key_id: file.key_id,
             file_number: ptr.file,
             block_number: block,
             offset: ptr.frame.offset,

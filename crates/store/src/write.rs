@@ -219,6 +219,11 @@ impl DbInner {
         if log.position().offset < self.opts.vlog_file_size {
             return Ok(());
         }
+        self.rotate_log(log)
+    }
+
+    /// Starts a new value-log file now (caller holds the log lock).
+    pub fn rotate_log(&self, log: &mut LogWriter) -> Result<()> {
         let res = (|| {
             log.sync()?;
             let old = log.position();

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{capturing, small_options, value_for};
-use gvault_store::{block_extents, Error, ReadOptions, Store, WriteOptions};
+use common::{capturing, value_for, Mode};
+use gvault_store::{block_extents_with, Error, ReadOptions, Store, WriteOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -29,8 +29,8 @@ fn count_panics() {
 
 /// A store with tables on two levels, several value-log files, flushed and
 /// unflushed data, ending in a small synced sentinel group.
-fn build(dir: &Path) -> Model {
-    let s = Store::open(dir, small_options()).unwrap();
+fn build(dir: &Path, mode: Mode) -> Model {
+    let s = Store::open(dir, mode.options()).unwrap();
     let mut m = Model::new();
     let mut put = |s: &Store, k: u64, ver: u64| {
         let len = if k.is_multiple_of(4) { 1500 } else { 30 };
@@ -76,7 +76,9 @@ enum Damage {
 
 /// Damages `path`; returns false when the damage does not apply (a file
 /// with a single block cannot have two swapped).
-fn damage(path: &Path, how: Damage, rng: &mut StdRng, protect_tail: bool) -> bool {
+fn damage(path: &Path, how: Damage, rng: &mut StdRng, protect_tail: bool, mode: Mode) -> bool {
+    let enc = mode.encryption();
+    let block_extents = |p: &Path| block_extents_with(p, enc.as_ref());
     let mut bytes = std::fs::read(path).unwrap();
     let mut blocks = block_extents(path).unwrap();
     // The last group of the head value log is indistinguishable from a
@@ -148,8 +150,8 @@ fn names_file(e: &Error, file: &Path) -> bool {
 
 /// Opens the damaged store and reads everything. Returns whether the
 /// damage was detected.
-fn check(dir: &Path, file: &Path, model: &Model, what: &str) -> bool {
-    let (opts, warnings) = capturing(small_options());
+fn check(dir: &Path, file: &Path, model: &Model, what: &str, mode: Mode) -> bool {
+    let (opts, warnings) = capturing(mode.options());
     let s = match Store::open(dir, opts) {
         Err(e) => {
             assert!(
@@ -217,16 +219,17 @@ fn check(dir: &Path, file: &Path, model: &Model, what: &str) -> bool {
     detected || !report.is_clean()
 }
 
-#[test]
-fn damaged_files_are_reported_never_misread() {
+both_modes!(damaged_files_are_reported_never_misread, damaged_files);
+
+fn damaged_files(mode: Mode) {
     count_panics();
     let base = tempfile::tempdir().unwrap();
     let pristine = base.path().join("pristine");
-    let model = build(&pristine);
+    let model = build(&pristine, mode);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&pristine)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap() != "LOCK")
+        .filter(|p| !["LOCK", "KEYS"].contains(&p.file_name().unwrap().to_str().unwrap()))
         .collect();
     files.sort();
     let kinds = |ext: &str| {
@@ -265,14 +268,14 @@ fn damaged_files_are_reported_never_misread() {
                 let dir = base.path().join(format!("case-{fi}-{how:?}-{trial}"));
                 copy_dir(&pristine, &dir);
                 let target = dir.join(file.file_name().unwrap());
-                if !damage(&target, how, &mut rng, *file == head_log) {
+                if !damage(&target, how, &mut rng, *file == head_log, mode) {
                     continue;
                 }
                 let what = format!(
                     "{how:?} #{trial} of {}",
                     file.file_name().unwrap().to_string_lossy()
                 );
-                let detected = check(&dir, &target, &model, &what);
+                let detected = check(&dir, &target, &model, &what, mode);
                 assert!(detected, "{what}: damage went unnoticed");
                 cases += 1;
                 std::fs::remove_dir_all(&dir).unwrap();
@@ -283,10 +286,11 @@ fn damaged_files_are_reported_never_misread() {
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a thread panicked");
 }
 
-#[test]
-fn torn_tail_of_the_value_log_is_cut_with_a_warning() {
+both_modes!(torn_tail_of_the_value_log_is_cut_with_a_warning, torn_tail);
+
+fn torn_tail(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(dir.path(), small_options()).unwrap();
+    let s = Store::open(dir.path(), mode.options()).unwrap();
     for i in 0..20u64 {
         s.put_opt(&WriteOptions::SYNC, format!("k{i}"), value_for(i, 0, 200))
             .unwrap();
@@ -303,7 +307,7 @@ fn torn_tail_of_the_value_log_is_cut_with_a_warning() {
     f.set_len(len - 10).unwrap(); // the last group loses its end
     drop(f);
 
-    let (opts, warnings) = capturing(small_options());
+    let (opts, warnings) = capturing(mode.options());
     let s = Store::open(dir.path(), opts).unwrap();
     let w = warnings.lock().unwrap().clone();
     assert!(w.iter().any(|m| m.contains("torn tail")), "{w:?}");
@@ -314,7 +318,7 @@ fn torn_tail_of_the_value_log_is_cut_with_a_warning() {
     // New writes land after the cut and survive another reopen.
     s.put_opt(&WriteOptions::SYNC, "after", "cut").unwrap();
     s.close().unwrap();
-    let (opts, warnings) = capturing(small_options());
+    let (opts, warnings) = capturing(mode.options());
     let s = Store::open(dir.path(), opts).unwrap();
     assert!(warnings.lock().unwrap().is_empty());
     assert_eq!(s.get("after").unwrap().as_deref(), Some(&b"cut"[..]));

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{capturing, small_options, value_for};
+use common::{capturing, value_for, Mode};
 use gvault_store::{ReadOptions, Store, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -45,7 +45,19 @@ fn crash_child() {
         .unwrap()
         .parse()
         .unwrap();
-    let s = Store::open(&dir, small_options()).unwrap();
+    let mode = match std::env::var("GVAULT_CRASH_MODE").as_deref() {
+        Ok("encrypted") => Mode::Encrypted,
+        _ => Mode::Plain,
+    };
+    let s = std::sync::Arc::new(Store::open(&dir, mode.options()).unwrap());
+    if mode == Mode::Encrypted {
+        // Rotate and re-encrypt over and over, so kills land mid-rotation.
+        let r = s.clone();
+        std::thread::spawn(move || loop {
+            r.rotate_data_key().unwrap();
+            r.reencrypt().unwrap();
+        });
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "open").unwrap();
     out.flush().unwrap();
@@ -66,11 +78,19 @@ fn crash_child() {
     }
 }
 
-fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Vec<u64> {
+fn run_child(dir: &Path, start: u64, kill_after: Duration, mode: Mode) -> Vec<u64> {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
         .env("GVAULT_CRASH_DIR", dir)
         .env("GVAULT_CRASH_START", start.to_string())
+        .env(
+            "GVAULT_CRASH_MODE",
+            if mode == Mode::Encrypted {
+                "encrypted"
+            } else {
+                "plain"
+            },
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -92,8 +112,8 @@ fn run_child(dir: &Path, start: u64, kill_after: Duration) -> Vec<u64> {
     reader.join().unwrap()
 }
 
-fn check(dir: &Path, acked: &BTreeSet<u64>, round: usize) {
-    let (opts, _warnings) = capturing(small_options());
+fn check(dir: &Path, acked: &BTreeSet<u64>, round: usize, mode: Mode) {
+    let (opts, _warnings) = capturing(mode.options());
     let s = Store::open(dir, opts).unwrap_or_else(|e| panic!("round {round}: reopen failed: {e}"));
     let mut batches: BTreeMap<u64, u64> = BTreeMap::new();
     for r in s.scan(&ReadOptions::default(), None, None, false).unwrap() {
@@ -126,13 +146,20 @@ fn check(dir: &Path, acked: &BTreeSet<u64>, round: usize) {
     s.close().unwrap();
 }
 
-#[test]
-fn kill_and_recover() {
+both_modes!(kill_and_recover, kill_and_recover_in);
+
+fn kill_and_recover_in(mode: Mode) {
+    // The encrypted run (rotating keys throughout) gets a smaller share of
+    // CI's time.
+    let (default_rounds, budget_s) = match mode {
+        Mode::Plain => (200, 50),
+        Mode::Encrypted => (60, 20),
+    };
     let rounds: usize = std::env::var("CRASH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    let budget = Duration::from_secs(50);
+        .unwrap_or(default_rounds);
+    let budget = Duration::from_secs(budget_s);
     let began = Instant::now();
     let seed = std::env::var("CRASH_SEED")
         .ok()
@@ -153,14 +180,19 @@ fn kill_and_recover() {
             acked.clear();
         }
         let start = round as u64 * 1_000_000;
-        let got = run_child(&dir, start, Duration::from_millis(rng.gen_range(5..60)));
+        let got = run_child(
+            &dir,
+            start,
+            Duration::from_millis(rng.gen_range(5..60)),
+            mode,
+        );
         total_acks += got.len();
         acked.extend(got);
-        check(&dir, &acked, round);
+        check(&dir, &acked, round, mode);
         done += 1;
     }
     assert!(
-        done >= rounds.min(50),
+        done >= rounds.min(30),
         "only {done} rounds fit in the time budget"
     );
     assert!(total_acks > 0, "no child got as far as a synced write");

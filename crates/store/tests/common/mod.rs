@@ -42,3 +42,48 @@ pub fn value_for(key: u64, version: u64, len: usize) -> Vec<u8> {
     v.truncate(len.max(1));
     v
 }
+
+/// Whether a suite runs on an unencrypted or an encrypted store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Plain,
+    Encrypted,
+}
+
+pub const TEST_KEY_HEX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+impl Mode {
+    pub fn encryption(self) -> Option<gvault_store::Encryption> {
+        match self {
+            Mode::Plain => None,
+            Mode::Encrypted => Some(gvault_store::Encryption::with_key(
+                gvault_store::keys::parse_hex_key(TEST_KEY_HEX).unwrap(),
+            )),
+        }
+    }
+
+    /// `small_options` in this mode.
+    pub fn options(self) -> Options {
+        Options {
+            encryption: self.encryption(),
+            ..small_options()
+        }
+    }
+}
+
+/// Runs a test body once per mode, as two tests `plain` and `encrypted`.
+#[macro_export]
+macro_rules! both_modes {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[test]
+            fn plain() {
+                super::$body(super::common::Mode::Plain)
+            }
+            #[test]
+            fn encrypted() {
+                super::$body(super::common::Mode::Encrypted)
+            }
+        }
+    };
+}

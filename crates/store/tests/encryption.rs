@@ -1,0 +1,285 @@
+//! Encryption at rest: blocks from elsewhere fail to open, keys are checked
+//! before any data is read, no (key, nonce) pair seals twice, and rotation
+//! moves every file to the new key and retires the old one.
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use common::{small_options, value_for, Mode};
+use gvault_store::{block_extents_with, Encryption, Error, KdfParams, Options, Store};
+
+/// (data-key id, nonce) of one seal.
+type SealUse = (u32, [u8; 12]);
+
+fn enc() -> Encryption {
+    Mode::Encrypted.encryption().unwrap()
+}
+
+fn fill(s: &Store, n: u64, ver: u64) {
+    for k in 0..n {
+        let len = if k % 4 == 0 { 400 } else { 30 };
+        s.put(format!("key{k:04}"), value_for(k, ver, len)).unwrap();
+    }
+}
+
+fn tables(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut t: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .collect();
+    t.sort();
+    t
+}
+
+fn first_data_block(path: &Path) -> (u64, u64) {
+    block_extents_with(path, Some(&enc())).unwrap()[1]
+}
+
+/// Reads every key; true if any read or the verify pass reports corruption.
+fn detects(dir: &Path) -> bool {
+    let s = match Store::open(dir, Mode::Encrypted.options()) {
+        Ok(s) => s,
+        Err(e) => return e.is_corruption(),
+    };
+    let mut found = false;
+    for k in 0..200u64 {
+        match s.get(format!("key{k:04}")) {
+            Ok(Some(v)) => {
+                assert!(v.starts_with(format!("{k}:").as_bytes()), "misread key {k}")
+            }
+            Ok(None) => {}
+            Err(e) => found |= e.is_corruption(),
+        }
+    }
+    found || s.verify().is_err()
+}
+
+fn build(dir: &Path, opts: Options) {
+    let s = Store::open(dir, opts).unwrap();
+    fill(&s, 200, 0);
+    s.flush().unwrap();
+    fill(&s, 200, 1);
+    s.flush().unwrap();
+    s.close().unwrap();
+}
+
+#[test]
+fn blocks_from_another_file_or_store_fail_to_open() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let opts = Options {
+        l0_compaction_trigger: 4,
+        ..Mode::Encrypted.options()
+    };
+    build(a.path(), opts.clone());
+    // Same master key, another store: its data keys and store id differ.
+    build(b.path(), opts);
+    let ta = tables(a.path());
+    let tb = tables(b.path());
+    assert!(ta.len() >= 2 && !tb.is_empty());
+
+    // A block copied from another table of the same store, same offset.
+    let (off, len) = first_data_block(&ta[0]);
+    let other = std::fs::read(&ta[1]).unwrap();
+    let mut bytes = std::fs::read(&ta[0]).unwrap();
+    bytes[off as usize..(off + len) as usize]
+        .copy_from_slice(&other[off as usize..(off + len) as usize]);
+    let c = tempfile::tempdir().unwrap();
+    common_copy(a.path(), c.path());
+    std::fs::write(c.path().join(ta[0].file_name().unwrap()), &bytes).unwrap();
+    assert!(detects(c.path()), "block from another file was accepted");
+
+    // The whole file copied from another store under the same name.
+    let c = tempfile::tempdir().unwrap();
+    common_copy(a.path(), c.path());
+    let theirs = std::fs::read(&tb[0]).unwrap();
+    let mut ours = std::fs::read(&ta[0]).unwrap();
+    let (off, len) = first_data_block(&ta[0]);
+    let n = (len as usize).min(theirs.len() - off as usize);
+    ours[off as usize..off as usize + n].copy_from_slice(&theirs[off as usize..off as usize + n]);
+    std::fs::write(c.path().join(ta[0].file_name().unwrap()), &ours).unwrap();
+    assert!(detects(c.path()), "block from another store was accepted");
+}
+
+fn common_copy(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+#[test]
+fn old_pointer_and_registry_replayed_in_place_fail() {
+    let a = tempfile::tempdir().unwrap();
+    build(a.path(), Mode::Encrypted.options());
+    let old_current = std::fs::read(a.path().join("CURRENT")).unwrap();
+    let old_keys = std::fs::read(a.path().join("KEYS")).unwrap();
+    // Reopening writes a new manifest and pointer; rotation a new registry.
+    let s = Store::open(a.path(), Mode::Encrypted.options()).unwrap();
+    s.rotate_data_key().unwrap();
+    fill(&s, 50, 2);
+    s.flush().unwrap();
+    s.close().unwrap();
+    let c = tempfile::tempdir().unwrap();
+    common_copy(a.path(), c.path());
+    std::fs::write(c.path().join("CURRENT"), &old_current).unwrap();
+    match Store::open(c.path(), Mode::Encrypted.options()) {
+        Err(e) => assert!(e.is_corruption(), "{e}"),
+        Ok(_) => panic!("an old pointer file was accepted"),
+    }
+    // An old registry lacks the new data key: the files under it are refused.
+    let c = tempfile::tempdir().unwrap();
+    common_copy(a.path(), c.path());
+    std::fs::write(c.path().join("KEYS"), &old_keys).unwrap();
+    assert!(detects(c.path()), "an old key registry was accepted");
+}
+
+#[test]
+fn missing_wrong_key_and_damaged_registry_are_clear_errors() {
+    let a = tempfile::tempdir().unwrap();
+    build(a.path(), Mode::Encrypted.options());
+    let listing = |d: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name(), e.metadata().unwrap().len())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing(a.path());
+    match Store::open(a.path(), small_options()) {
+        Err(Error::KeyRequired { .. }) => {}
+        r => panic!("expected KeyRequired, got {:?}", r.err()),
+    }
+    let wrong = Encryption::with_key(gvault_store::keys::generate_key());
+    match Store::open(
+        a.path(),
+        Options {
+            encryption: Some(wrong),
+            ..small_options()
+        },
+    ) {
+        Err(Error::WrongKey { .. }) => {}
+        r => panic!("expected WrongKey, got {:?}", r.err()),
+    }
+    assert_eq!(before, listing(a.path()), "a failed open touched files");
+
+    let keys = a.path().join("KEYS");
+    let full = std::fs::read(&keys).unwrap();
+    for cut in [0, 10, 47, 63, full.len() - 1] {
+        std::fs::write(&keys, &full[..cut]).unwrap();
+        let e = Store::open(a.path(), Mode::Encrypted.options())
+            .err()
+            .unwrap();
+        assert!(
+            e.is_corruption() || matches!(e, Error::WrongKey { .. }),
+            "cut {cut}: {e}"
+        );
+    }
+    std::fs::write(&keys, &full).unwrap();
+    // An unencrypted store opened with a key: refused.
+    let p = tempfile::tempdir().unwrap();
+    build(p.path(), small_options());
+    assert!(matches!(
+        Store::open(p.path(), Mode::Encrypted.options()),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn passphrase_store_and_master_rotation() {
+    let cheap = KdfParams {
+        m_cost_kib: 64,
+        t_cost: 1,
+        p_cost: 1,
+    };
+    let pass = |p: &str| Encryption {
+        kdf: cheap,
+        ..Encryption::with_passphrase(p)
+    };
+    let d = tempfile::tempdir().unwrap();
+    let opts = |e: Encryption| Options {
+        encryption: Some(e),
+        ..small_options()
+    };
+    let s = Store::open(d.path(), opts(pass("correct horse"))).unwrap();
+    s.put("k", "v").unwrap();
+    s.close().unwrap();
+    assert!(matches!(
+        Store::open(d.path(), opts(pass("wrong horse"))),
+        Err(Error::WrongKey { .. })
+    ));
+    assert!(matches!(
+        Store::open(d.path(), opts(enc())),
+        Err(Error::WrongKey { .. })
+    ));
+    let s = Store::open(d.path(), opts(pass("correct horse"))).unwrap();
+    s.rotate_master_key(&enc()).unwrap();
+    s.close().unwrap();
+    assert!(Store::open(d.path(), opts(pass("correct horse"))).is_err());
+    let s = Store::open(d.path(), opts(enc())).unwrap();
+    assert_eq!(s.get("k").unwrap().unwrap(), b"v");
+}
+
+#[test]
+fn no_key_nonce_pair_seals_twice_and_rotation_retires_keys() {
+    let seen: Arc<Mutex<Vec<SealUse>>> = Arc::default();
+    let obs = seen.clone();
+    let d = tempfile::tempdir().unwrap();
+    let opts = Options {
+        seal_observer: Some(Arc::new(move |k, n| obs.lock().unwrap().push((k, n)))),
+        vlog_gc_every_flushes: 1,
+        vlog_gc_discard_ratio: 0.1,
+        reencrypt_bytes_per_sec: 1 << 30,
+        ..Mode::Encrypted.options()
+    };
+    for round in 0..3u64 {
+        let s = Arc::new(Store::open(d.path(), opts.clone()).unwrap());
+        for v in 0..3 {
+            fill(&s, 300, round * 10 + v);
+            s.flush().unwrap();
+        }
+        s.compact_range(None, None).unwrap();
+        s.gc_value_log().unwrap();
+        let new = s.rotate_data_key().unwrap();
+        fill(&s, 100, round * 10 + 5);
+        let report = s.spawn_reencrypt().join().unwrap().unwrap();
+        let status = s.key_status().unwrap();
+        assert_eq!(status.current, new);
+        assert_eq!(
+            status.stale_files(),
+            0,
+            "round {round}: {status:?} {report:?}"
+        );
+        assert_eq!(status.keys.len(), 1, "old keys not retired: {status:?}");
+        assert!(!report.keys_retired.is_empty());
+        for k in 0..300u64 {
+            let v = s.get(format!("key{k:04}")).unwrap().unwrap();
+            let ver = if k < 100 {
+                round * 10 + 5
+            } else {
+                round * 10 + 2
+            };
+            assert_eq!(v, value_for(k, ver, if k % 4 == 0 { 400 } else { 30 }));
+        }
+        s.verify().unwrap();
+        drop(s);
+    }
+    let seen = seen.lock().unwrap();
+    let unique: HashSet<_> = seen.iter().collect();
+    assert!(seen.len() > 1000, "only {} seals observed", seen.len());
+    assert_eq!(
+        unique.len(),
+        seen.len(),
+        "a (key, nonce) pair was used twice"
+    );
+}
