@@ -32,22 +32,43 @@ status=0
 cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
-# Every GPU test binary, with each table layout of the table ciphers.
-for t in $B/*-tests; do
+# Phases (GPU_CHECK_PHASES, default all): tests, ciphers, hashes, auto.
+phases=${GPU_CHECK_PHASES:-"tests ciphers hashes auto"}
+has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+if has tests; then
+  # The cipher tests with each table layout of the table ciphers.
   for tables in narrow wide; do
-    echo "== $t (GVAULT_GPU_TABLES=$tables)"
-    GVAULT_GPU_TABLES=$tables $t --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-tests.txt"
+    echo "== gpu-tests (GVAULT_GPU_TABLES=$tables)"
+    GVAULT_GPU_TABLES=$tables $B/gpu-tests --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-tests.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
-done
-[ "${GPU_CHECK_TESTS_ONLY:-0}" = 1 ] && { echo "gpu-check status: $status"; exit $status; }
-$B/gvault bench link --quick 2>&1 | tee "$OUT/link.txt"
-ciphers=aes256ctr,aes256gcm-seal,aes256gcm-open,tea-ctr,blowfish-ctr
-for tables in narrow wide; do
-  GVAULT_GPU_TABLES=$tables $B/gvault bench primitive --ops aes256ctr,blowfish-ctr --sizes 1M,64M,1G \
-    --min-ms 300 --json > "$OUT/primitive-gpu-$tables.json" 2> "$OUT/primitive-gpu-$tables.err"
-done
-$B/gvault bench primitive --ops $ciphers --sizes 64K,1M,16M,256M,1G --min-ms 300 2>&1 | tee "$OUT/primitive-gpu.txt"
-$B/gvault bench primitive --quick --reference 2>&1 | tee "$OUT/primitive-cpu.txt"
+  $B/gpu-hash-tests --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu-hash-tests.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+P="$B/gvault bench primitive --no-single-core --min-ms 200"
+if has ciphers; then
+  $B/gvault bench link --quick 2>&1 | tee "$OUT/link.txt"
+  # Kernel variants side by side (the defaults are the faster of each).
+  for tables in narrow wide; do
+    GVAULT_GPU_TABLES=$tables $P --ops aes256ctr,aes256gcm-seal,blowfish-ctr --sizes 64M,1G \
+      2>&1 | tee "$OUT/ciphers-$tables.txt"
+  done
+  $P --pinned --ops aes256ctr,aes256gcm-seal,aes256gcm-open,tea-ctr,blowfish-ctr \
+    --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/ciphers.txt"
+fi
+if has hashes; then
+  $P --pinned --ops blake3,blake3-keyed,sha256,md5,crc32,crc32c,fastcdc \
+    --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/hashes.txt"
+  # SHA-256 and MD5 over many 1 MiB segments (one thread per segment).
+  $P --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee "$OUT/hashes-many.txt"
+fi
+if has auto; then
+  export GVAULT_COST_MODEL="$OUT/cost-model.json"
+  $B/gvault bench calibrate 2>&1 | tee "$OUT/calibrate.txt"
+  $B/gvault doctor 2>&1 | tee "$OUT/doctor-model.txt"
+  $P --backend auto --ops aes256gcm-seal,sha256,blake3 --sizes 512,4K,64K,1M,16M,64M,256M,1G \
+    2>&1 | tee "$OUT/auto.txt"
+fi
 echo "gpu-check status: $status"
 exit $status

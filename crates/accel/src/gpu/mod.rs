@@ -257,7 +257,7 @@ fn wide_tables(default: bool) -> bool {
 }
 
 fn aes_ctr_shape() -> CtrShape {
-    if wide_tables(false) {
+    if wide_tables(true) {
         CtrShape {
             name: "aes256_ctr",
             block: 1024,
