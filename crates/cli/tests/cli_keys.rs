@@ -21,7 +21,8 @@ fn gvault(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         c.env(k, v);
     }
-    c.output().expect("cargo builds the gvault binary for its tests")
+    c.output()
+        .expect("cargo builds the gvault binary for its tests")
 }
 
 fn code(o: &Output) -> i32 {
@@ -67,8 +68,15 @@ fn key_file_default_and_errors_before_any_data_is_touched() {
     assert_eq!(mode(&key), 0o600);
     let kf = key.to_str().unwrap();
     ok(gvault(&d, &["put", "--key-file", kf, "a", "alpha"], &[]));
-    ok(gvault(&d, &["put", "a2", "beta"], &[("GVAULT_KEY_FILE", kf)]));
-    assert_eq!(ok(gvault(&d, &["get", "--key-file", kf, "a"], &[])), "alpha");
+    ok(gvault(
+        &d,
+        &["put", "a2", "beta"],
+        &[("GVAULT_KEY_FILE", kf)],
+    ));
+    assert_eq!(
+        ok(gvault(&d, &["get", "--key-file", kf, "a"], &[])),
+        "alpha"
+    );
     let hex = std::fs::read_to_string(&key).unwrap();
     assert_eq!(
         ok(gvault(&d, &["get", "a2"], &[("GVAULT_KEY", hex.trim())])),
@@ -94,7 +102,11 @@ fn key_file_default_and_errors_before_any_data_is_touched() {
         &["init", "--encrypt", "--key-file", other.to_str().unwrap()],
         &[],
     ));
-    let o = gvault(&d, &["get", "--key-file", other.to_str().unwrap(), "a"], &[]);
+    let o = gvault(
+        &d,
+        &["get", "--key-file", other.to_str().unwrap(), "a"],
+        &[],
+    );
     assert_eq!(code(&o), 2, "{o:?}");
     assert!(stderr(&o).contains("wrong master key"), "{}", stderr(&o));
     let o = gvault(&d, &["get", "a"], &[("GVAULT_KEY", "abcd")]);
@@ -140,7 +152,11 @@ fn passphrase_and_master_rotation() {
     init.extend(CHEAP_KDF);
     ok(gvault(&d, &init, &pw));
     assert!(!tmp.path().join("s.key").exists());
-    ok(gvault(&d, &["put", "--passphrase-env", "MY_PW", "k", "v1"], &pw));
+    ok(gvault(
+        &d,
+        &["put", "--passphrase-env", "MY_PW", "k", "v1"],
+        &pw,
+    ));
     assert_eq!(
         ok(gvault(
             &d,

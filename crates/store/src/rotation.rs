@@ -195,6 +195,25 @@ pub fn reencrypt(
         }
     }
     flush()?;
+    // A flush of an empty memtable moves nothing: with every entry already
+    // in tables, move the replay pointer to the head here, or the older
+    // file holding it would never be rewritten.
+    {
+        let guard = inner.log.lock();
+        let log = guard
+            .as_ref()
+            .ok_or_else(|| Error::Closed("store is closed".into()))?;
+        let idle = {
+            let st = inner.state.lock();
+            st.mem.is_empty() && st.imm.is_empty() && st.current.replay.file < log.file_number()
+        };
+        if idle {
+            inner.log_and_apply(VersionEdit {
+                replay: Some(log.position()),
+                ..Default::default()
+            })?;
+        }
+    }
 
     // 2. Older value-log files: GC rewrites their live values at the head.
     let old_logs: Vec<u64> = {

@@ -13,7 +13,10 @@ use gvault_store::{
     Error, FaultInjectingFs, FileSystem, Options, OsFs, Store, WriteBatch, WriteOptions,
 };
 
-both_modes!(missing_directory_without_create, missing_directory_without_create_in);
+both_modes!(
+    missing_directory_without_create,
+    missing_directory_without_create_in
+);
 
 fn missing_directory_without_create_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
@@ -37,7 +40,10 @@ fn missing_directory_without_create_in(mode: Mode) {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
-both_modes!(directories_and_files_of_other_formats, directories_and_files_of_other_formats_in);
+both_modes!(
+    directories_and_files_of_other_formats,
+    directories_and_files_of_other_formats_in
+);
 
 fn directories_and_files_of_other_formats_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
@@ -88,7 +94,10 @@ fn invalid_arguments_in(mode: Mode) {
     assert!(matches!(e.err().unwrap(), Error::Locked { .. }));
 }
 
-both_modes!(second_open_in_this_process_is_locked, second_open_in_this_process_is_locked_in);
+both_modes!(
+    second_open_in_this_process_is_locked,
+    second_open_in_this_process_is_locked_in
+);
 
 fn second_open_in_this_process_is_locked_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
@@ -117,7 +126,10 @@ fn hold_lock_child() {
     let _ = std::io::stdin().read_line(&mut line); // until the parent closes stdin
 }
 
-both_modes!(store_locked_by_another_process, store_locked_by_another_process_in);
+both_modes!(
+    store_locked_by_another_process,
+    store_locked_by_another_process_in
+);
 
 fn store_locked_by_another_process_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();

@@ -308,7 +308,10 @@ fn open_encrypted(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std:
 }
 
 fn print_status(dir: &Path, st: &gvault_store::KeyStatus) {
-    println!("{:>6}  {:<8} {:>6} {:>14}", "key", "state", "files", "bytes");
+    println!(
+        "{:>6}  {:<8} {:>6} {:>14}",
+        "key", "state", "files", "bytes"
+    );
     for (id, files) in &st.keys {
         let bytes: u64 = files
             .iter()

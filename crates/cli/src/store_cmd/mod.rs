@@ -7,9 +7,9 @@
 mod demo;
 mod keys;
 
+use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
-use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions};
 
 const EXIT_NOT_FOUND: i32 = 1;
 const EXIT_ERROR: i32 = 2;
