@@ -54,7 +54,7 @@ fn copy_seconds(base: &Path, bytes: u64) -> Result<f64, String> {
     {
         let mut f = std::fs::File::create(&src).map_err(|e| io("creating the copy source", e))?;
         let chunk: Vec<u8> = (0..CHUNK)
-            .map(|i| (i as u64 * 2_654_435_761 >> 13) as u8)
+            .map(|i| ((i as u64 * 2_654_435_761) >> 13) as u8)
             .collect();
         let mut left = bytes;
         while left > 0 {
