@@ -154,6 +154,9 @@ fn bad_input_is_refused() {
         &["--repeat", "0"],
         &["--num", "0"],
         &["--sync", "sometimes"],
+        &["--encrypt", "aes"],
+        &["--reencrypt", "0"],
+        &["--reencrypt", "-1"],
     ] {
         let mut all = vec!["bench", "lsm", "--quick"];
         all.extend_from_slice(args);
@@ -162,4 +165,67 @@ fn bad_input_is_refused() {
         assert!(!o.stderr.is_empty(), "{args:?} says why");
         assert!(o.stdout.is_empty(), "{args:?} fails before measuring");
     }
+}
+
+#[test]
+fn encrypted_rows_carry_mode_and_ratio_and_reencrypt_is_measured() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = gvault(&[
+        "bench",
+        "lsm",
+        "--json",
+        "--quick",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--workloads",
+        "fillrandom,readrandom",
+        "--num",
+        "300",
+        "--value-sizes",
+        "100,4K",
+        "--sync",
+        "off",
+        "--encrypt",
+        "cpu,none",
+        "--reencrypt",
+        "0.01",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "2 workloads x 2 sizes x 2 modes");
+    for r in rows {
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        match r["encrypt"].as_str().unwrap() {
+            "none" => assert!(r["enc_vs_plain"].is_null(), "{r}"),
+            "cpu" => {
+                let plain = rows
+                    .iter()
+                    .find(|p| {
+                        p["encrypt"] == "none"
+                            && p["workload"] == r["workload"]
+                            && p["value_bytes"] == r["value_bytes"]
+                    })
+                    .unwrap();
+                let want =
+                    r["ops_per_sec"].as_f64().unwrap() / plain["ops_per_sec"].as_f64().unwrap();
+                let got = r["enc_vs_plain"].as_f64().unwrap();
+                assert!((got - want).abs() < 1e-9 * want.max(1.0), "{r}");
+            }
+            m => panic!("unexpected mode {m}"),
+        }
+    }
+    let re = &report["reencrypt"];
+    assert_eq!(re["encrypt"], "cpu");
+    assert!(re["store_bytes"].as_u64().unwrap() >= 10 << 20, "{re}");
+    assert!(re["reencrypt_mb_per_sec"].as_f64().unwrap() > 0.0, "{re}");
+    assert!(re["copy_mb_per_sec"].as_f64().unwrap() > 0.0, "{re}");
+    assert_eq!(re["keys_retired"], serde_json::json!([1]), "{re}");
+    let ratio =
+        re["reencrypt_mb_per_sec"].as_f64().unwrap() / re["copy_mb_per_sec"].as_f64().unwrap();
+    assert!(
+        (re["ratio_to_copy"].as_f64().unwrap() - ratio).abs() < 1e-9,
+        "{re}"
+    );
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }

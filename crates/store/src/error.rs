@@ -48,7 +48,7 @@ pub enum Error {
     Unsupported { path: PathBuf, reason: String },
 
     /// The store is encrypted and no master key was given.
-    #[error("store {dir} is encrypted; give its master key (--key-file, GVAULT_KEY or --passphrase-env)")]
+    #[error("store {dir} is encrypted; give its master key (--key-file, --passphrase-env, GVAULT_KEY_FILE, GVAULT_KEY or GVAULT_PASSPHRASE)")]
     KeyRequired { dir: PathBuf },
 
     /// The master key given does not open the store's key registry. Nothing

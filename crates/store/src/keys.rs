@@ -493,12 +493,8 @@ impl KeyState {
     pub fn load(opts: &crate::Options, dir: &Path) -> Result<Option<KeyState>> {
         let fs = &*opts.fs;
         if !fs.exists(&keys_path(dir)) {
-            if opts.encryption.is_some() {
-                return Err(Error::InvalidArgument(format!(
-                    "store {} is not encrypted (it has no key registry); open it without a key",
-                    dir.display()
-                )));
-            }
+            // Recovery refuses a key for an unencrypted store once the
+            // pointer file has shown that this is a store at all.
             return Ok(None);
         }
         let enc = opts.encryption.as_ref().ok_or_else(|| Error::KeyRequired {

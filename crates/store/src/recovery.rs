@@ -76,6 +76,12 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     let mut dropped_tail = None;
     let mut version = match manifest::read_pointer(&*fs, dir, codec.clone())? {
         Some(number) => {
+            if keys.is_none() && opts.encryption.is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "store {} is not encrypted (it has no key registry); open it without a key",
+                    dir.display()
+                )));
+            }
             if opts.error_if_exists {
                 return Err(Error::InvalidArgument(format!(
                     "a store already exists in {}",

@@ -26,6 +26,9 @@ pub struct KeyStatus {
     pub current: u32,
     /// Every key in the registry, with the live files sealed under it.
     pub keys: BTreeMap<u32, Vec<String>>,
+    /// Keys a re-encryption pass dropped from the registry (ids are never
+    /// reused, so every id below the next one that is not in `keys`).
+    pub retired: Vec<u32>,
 }
 
 impl KeyStatus {
@@ -104,15 +107,20 @@ fn live_files(inner: &DbInner) -> Result<Vec<(String, u32)>> {
 
 pub fn status(inner: &DbInner) -> Result<KeyStatus> {
     let ks = key_state(inner)?;
-    let (current, ids): (u32, Vec<u32>) = {
+    let (current, ids, retired): (u32, Vec<u32>, Vec<u32>) = {
         let r = ks.registry.lock();
-        (r.current, r.keys.keys().copied().collect())
+        let retired = (1..r.next_id).filter(|i| !r.keys.contains_key(i)).collect();
+        (r.current, r.keys.keys().copied().collect(), retired)
     };
     let mut keys: BTreeMap<u32, Vec<String>> = ids.into_iter().map(|i| (i, Vec::new())).collect();
     for (name, k) in live_files(inner)? {
         keys.entry(k).or_default().push(name);
     }
-    Ok(KeyStatus { current, keys })
+    Ok(KeyStatus {
+        current,
+        keys,
+        retired,
+    })
 }
 
 /// Adds a data key and makes new files use it; returns its id.
@@ -187,6 +195,25 @@ pub fn reencrypt(
         }
     }
     flush()?;
+    // A flush of an empty memtable moves nothing: with every entry already
+    // in tables, move the replay pointer to the head here, or the older
+    // file holding it would never be rewritten.
+    {
+        let guard = inner.log.lock();
+        let log = guard
+            .as_ref()
+            .ok_or_else(|| Error::Closed("store is closed".into()))?;
+        let idle = {
+            let st = inner.state.lock();
+            st.mem.is_empty() && st.imm.is_empty() && st.current.replay.file < log.file_number()
+        };
+        if idle {
+            inner.log_and_apply(VersionEdit {
+                replay: Some(log.position()),
+                ..Default::default()
+            })?;
+        }
+    }
 
     // 2. Older value-log files: GC rewrites their live values at the head.
     let old_logs: Vec<u64> = {

@@ -8,18 +8,22 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use common::{capturing, small_options, value_for};
+use common::{capturing, value_for, Mode};
 use gvault_store::{
     Error, FaultInjectingFs, FileSystem, Options, OsFs, Store, WriteBatch, WriteOptions,
 };
 
-#[test]
-fn missing_directory_without_create() {
+both_modes!(
+    missing_directory_without_create,
+    missing_directory_without_create_in
+);
+
+fn missing_directory_without_create_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
     let opts = Options {
         create_if_missing: false,
-        ..small_options()
+        ..mode.options()
     };
     let e = Store::open(&missing, opts).err().unwrap();
     assert!(matches!(e, Error::NotFound { .. }), "{e}");
@@ -29,19 +33,23 @@ fn missing_directory_without_create() {
     // An existing but empty directory: not found, and left empty.
     let opts = Options {
         create_if_missing: false,
-        ..small_options()
+        ..mode.options()
     };
     let e = Store::open(dir.path(), opts).err().unwrap();
     assert!(matches!(e, Error::NotFound { .. }), "{e}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
-#[test]
-fn directories_and_files_of_other_formats() {
+both_modes!(
+    directories_and_files_of_other_formats,
+    directories_and_files_of_other_formats_in
+);
+
+fn directories_and_files_of_other_formats_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
     // A directory with someone else's files.
     std::fs::write(dir.path().join("notes.txt"), "hello").unwrap();
-    let e = Store::open(dir.path(), small_options()).err().unwrap();
+    let e = Store::open(dir.path(), mode.options()).err().unwrap();
     assert!(matches!(e, Error::NotAStore { .. }), "{e}");
     assert!(e.to_string().contains("notes.txt"), "{e}");
     assert!(dir.path().join("notes.txt").exists());
@@ -49,51 +57,56 @@ fn directories_and_files_of_other_formats() {
     // A CURRENT file that is not ours.
     let d2 = tempfile::tempdir().unwrap();
     std::fs::write(d2.path().join("CURRENT"), "MANIFEST-000001\n").unwrap();
-    let e = Store::open(d2.path(), small_options()).err().unwrap();
+    let e = Store::open(d2.path(), mode.options()).err().unwrap();
     assert!(matches!(e, Error::NotAStore { .. }), "{e}");
     assert!(e.to_string().contains("magic"), "{e}");
 
     // A regular file where the directory should be.
     let f = dir.path().join("plain-file");
     std::fs::write(&f, "x").unwrap();
-    let e = Store::open(&f, small_options()).err().unwrap();
+    let e = Store::open(&f, mode.options()).err().unwrap();
     assert!(
         matches!(e, Error::NotAStore { .. } | Error::Io { .. }),
         "{e}"
     );
 }
 
-#[test]
-fn invalid_arguments() {
+both_modes!(invalid_arguments, invalid_arguments_in);
+
+fn invalid_arguments_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
     let bad = Options {
         write_buffer_size: 10,
-        ..small_options()
+        ..mode.options()
     };
     let e = Store::open(dir.path(), bad).err().unwrap();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
-    let s = Store::open(dir.path(), small_options()).unwrap();
+    let s = Store::open(dir.path(), mode.options()).unwrap();
     let e = s.put(vec![0u8; (1 << 20) + 1], b"v").unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     let e = Store::open(
         dir.path(),
         Options {
             error_if_exists: true,
-            ..small_options()
+            ..mode.options()
         },
     );
     assert!(matches!(e.err().unwrap(), Error::Locked { .. }));
 }
 
-#[test]
-fn second_open_in_this_process_is_locked() {
+both_modes!(
+    second_open_in_this_process_is_locked,
+    second_open_in_this_process_is_locked_in
+);
+
+fn second_open_in_this_process_is_locked_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(dir.path(), small_options()).unwrap();
-    let e = Store::open(dir.path(), small_options()).err().unwrap();
+    let s = Store::open(dir.path(), mode.options()).unwrap();
+    let e = Store::open(dir.path(), mode.options()).err().unwrap();
     assert!(matches!(e, Error::Locked { .. }), "{e}");
     assert!(e.to_string().contains("locked"), "{e}");
     s.close().unwrap();
-    Store::open(dir.path(), small_options()).unwrap();
+    Store::open(dir.path(), mode.options()).unwrap();
 }
 
 /// Child side of `store_locked_by_another_process`.
@@ -102,17 +115,25 @@ fn hold_lock_child() {
     let Ok(dir) = std::env::var("GVAULT_TEST_HOLD_LOCK") else {
         return;
     };
-    let _s = Store::open(&dir, small_options()).unwrap();
+    let mode = match std::env::var("GVAULT_TEST_MODE").as_deref() {
+        Ok("Encrypted") => Mode::Encrypted,
+        _ => Mode::Plain,
+    };
+    let _s = Store::open(&dir, mode.options()).unwrap();
     println!("ready");
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line); // until the parent closes stdin
 }
 
-#[test]
-fn store_locked_by_another_process() {
+both_modes!(
+    store_locked_by_another_process,
+    store_locked_by_another_process_in
+);
+
+fn store_locked_by_another_process_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
-    Store::open(dir.path(), small_options())
+    Store::open(dir.path(), mode.options())
         .unwrap()
         .close()
         .unwrap();
@@ -124,6 +145,7 @@ fn store_locked_by_another_process() {
             "--test-threads=1",
         ])
         .env("GVAULT_TEST_HOLD_LOCK", dir.path())
+        .env("GVAULT_TEST_MODE", format!("{mode:?}"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -134,18 +156,18 @@ fn store_locked_by_another_process() {
         line.clear();
         assert!(out.read_line(&mut line).unwrap() > 0, "child exited early");
     }
-    let e = Store::open(dir.path(), small_options()).err().unwrap();
+    let e = Store::open(dir.path(), mode.options()).err().unwrap();
     assert!(matches!(e, Error::Locked { .. }), "{e}");
     drop(child.stdin.take());
     child.wait().unwrap();
-    Store::open(dir.path(), small_options()).unwrap();
+    Store::open(dir.path(), mode.options()).unwrap();
 }
 
-fn faulty() -> (Arc<FaultInjectingFs>, Options) {
+fn faulty(mode: Mode) -> (Arc<FaultInjectingFs>, Options) {
     let fs = Arc::new(FaultInjectingFs::new(Arc::new(OsFs)));
     let opts = Options {
         fs: fs.clone() as Arc<dyn FileSystem>,
-        ..small_options()
+        ..mode.options()
     };
     (fs, opts)
 }
@@ -192,10 +214,11 @@ fn check_batches(s: &Store, acked: u64) {
     }
 }
 
-#[test]
-fn full_disk_while_logging() {
+both_modes!(full_disk_while_logging, full_disk_while_logging_in);
+
+fn full_disk_while_logging_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
-    let (fs, opts) = faulty();
+    let (fs, opts) = faulty(mode);
     let s = Store::open(dir.path(), opts.clone()).unwrap();
     fs.set_space_left(Some(200_000));
     let (acked, e) = write_until_full(&s);
@@ -219,10 +242,11 @@ fn full_disk_while_logging() {
     assert!(s.verify().unwrap().is_clean());
 }
 
-#[test]
-fn full_disk_while_flushing() {
+both_modes!(full_disk_while_flushing, full_disk_while_flushing_in);
+
+fn full_disk_while_flushing_in(mode: Mode) {
     let dir = tempfile::tempdir().unwrap();
-    let (fs, opts) = faulty();
+    let (fs, opts) = faulty(mode);
     let opts = Options {
         write_buffer_size: 1 << 20,
         ..opts

@@ -283,3 +283,38 @@ fn no_key_nonce_pair_seals_twice_and_rotation_retires_keys() {
         "a (key, nonce) pair was used twice"
     );
 }
+
+#[test]
+fn reencrypt_with_everything_already_flushed_moves_every_file() {
+    // Large values in one value-log file, all flushed: the replay pointer
+    // sits in that file when the pass starts, with nothing left to flush.
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(
+        d.path(),
+        Options {
+            vlog_file_size: 1 << 20,
+            reencrypt_bytes_per_sec: 1 << 30,
+            ..Mode::Encrypted.options()
+        },
+    )
+    .unwrap();
+    fill(&s, 200, 7);
+    s.flush().unwrap();
+    let old = s.key_status().unwrap().current;
+    s.rotate_data_key().unwrap();
+    let report = s.reencrypt().unwrap();
+    let status = s.key_status().unwrap();
+    assert_eq!(status.stale_files(), 0, "{status:?} {report:?}");
+    assert_eq!(report.keys_retired, vec![old]);
+    assert_eq!(status.retired, vec![old]);
+    for k in 0..200u64 {
+        let len = if k % 4 == 0 { 400 } else { 30 };
+        assert_eq!(
+            s.get(format!("key{k:04}")).unwrap().unwrap(),
+            value_for(k, 7, len)
+        );
+    }
+    s.close().unwrap();
+    let s = Store::open(d.path(), Mode::Encrypted.options()).unwrap();
+    assert!(s.verify().unwrap().is_clean());
+}

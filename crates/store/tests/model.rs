@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::small_options;
+use common::Mode;
 use gvault_store::{ReadOptions, Snapshot, Store, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -60,10 +60,10 @@ fn check_scan(store: &Store, snap: Option<&Snapshot>, model: &Model, rng: &mut S
     assert!(got == want, "scan {lo:?}..{hi:?} reverse={reverse} differs");
 }
 
-fn run(seed: u64, ops: usize) {
+fn run(seed: u64, ops: usize, mode: Mode) {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
-    let mut store = Some(Store::open(dir.path(), small_options()).unwrap());
+    let mut store = Some(Store::open(dir.path(), mode.options()).unwrap());
     let mut model = Model::new();
     let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
     for step in 0..ops {
@@ -105,7 +105,7 @@ fn run(seed: u64, ops: usize) {
                 assert_eq!(
                     s.get(&k).unwrap(),
                     model.get(&k).cloned(),
-                    "seed {seed} step {step}"
+                    "{mode:?} seed {seed} step {step}"
                 );
             }
             72..=76 => {
@@ -124,7 +124,7 @@ fn run(seed: u64, ops: usize) {
                     assert_eq!(
                         s.get_opt(&ro, &k).unwrap(),
                         m.get(&k).cloned(),
-                        "seed {seed} step {step} snapshot"
+                        "{mode:?} seed {seed} step {step} snapshot"
                     );
                     check_scan(s, Some(snap), m, &mut rng);
                 }
@@ -133,7 +133,7 @@ fn run(seed: u64, ops: usize) {
             90..=92 => {
                 snaps.clear();
                 store.take().unwrap().close().unwrap();
-                store = Some(Store::open(dir.path(), small_options()).unwrap());
+                store = Some(Store::open(dir.path(), mode.options()).unwrap());
             }
             93..=94 => s.flush().unwrap(),
             95..=97 => {
@@ -156,18 +156,19 @@ fn run(seed: u64, ops: usize) {
         .unwrap()
         .map(|r| r.unwrap())
         .collect();
-    assert!(all == model, "seed {seed}: final contents differ");
+    assert!(all == model, "{mode:?} seed {seed}: final contents differ");
     let report = s.verify().unwrap();
-    assert!(report.is_clean(), "seed {seed}: {report}");
+    assert!(report.is_clean(), "{mode:?} seed {seed}: {report}");
 }
 
-#[test]
-fn random_operations_match_a_btreemap() {
+both_modes!(random_operations_match_a_btreemap, all_seeds);
+
+fn all_seeds(mode: Mode) {
     let seeds: u64 = std::env::var("MODEL_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(12);
     for seed in 0..seeds {
-        run(seed, 1500);
+        run(seed, 1500, mode);
     }
 }

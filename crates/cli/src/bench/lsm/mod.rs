@@ -3,9 +3,13 @@
 //! readwhilewriting; 16-byte keys) and seed 000 §4.5's insert, search and
 //! remove of random 64-bit keys with objects of 512-byte blocks. Reports
 //! ops/s, MB/s and write amplification (bytes the process wrote to files
-//! over bytes the user wrote).
+//! over bytes the user wrote). `--encrypt` runs each workload unencrypted
+//! and/or with AES-256-GCM on the CPU, GPU or auto backend; `--reencrypt`
+//! times the re-encryption pass after a key rotation against a disk copy.
 
 mod data;
+mod encrypt;
+mod reencrypt;
 mod workloads;
 
 use std::path::PathBuf;
@@ -13,6 +17,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::measure::{parse_size, size_label};
+use encrypt::{Backends, Encrypt, PlainRates};
 use workloads::{run_case, Case, Outcome, Workload};
 
 /// Seed 000's object unit.
@@ -72,12 +77,26 @@ pub struct LsmArgs {
     /// Timed runs per workload (each in a fresh store); the median is reported.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Encryption modes (comma separated): none, cpu, gpu, auto. Each
+    /// workload runs once per mode; with none and another mode, rows get an
+    /// enc/plain throughput ratio. The value log is always encrypted with
+    /// the rest of the store (the store has no per-file-kind switch).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "none")]
+    encrypt: Vec<Encrypt>,
+    /// Also build a store of this many GiB under one data key, rotate the
+    /// key and time the re-encryption pass against a sequential copy
+    /// (read + write + fsync) of as many bytes in the same directory. Alone
+    /// (without --workloads or --seed-000) it runs only this.
+    #[arg(long, value_name = "GIB")]
+    reencrypt: Option<f64>,
 }
 
 #[derive(Serialize)]
 struct Row {
     group: &'static str,
     workload: &'static str,
+    /// Encryption mode: none, cpu, gpu or auto.
+    encrypt: &'static str,
     value_bytes: usize,
     /// None: the workload writes nothing while timed.
     sync: Option<bool>,
@@ -94,6 +113,8 @@ struct Row {
     process_bytes_written: Option<u64>,
     write_amp: Option<f64>,
     writer_ops_per_sec: Option<f64>,
+    /// ops/s over the unencrypted run of the same workload, size and sync.
+    enc_vs_plain: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -111,6 +132,7 @@ struct Report {
     runs_per_workload: usize,
     notes: Vec<String>,
     rows: Vec<Row>,
+    reencrypt: Option<reencrypt::ReencryptRow>,
 }
 
 struct Plan {
@@ -120,6 +142,11 @@ struct Plan {
 
 pub fn run(args: LsmArgs) -> Result<(), String> {
     let plan = plan(&args)?;
+    let mut modes = args.encrypt.clone();
+    if args.reencrypt.is_some() && modes.iter().all(|m| *m == Encrypt::None) {
+        modes.push(Encrypt::Cpu);
+    }
+    let backends = Backends::new(&modes)?;
     let base = match &args.dir {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
@@ -167,31 +194,80 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
         for n in &notes {
             println!("note: {n}");
         }
-        println!(
-            "{:<18} {:>8} {:>6} {:>9} {:>12} {:>10} {:>8} {:>14}",
-            "workload", "value", "sync", "num", "ops/s", "MB/s", "w-amp", "writer ops/s"
-        );
+        if !plan.cases.is_empty() {
+            println!(
+                "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12} {:>10} {:>8} {:>14} {:>9}",
+                "workload",
+                "enc",
+                "value",
+                "sync",
+                "num",
+                "ops/s",
+                "MB/s",
+                "w-amp",
+                "writer ops/s",
+                "enc/plain"
+            );
+        }
     }
     let mut rows = Vec::new();
+    let mut plain = PlainRates::default();
     for case in &plan.cases {
         let mut runs = Vec::with_capacity(args.repeat);
         for r in 0..args.repeat {
-            runs.push(run_case(base.path(), case, r).map_err(|e| {
-                format!("{} ({} bytes): {e}", case.workload.name(), case.value_bytes)
+            runs.push(run_case(base.path(), case, r, &backends).map_err(|e| {
+                format!(
+                    "{} ({} bytes, encrypt {}): {e}",
+                    case.workload.name(),
+                    case.value_bytes,
+                    case.encrypt.name()
+                )
             })?);
         }
-        let row = row(case, runs);
+        let mut row = row(case, runs);
+        row.enc_vs_plain = plain.ratio(
+            case.encrypt,
+            (row.workload, row.value_bytes, row.sync),
+            row.ops_per_sec,
+        );
         if !args.json {
             print_row(&row);
         }
         rows.push(row);
     }
+    let reencrypt = match args.reencrypt {
+        Some(gib) => {
+            let mode = modes
+                .iter()
+                .copied()
+                .find(|m| *m != Encrypt::None)
+                .unwrap_or(Encrypt::Cpu);
+            let r = reencrypt::run(base.path(), gib, mode, &backends)
+                .map_err(|e| format!("reencrypt: {e}"))?;
+            if !args.json {
+                println!(
+                    "reencrypt ({}): {:.1} MB store, {:.1} MB/s re-encrypting ({:.2} s; {} tables, {} value-log files), sequential copy {:.1} MB/s: ratio {:.2}",
+                    r.encrypt,
+                    r.store_bytes as f64 / 1e6,
+                    r.reencrypt_mb_per_sec,
+                    r.reencrypt_seconds,
+                    r.tables_rewritten,
+                    r.logs_rewritten,
+                    r.copy_mb_per_sec,
+                    r.ratio_to_copy
+                );
+            }
+            Some(r)
+        }
+        None => None,
+    };
     if args.json {
         let report = Report {
             machine,
             runs_per_workload: args.repeat,
             notes,
             rows,
+            reencrypt,
         };
         println!(
             "{}",
@@ -209,6 +285,15 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
     if args.num == Some(0) || args.seed_keys == Some(0) {
         return Err("--num and --seed-keys must be at least 1".into());
     }
+    if let Some(g) = args.reencrypt {
+        if !(g > 0.0 && g.is_finite()) {
+            return Err("--reencrypt is a size in GiB, above 0".into());
+        }
+    }
+    let mut encrypt = args.encrypt.clone();
+    encrypt.sort_by_key(|m| *m != Encrypt::None); // plain first, for the ratio
+    encrypt.dedup();
+    let only_reencrypt = args.reencrypt.is_some() && args.workloads.is_none() && !args.seed_000;
     let workloads: Vec<Workload> = match (&args.workloads, args.seed_000) {
         (Some(names), _) => names
             .iter()
@@ -226,6 +311,7 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
             .into_iter()
             .filter(|w| w.is_seed000())
             .collect(),
+        (None, false) if only_reencrypt => Vec::new(),
         (None, false) => Workload::ALL.to_vec(),
     };
     let value_sizes: Vec<usize> = match &args.value_sizes {
@@ -285,23 +371,35 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
                 syncs.iter().map(|&s| Some(s)).collect()
             };
             for sync in modes {
-                cases.push(Case {
-                    workload: w,
-                    value_bytes: size,
-                    sync,
-                    // readwhilewriting's num counts reads, which sync does not slow.
-                    num: if sync == Some(true) && w != Workload::ReadWhileWriting {
-                        sync_num(num)
-                    } else {
-                        num
-                    },
-                    threads: args.threads,
-                });
+                for &enc in &encrypt {
+                    cases.push(Case {
+                        workload: w,
+                        value_bytes: size,
+                        sync,
+                        // readwhilewriting's num counts reads, which sync does not slow.
+                        num: if sync == Some(true) && w != Workload::ReadWhileWriting {
+                            sync_num(num)
+                        } else {
+                            num
+                        },
+                        threads: args.threads,
+                        encrypt: enc,
+                    });
+                }
             }
         }
     }
     if cases.is_empty() {
+        if only_reencrypt {
+            return Ok(Plan {
+                cases,
+                notes: Vec::new(),
+            });
+        }
         return Err("nothing to run".into());
+    }
+    if encrypt.iter().any(|m| *m != Encrypt::None) {
+        notes.push("encrypted rows: AES-256-GCM on every block of every file (value log included), a fresh random master key per store".into());
     }
     notes.push(format!(
         "counts not given are capped at {} of key+value per workload",
@@ -314,7 +412,7 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
     }
     if workloads.iter().any(|w| w.is_seed000()) {
         notes.push(format!(
-            "seed 000: random 64-bit keys, objects of 512 B blocks, no encryption (the seed's base system); remove runs on {remove_blocks}-block objects only, as in the seed (a remove logs no object)"
+            "seed 000: random 64-bit keys, objects of 512 B blocks (the seed's base system is unencrypted: compare its rows at --encrypt none); remove runs on {remove_blocks}-block objects only, as in the seed (a remove logs no object)"
         ));
     }
     if workloads.contains(&Workload::ReadWhileWriting) {
@@ -345,6 +443,7 @@ fn row(case: &Case, mut runs: Vec<Outcome>) -> Row {
             "db_bench"
         },
         workload: case.workload.name(),
+        encrypt: case.encrypt.name(),
         value_bytes: case.value_bytes,
         sync: case.sync,
         num: case.num,
@@ -361,6 +460,7 @@ fn row(case: &Case, mut runs: Vec<Outcome>) -> Row {
             .filter(|_| m.user_bytes_written > 0)
             .map(|p| p as f64 / m.user_bytes_written as f64),
         writer_ops_per_sec: m.writer_ops.map(|w| w as f64 / secs),
+        enc_vs_plain: None,
     }
 }
 
@@ -371,8 +471,9 @@ fn print_row(r: &Row) {
         (None, _) => "n/a".into(),
     };
     println!(
-        "{:<18} {:>8} {:>6} {:>9} {:>12.0} {:>10.2} {:>8} {:>14}",
+        "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12.0} {:>10.2} {:>8} {:>14} {:>9}",
         r.workload,
+        r.encrypt,
         size_label(r.value_bytes),
         match r.sync {
             Some(true) => "on",
@@ -385,5 +486,6 @@ fn print_row(r: &Row) {
         wa,
         r.writer_ops_per_sec
             .map_or("-".into(), |w| format!("{w:.0}")),
+        r.enc_vs_plain.map_or("-".into(), |x| format!("{x:.2}")),
     );
 }

@@ -6,12 +6,13 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions};
+use gvault_store::{ReadOptions, Store, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use super::data::{process_bytes_written, settle, Keys, Values};
+use super::encrypt::{Backends, Encrypt};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
@@ -79,6 +80,7 @@ pub struct Case {
     /// over all reader threads).
     pub num: u64,
     pub threads: usize,
+    pub encrypt: Encrypt,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -98,18 +100,24 @@ pub struct Outcome {
 }
 
 /// Runs `case` once in a fresh store under `base`, deleted afterwards.
-pub fn run_case(base: &Path, case: &Case, run: usize) -> Result<Outcome, String> {
+pub fn run_case(
+    base: &Path,
+    case: &Case,
+    run: usize,
+    backends: &Backends,
+) -> Result<Outcome, String> {
     let dir = base.join(format!(
-        "{}-{}-{}-{run}",
+        "{}-{}-{}-{}-{run}",
         case.workload.name(),
         case.value_bytes,
+        case.encrypt.name(),
         match case.sync {
             Some(true) => "sync",
             Some(false) => "nosync",
             None => "read",
         }
     ));
-    let store = Store::open(&dir, Options::default())
+    let store = Store::open(&dir, backends.options(case.encrypt))
         .map_err(|e| format!("opening a store in {}: {e}", dir.display()))?;
     let result = run_in(&store, case);
     let closed = store.close().map_err(|e| format!("closing the store: {e}"));

@@ -1,14 +1,15 @@
 //! The store commands (`gvault init`, `put`, `get`, …): the LSM store from
 //! the command line.
 //!
-//! Exit codes: 0 success, 1 key not found, 2 error (message on stderr),
-//! 3 `verify` found damage.
+//! Exit codes: 0 success, 1 key not found, 2 error (message on stderr; a
+//! missing or wrong master key included), 3 `verify` found damage.
 
-use std::io::{BufRead, Read, Write};
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+mod demo;
+mod keys;
 
 use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions};
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
 
 const EXIT_NOT_FOUND: i32 = 1;
 const EXIT_ERROR: i32 = 2;
@@ -20,6 +21,8 @@ pub struct StoreDir {
     /// Store directory [default: $GVAULT_STORE].
     #[arg(long = "store", value_name = "DIR")]
     dir: Option<PathBuf>,
+    #[command(flatten)]
+    keys: keys::KeyArgs,
 }
 
 impl StoreDir {
@@ -33,10 +36,19 @@ impl StoreDir {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum StoreCommand {
-    /// Create an empty store.
+    /// Create an empty store. With --encrypt, every block is sealed with
+    /// AES-256-GCM under data keys wrapped by a master key: from --key-file
+    /// F (created, mode 0600, if missing), a passphrase (--passphrase-env),
+    /// $GVAULT_KEY, or by default a new key file <DIR>.key beside the store
+    /// (never overwritten).
     Init {
         #[command(flatten)]
         store: StoreDir,
+        /// Encrypt the store at rest.
+        #[arg(long)]
+        encrypt: bool,
+        #[command(flatten)]
+        kdf: keys::KdfArgs,
     },
     /// Write one value: from the argument, from --file, or from stdin.
     Put {
@@ -105,6 +117,9 @@ pub enum StoreCommand {
         #[command(flatten)]
         store: StoreDir,
     },
+    /// Data keys and the master key of an encrypted store.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
     /// Write and read back mixed-size values in a temporary store and
     /// report throughput.
     Demo {
@@ -125,33 +140,34 @@ pub fn run(cmd: StoreCommand) -> i32 {
     }
 }
 
-type CmdResult = Result<i32, Box<dyn std::error::Error>>;
+pub(crate) type CmdResult = Result<i32, Box<dyn std::error::Error>>;
 
-fn open_existing(dir: &Path) -> Result<Store, gvault_store::Error> {
-    Store::open(
-        dir,
+/// Opens an existing store with the keys and accelerator the command line
+/// names; `base` supplies the other options.
+fn open_with(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::error::Error>> {
+    let opts = store.keys.options()?;
+    Ok(Store::open(
+        store.path()?,
         Options {
             create_if_missing: false,
-            ..Options::default()
+            encryption: opts.encryption,
+            crypto_backend: opts.crypto_backend,
+            ..base
         },
-    )
+    )?)
+}
+
+fn open_existing(store: &StoreDir) -> Result<Store, Box<dyn std::error::Error>> {
+    open_with(store, Options::default())
 }
 
 fn execute(cmd: StoreCommand) -> CmdResult {
     match cmd {
-        StoreCommand::Init { store } => {
-            let dir = store.path()?;
-            let s = Store::open(
-                &dir,
-                Options {
-                    error_if_exists: true,
-                    ..Options::default()
-                },
-            )?;
-            s.close()?;
-            println!("created an empty store in {}", dir.display());
-            Ok(0)
-        }
+        StoreCommand::Init {
+            store,
+            encrypt,
+            kdf,
+        } => init(&store, encrypt, &kdf),
         StoreCommand::Put {
             store,
             key,
@@ -170,13 +186,13 @@ fn execute(cmd: StoreCommand) -> CmdResult {
                     v
                 }
             };
-            let s = open_existing(&store.path()?)?;
+            let s = open_existing(&store)?;
             s.put_opt(&WriteOptions { sync }, key.as_bytes(), &value)?;
             s.close()?;
             Ok(0)
         }
         StoreCommand::Get { store, key } => {
-            let s = open_existing(&store.path()?)?;
+            let s = open_existing(&store)?;
             match s.get(key.as_bytes())? {
                 Some(v) => {
                     let mut out = std::io::stdout().lock();
@@ -191,7 +207,7 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             }
         }
         StoreCommand::Del { store, key } => {
-            let s = open_existing(&store.path()?)?;
+            let s = open_existing(&store)?;
             if s.get(key.as_bytes())?.is_none() {
                 eprintln!("gvault store: key {key:?} not found");
                 return Ok(EXIT_NOT_FOUND);
@@ -208,7 +224,7 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             reverse,
             keys_only,
         } => {
-            let s = open_existing(&store.path()?)?;
+            let s = open_existing(&store)?;
             let scan = s.scan(
                 &ReadOptions::default(),
                 from.as_deref().map(str::as_bytes),
@@ -227,27 +243,29 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             out.flush()?;
             Ok(0)
         }
-        StoreCommand::Import { store, file } => import(&store.path()?, file.as_deref()),
+        StoreCommand::Import { store, file } => import(&store, file.as_deref()),
         StoreCommand::Stats { store } => {
-            let s = open_existing(&store.path()?)?;
+            let s = open_existing(&store)?;
             print!("{}", s.stats());
             Ok(0)
         }
         StoreCommand::Verify { store } => {
-            let s = match open_existing(&store.path()?) {
+            let s = match open_existing(&store) {
                 Ok(s) => s,
-                Err(e) if e.is_corruption() => {
-                    println!("the store cannot be opened: {e}");
-                    return Ok(EXIT_DAMAGED);
-                }
-                Err(e) => return Err(e.into()),
+                Err(e) => match e.downcast_ref::<gvault_store::Error>() {
+                    Some(se) if se.is_corruption() => {
+                        println!("the store cannot be opened: {e}");
+                        return Ok(EXIT_DAMAGED);
+                    }
+                    _ => return Err(e),
+                },
             };
             let report = s.verify()?;
             println!("{report}");
             Ok(if report.is_clean() { 0 } else { EXIT_DAMAGED })
         }
         StoreCommand::Gc { store } => {
-            let s = open_existing(&store.path()?)?;
+            let s = open_existing(&store)?;
             let r = s.gc_value_log()?;
             println!(
                 "scanned {} value-log files, dropped {}, rewrote {} values ({} bytes)",
@@ -256,7 +274,8 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             s.close()?;
             Ok(0)
         }
-        StoreCommand::Demo { mb } => demo(mb),
+        StoreCommand::Keys(cmd) => keys::execute(cmd),
+        StoreCommand::Demo { mb } => demo::demo(mb),
     }
 }
 
@@ -266,14 +285,14 @@ struct ImportLine {
     value: String,
 }
 
-fn import(dir: &Path, file: Option<&Path>) -> CmdResult {
+fn import(store: &StoreDir, file: Option<&Path>) -> CmdResult {
     let input: Box<dyn BufRead> = match file {
         Some(f) => Box::new(std::io::BufReader::new(
             std::fs::File::open(f).map_err(|e| format!("cannot open {}: {e}", f.display()))?,
         )),
         None => Box::new(std::io::stdin().lock()),
     };
-    let s = open_existing(dir)?;
+    let s = open_existing(store)?;
     let mut batch = WriteBatch::new();
     let mut count = 0u64;
     for (i, line) in input.lines().enumerate() {
@@ -299,96 +318,47 @@ fn import(dir: &Path, file: Option<&Path>) -> CmdResult {
     Ok(0)
 }
 
-/// Deterministic bytes for demo value `i`, cheap enough not to dominate.
-fn demo_value(i: u64, len: usize) -> Vec<u8> {
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-fn demo(mb: u64) -> CmdResult {
-    const SIZES: [usize; 6] = [100, 400, 1500, 4096, 16 << 10, 100 << 10];
-    let target = mb << 20;
-    let tmp = tempfile::Builder::new().prefix("gvault-demo-").tempdir()?;
-    let s = Store::open(tmp.path(), Options::default())?;
-    println!(
-        "demo store in {} ({mb} MiB of values)",
-        tmp.path().display()
-    );
-
-    let bar = |len: u64, what: &str| {
-        let b = indicatif::ProgressBar::new(len);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg:>6} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        b.set_message(what.to_string());
-        b
-    };
-
-    let mut sizes = Vec::new();
-    let mut total = 0u64;
-    while total < target {
-        let len = SIZES[sizes.len() % SIZES.len()];
-        sizes.push(len);
-        total += len as u64;
-    }
-    let key = |i: usize| format!("demo-{i:09}");
-
-    let pb = bar(total, "write");
-    let start = Instant::now();
-    let mut batch = WriteBatch::new();
-    let mut done = 0u64;
-    for (i, &len) in sizes.iter().enumerate() {
-        batch.put(key(i), demo_value(i as u64, len));
-        done += len as u64;
-        if batch.approximate_bytes() >= 1 << 20 {
-            s.write(&WriteOptions::default(), std::mem::take(&mut batch))?;
-            pb.set_position(done);
+fn init(store: &StoreDir, encrypt: bool, kdf: &keys::KdfArgs) -> CmdResult {
+    let dir = store.path()?;
+    if !encrypt {
+        if store.keys.encryption()?.is_some() {
+            return Err("a master key was given (flag or environment) without --encrypt; pass --encrypt to create an encrypted store".into());
         }
+        Store::open(
+            &dir,
+            Options {
+                error_if_exists: true,
+                ..Options::default()
+            },
+        )?
+        .close()?;
+        println!("created an empty store in {}", dir.display());
+        return Ok(0);
     }
-    s.write(&WriteOptions::SYNC, batch)?;
-    s.flush()?;
-    let write_s = start.elapsed().as_secs_f64();
-    pb.finish_and_clear();
-
-    let pb = bar(total, "read");
-    let start = Instant::now();
-    let mut done = 0u64;
-    for (i, &len) in sizes.iter().enumerate() {
-        let got = s.get(key(i))?;
-        if got.as_deref() != Some(&demo_value(i as u64, len)[..]) {
-            return Err(format!("read back the wrong value for {}", key(i)).into());
-        }
-        done += len as u64;
-        if i % 256 == 0 {
-            pb.set_position(done);
-        }
+    if dir.join("CURRENT").exists() {
+        return Err(format!("a store already exists in {}", dir.display()).into());
     }
-    let read_s = start.elapsed().as_secs_f64();
-    pb.finish_and_clear();
-
-    let mib = total as f64 / (1 << 20) as f64;
+    let (enc, what, created_file) = keys::init_key(&dir, &store.keys, kdf)?;
+    let opened = Store::open(
+        &dir,
+        Options {
+            error_if_exists: true,
+            encryption: Some(enc),
+            crypto_backend: store.keys.backend()?,
+            ..Options::default()
+        },
+    )
+    .and_then(|s| s.close());
+    if let Err(e) = opened {
+        // A key file made for a store that does not exist would only mislead.
+        if let Some(f) = created_file {
+            let _ = std::fs::remove_file(f);
+        }
+        return Err(e.into());
+    }
     println!(
-        "wrote {} values, {mib:.0} MiB in {write_s:.2} s: {:.0} MiB/s (group commit, flushed to tables)",
-        sizes.len(),
-        mib / write_s
+        "created an empty encrypted store in {} under {what}",
+        dir.display()
     );
-    println!(
-        "read back and checked every value in {read_s:.2} s: {:.0} MiB/s",
-        mib / read_s
-    );
-    print!("{}", s.stats());
-    s.close()?;
     Ok(0)
 }

@@ -1,0 +1,387 @@
+//! Master keys from the command line, the accelerator that seals blocks, and
+//! the `gvault keys` commands (rotate, rotate-master, status, reencrypt).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gvault_accel::Backend;
+use gvault_store::{keys, Encryption, KdfParams, Options, Store};
+
+use super::{open_with, CmdResult, StoreDir};
+
+/// Where the master key of an encrypted store comes from. The first source
+/// found wins: --key-file, --passphrase-env, $GVAULT_KEY_FILE, $GVAULT_KEY
+/// (64 hex digits), $GVAULT_PASSPHRASE. A store without encryption is
+/// opened with no key; giving one for it is an error.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct KeyArgs {
+    /// Master key file (64 hex digits, mode 0600) [sources, first found
+    /// wins: --key-file, --passphrase-env, $GVAULT_KEY_FILE, $GVAULT_KEY,
+    /// $GVAULT_PASSPHRASE].
+    #[arg(long, value_name = "F", conflicts_with = "passphrase_env")]
+    key_file: Option<PathBuf>,
+    /// Name of an environment variable holding the passphrase (stretched
+    /// with Argon2id).
+    #[arg(long, value_name = "VAR")]
+    passphrase_env: Option<String>,
+    /// Accelerator that seals and opens blocks: cpu, gpu (fails without a
+    /// usable GPU) or auto (the calibrated per-job choice).
+    #[arg(long, value_enum, default_value = "cpu")]
+    accel: Accel,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Accel {
+    #[default]
+    Cpu,
+    Gpu,
+    Auto,
+}
+
+/// Argon2id costs for a passphrase-derived master key (init, rotate-master).
+#[derive(clap::Args, Debug, Clone)]
+pub struct KdfArgs {
+    /// Argon2id memory in MiB (at least 1).
+    #[arg(long, value_name = "MIB", default_value_t = KdfParams::default().m_cost_kib / 1024)]
+    kdf_memory_mib: u32,
+    /// Argon2id passes (at least 1).
+    #[arg(long, value_name = "N", default_value_t = KdfParams::default().t_cost)]
+    kdf_passes: u32,
+}
+
+impl KdfArgs {
+    fn params(&self) -> Result<KdfParams, String> {
+        if self.kdf_memory_mib == 0 || self.kdf_passes == 0 {
+            return Err("--kdf-memory-mib and --kdf-passes must be at least 1".into());
+        }
+        Ok(KdfParams {
+            m_cost_kib: self.kdf_memory_mib.saturating_mul(1024),
+            t_cost: self.kdf_passes,
+            p_cost: 1,
+        })
+    }
+}
+
+/// A master key source as the user named it.
+enum Source {
+    KeyFile(PathBuf),
+    Passphrase(String),
+    HexKey,
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn passphrase_from(var: &str) -> Result<Encryption, String> {
+    let p = std::env::var(var).map_err(|_| {
+        format!("--passphrase-env {var}: the environment variable {var} is not set (or not UTF-8)")
+    })?;
+    if p.is_empty() {
+        return Err(format!("the passphrase in {var} is empty"));
+    }
+    Ok(Encryption::with_passphrase(p))
+}
+
+impl KeyArgs {
+    fn source(&self) -> Option<Source> {
+        if let Some(f) = &self.key_file {
+            return Some(Source::KeyFile(f.clone()));
+        }
+        if let Some(v) = &self.passphrase_env {
+            return Some(Source::Passphrase(v.clone()));
+        }
+        if let Some(f) = env_nonempty("GVAULT_KEY_FILE") {
+            return Some(Source::KeyFile(f.into()));
+        }
+        if env_nonempty("GVAULT_KEY").is_some() {
+            return Some(Source::HexKey);
+        }
+        env_nonempty("GVAULT_PASSPHRASE").map(|_| Source::Passphrase("GVAULT_PASSPHRASE".into()))
+    }
+
+    /// The master key to open a store with; `None` when no source is given.
+    pub fn encryption(&self) -> Result<Option<Encryption>, String> {
+        Ok(Some(match self.source() {
+            None => return Ok(None),
+            Some(Source::KeyFile(f)) => {
+                Encryption::with_key(keys::read_key_file(&f).map_err(|e| e.to_string())?)
+            }
+            Some(Source::Passphrase(var)) => passphrase_from(&var)?,
+            Some(Source::HexKey) => {
+                let hex = env_nonempty("GVAULT_KEY").unwrap_or_default();
+                let k = keys::parse_hex_key(&hex).map_err(|e| format!("GVAULT_KEY: {e}"))?;
+                Encryption::with_key(k)
+            }
+        }))
+    }
+
+    pub fn backend(&self) -> Result<Option<Arc<dyn Backend>>, String> {
+        Ok(match self.accel {
+            Accel::Cpu => None, // the store's shared CPU backend
+            Accel::Gpu => Some(Arc::new(
+                gvault_accel::gpu::GpuBackend::probe()
+                    .map_err(|why| format!("--accel gpu: no usable GPU: {why}"))?,
+            )),
+            Accel::Auto => Some(Arc::new(gvault_accel::AutoBackend::new())),
+        })
+    }
+
+    /// Options to open an existing store with these keys and accelerator.
+    pub fn options(&self) -> Result<Options, String> {
+        Ok(Options {
+            create_if_missing: false,
+            encryption: self.encryption()?,
+            crypto_backend: self.backend()?,
+            ..Options::default()
+        })
+    }
+}
+
+/// `<store>.key` beside the store directory: never inside it, so copying
+/// the store does not copy its key.
+pub fn default_key_file(store: &Path) -> Result<PathBuf, String> {
+    let name = store
+        .file_name()
+        .ok_or_else(|| format!("cannot name a key file after {}", store.display()))?;
+    let mut n = name.to_os_string();
+    n.push(".key");
+    Ok(store.with_file_name(n))
+}
+
+/// A key file to use: read if it exists, created (mode 0600) if not.
+/// Returns the key and whether the file was created.
+fn key_file_or_create(path: &Path) -> Result<(Encryption, bool), String> {
+    if path.exists() {
+        let k = keys::read_key_file(path).map_err(|e| e.to_string())?;
+        return Ok((Encryption::with_key(k), false));
+    }
+    let k = keys::create_key_file(path).map_err(|e| e.to_string())?;
+    Ok((Encryption::with_key(k), true))
+}
+
+/// `gvault init --encrypt`: the master key of the new store. A key file
+/// that does not exist is created; `--key-file` may name an existing one
+/// (one master key for several stores), the default `<store>.key` may not.
+/// Returns the encryption, a description, and a key file to remove if the
+/// store cannot be created.
+pub fn init_key(
+    store: &Path,
+    k: &KeyArgs,
+    kdf: &KdfArgs,
+) -> Result<(Encryption, String, Option<PathBuf>), String> {
+    let created = |e: Encryption, p: PathBuf, new: bool| {
+        let what = if new {
+            format!(
+                "a new master key in {} (mode 0600); keep a copy away from this machine: without it the data cannot be read",
+                p.display()
+            )
+        } else {
+            format!("the master key in {}", p.display())
+        };
+        (e, what, new.then_some(p))
+    };
+    match k.source() {
+        Some(Source::KeyFile(f)) => {
+            let (e, new) = key_file_or_create(&f)?;
+            Ok(created(e, f, new))
+        }
+        Some(Source::Passphrase(var)) => {
+            let mut e = passphrase_from(&var)?;
+            e.kdf = kdf.params()?;
+            Ok((e, format!("a passphrase from ${var} (Argon2id)"), None))
+        }
+        Some(Source::HexKey) => Ok((
+            k.encryption()?.expect("GVAULT_KEY is set"),
+            "the master key in $GVAULT_KEY".into(),
+            None,
+        )),
+        None => {
+            let f = default_key_file(store)?;
+            if f.exists() {
+                return Err(format!(
+                    "{} already exists; refusing to overwrite it (pass --key-file {} to use it)",
+                    f.display(),
+                    f.display()
+                ));
+            }
+            let (e, new) = key_file_or_create(&f)?;
+            Ok(created(e, f, new))
+        }
+    }
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum KeysCommand {
+    /// Make a new data key for new files; older files keep theirs until
+    /// `gvault keys reencrypt` moves them.
+    Rotate {
+        #[command(flatten)]
+        store: StoreDir,
+    },
+    /// Rewrap the key registry under a new master key (no data file
+    /// changes); the old master key stops working.
+    RotateMaster {
+        #[command(flatten)]
+        store: StoreDir,
+        /// New master key file: used if it exists (mode 0600), created if not.
+        #[arg(long, value_name = "F", required_unless_present = "new_passphrase_env")]
+        new_key_file: Option<PathBuf>,
+        /// Environment variable holding the new passphrase.
+        #[arg(long, value_name = "VAR", conflicts_with = "new_key_file")]
+        new_passphrase_env: Option<String>,
+        #[command(flatten)]
+        kdf: KdfArgs,
+    },
+    /// Show which live files use which data key.
+    Status {
+        #[command(flatten)]
+        store: StoreDir,
+    },
+    /// Rewrite files still under older data keys and retire those keys, in
+    /// the foreground with a progress line; resumes an interrupted pass.
+    Reencrypt {
+        #[command(flatten)]
+        store: StoreDir,
+        /// I/O rate limit in MB/s (bytes read plus written; 0: unlimited).
+        #[arg(long, value_name = "MB/S", default_value_t = 32.0)]
+        rate: f64,
+    },
+}
+
+pub fn execute(cmd: KeysCommand) -> CmdResult {
+    match cmd {
+        KeysCommand::Rotate { store } => {
+            let s = open_encrypted(&store, Options::default())?;
+            let id = s.rotate_data_key()?;
+            s.close()?;
+            println!("new data key {id}: new files use it; run `gvault keys reencrypt` to move older files to it");
+            Ok(0)
+        }
+        KeysCommand::RotateMaster {
+            store,
+            new_key_file,
+            new_passphrase_env,
+            kdf,
+        } => {
+            let (new, what) = match (new_key_file, new_passphrase_env) {
+                (Some(f), _) => {
+                    let (e, created) = key_file_or_create(&f)?;
+                    let how = if created { "new key file" } else { "key file" };
+                    (e, format!("{how} {}", f.display()))
+                }
+                (None, Some(var)) => {
+                    let mut e = passphrase_from(&var)?;
+                    e.kdf = kdf.params()?;
+                    (e, format!("the passphrase in ${var}"))
+                }
+                (None, None) => return Err("give --new-key-file or --new-passphrase-env".into()),
+            };
+            let s = open_encrypted(&store, Options::default())?;
+            s.rotate_master_key(&new)?;
+            s.close()?;
+            println!("the key registry is now sealed under {what}; the old master key no longer opens this store");
+            Ok(0)
+        }
+        KeysCommand::Status { store } => {
+            let s = open_encrypted(&store, Options::default())?;
+            let st = s.key_status()?;
+            print_status(s.path(), &st);
+            s.close()?;
+            Ok(0)
+        }
+        KeysCommand::Reencrypt { store, rate } => reencrypt(&store, rate),
+    }
+}
+
+fn open_encrypted(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::error::Error>> {
+    let s = open_with(store, base)?;
+    if !s.is_encrypted() {
+        return Err(format!(
+            "store {} is not encrypted; create one with `gvault init --encrypt`",
+            s.path().display()
+        )
+        .into());
+    }
+    Ok(s)
+}
+
+fn print_status(dir: &Path, st: &gvault_store::KeyStatus) {
+    println!(
+        "{:>6}  {:<8} {:>6} {:>14}",
+        "key", "state", "files", "bytes"
+    );
+    for (id, files) in &st.keys {
+        let bytes: u64 = files
+            .iter()
+            .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+            .map(|m| m.len())
+            .sum();
+        let state = match (*id == st.current, files.is_empty()) {
+            (true, _) => "current",
+            (false, false) => "old",
+            (false, true) => "unused",
+        };
+        println!("{id:>6}  {state:<8} {:>6} {bytes:>14}", files.len());
+    }
+    for id in &st.retired {
+        println!("{id:>6}  {:<8} {:>6} {:>14}", "retired", 0, 0);
+    }
+    let stale = st.stale_files();
+    if stale > 0 {
+        println!("{stale} files under older keys: run `gvault keys reencrypt`");
+    }
+}
+
+fn reencrypt(store: &StoreDir, rate_mb: f64) -> CmdResult {
+    if !(rate_mb >= 0.0 && rate_mb.is_finite()) {
+        return Err("--rate is MB/s, 0 or more (0: unlimited)".into());
+    }
+    let bytes_per_sec = if rate_mb == 0.0 {
+        u64::MAX
+    } else {
+        ((rate_mb * 1e6) as u64).max(4096)
+    };
+    let s = Arc::new(open_encrypted(
+        store,
+        Options {
+            reencrypt_bytes_per_sec: bytes_per_sec,
+            ..Options::default()
+        },
+    )?);
+    let before = s.key_status()?.stale_files();
+    let start = std::time::Instant::now();
+    let pass = s.spawn_reencrypt();
+    while !pass.is_finished() {
+        std::thread::sleep(Duration::from_millis(500));
+        // Files come and go while the pass runs; a failed look is skipped.
+        if let Ok(st) = s.key_status() {
+            eprint!(
+                "\rre-encrypting: {} of {before} files left under older keys, {:.0} s",
+                st.stale_files(),
+                start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    eprintln!();
+    let report = pass
+        .join()
+        .map_err(|_| "the re-encryption thread panicked")??;
+    let st = s.key_status()?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "rewrote {} tables, {} value-log files, {} manifests ({:.1} MB read) in {secs:.1} s; retired keys {:?}; {} files left under older keys",
+        report.tables_rewritten,
+        report.logs_rewritten,
+        report.manifests_rewritten,
+        report.bytes_read as f64 / 1e6,
+        report.keys_retired,
+        st.stale_files()
+    );
+    match Arc::try_unwrap(s) {
+        Ok(s) => s.close()?,
+        Err(_) => return Err("the store is still in use after the pass".into()),
+    }
+    Ok(if st.stale_files() == 0 { 0 } else { 2 })
+}
