@@ -322,8 +322,11 @@ fn gcm_seal_and_open_equal_the_cpu() {
 fn gcm_segments_longer_than_a_slot_and_jobs_of_several_rounds() {
     let Some(g) = gpu() else { return };
     gcm_equal(g, &[(200 << 20) + 13, 7, 0, 70 << 20, 64 << 20], 24);
-    // 20 segments of 60 MiB: one per slot, more slots than one GHASH round.
+    // 20 segments of 60 MiB: one per slot, five GHASH rounds overlapping
+    // the stream of later slots.
     gcm_equal(g, &[60 << 20; 20], 25);
+    // 36 of them: more slots than one group's device buffer holds.
+    gcm_equal(g, &[60 << 20; 36], 26);
 }
 
 #[test]

@@ -165,15 +165,19 @@ pub(crate) struct Mirror {
 }
 
 /// Runs `kernel(key, data, segs, nsegs, total_units)` over host pieces,
-/// pipelined over the device's two slots.
+/// pipelined over the device's staging slots.
 pub(crate) fn run_host(
     dev: &Device,
     kernel: &CtrKernel<'_>,
     unit: usize,
     pieces: Vec<Piece>,
 ) -> Result<(), DevError> {
-    run_batches(dev, kernel, pack(pieces, unit), None)
+    run_batches(dev, kernel, pack(pieces, unit), None, None)
 }
+
+/// Called after batch `k` is enqueued, with every slot (GCM starts a
+/// round's GHASH on the auxiliary stream once its last batch is queued).
+pub(crate) type AfterBatch<'a> = &'a mut dyn FnMut(usize, &[Slot]) -> Result<(), DevError>;
 
 /// The pipeline: while slot k's copy-in, kernel and copy-out run on its
 /// stream, the CPU unpacks and packs the other slot.
@@ -182,6 +186,7 @@ pub(crate) fn run_batches(
     kernel: &CtrKernel<'_>,
     batches: Vec<Batch>,
     mirror: Option<Mirror>,
+    mut after: Option<AfterBatch<'_>>,
 ) -> Result<(), DevError> {
     dev.bind()?;
     let slots = dev
@@ -189,9 +194,9 @@ pub(crate) fn run_batches(
         .lock()
         .map_err(|_| "slot lock poisoned".to_string())?;
     let direct = |p: &Piece| p.len >= DIRECT_MIN && super::runtime::is_page_locked(p.ptr, p.len);
-    let mut inflight: Vec<Option<(Batch, Vec<bool>)>> = vec![None, None];
+    let mut inflight: Vec<Option<(Batch, Vec<bool>)>> = (0..slots.len()).map(|_| None).collect();
     for (k, batch) in batches.into_iter().enumerate() {
-        let s = k % 2;
+        let s = k % slots.len();
         let slot = &slots[s];
         if let Some((done, is_direct)) = inflight[s].take() {
             sync(slot.stream)?;
@@ -217,6 +222,9 @@ pub(crate) fn run_batches(
         }
         let mirror_at = mirror.map(|m| (m.base + (k * SLOT_BYTES) as u64, m.before_kernel));
         enqueue(dev, slot, kernel, &batch, &is_direct, mirror_at)?;
+        if let Some(f) = after.as_mut() {
+            f(k, &slots)?;
+        }
         inflight[s] = Some((batch, is_direct));
     }
     for (s, f) in inflight.into_iter().enumerate() {

@@ -10,8 +10,12 @@
 
 use std::ffi::c_void;
 
+use std::ops::Range;
+
+use cudarc::driver::sys::CUstream;
+
 use super::ctr::{self, CtrKernel, Mirror, Piece};
-use super::runtime::{download, sync, upload, DevError, Device, SLOT_BYTES};
+use super::runtime::{download, sync, upload, DevError, Device, DeviceBuffer, SLOT_BYTES};
 
 /// The kernels' segment descriptor (`GcmSeg`, 56 bytes).
 #[repr(C)]
@@ -54,9 +58,12 @@ pub(crate) struct GcmItem<'a> {
 /// `Err(())`, the plaintext wiped).
 pub(crate) type GcmOutcome = Result<Option<[u8; 16]>, ()>;
 
-/// Rounds of at least this many slots share one GHASH pass; a round's
-/// device ciphertext buffer holds this many slots (or one whole segment).
-const ROUND_SLOTS: usize = 16;
+/// Rounds of at least this many slots (256 MiB) share one GHASH pass, which
+/// runs while the next round streams through the slots.
+const ROUND_SLOTS: usize = 4;
+/// Rounds are grouped while they fit in this many slots (2 GiB) of device
+/// ciphertext buffer; groups run one after another.
+const GROUP_SLOTS: usize = 32;
 
 pub(crate) fn run(
     dev: &Device,
@@ -77,7 +84,8 @@ pub(crate) fn run(
                 Loc::Host(..) => unreachable!("partitioned"),
             })
             .collect();
-        let tags = gcm_pass(dev, rk, seal, items, &descs, 0, true)?;
+        let pass = Pass::prepare(dev, items, &descs)?;
+        let tags = pass.run_sync(dev, rk, ctr_kernel, seal, 0, true)?;
         finish(dev, seal, items, &descs, &tags, &mut out)?;
     }
     if !host.is_empty() {
@@ -86,7 +94,10 @@ pub(crate) fn run(
     Ok(out)
 }
 
-/// Host segments: rounds of pipelined slots, then GHASH per round.
+/// Host segments: one continuous pipeline through the slots; each round of
+/// slots, once queued, gets its GHASH pass on the auxiliary stream while
+/// later rounds keep both copy engines busy. Rounds live in one device
+/// ciphertext buffer per group of rounds (bounded device memory).
 fn run_host(
     dev: &Device,
     rk: u64,
@@ -118,6 +129,17 @@ fn run_host(
         starts.push(Some(i));
         starts.extend(std::iter::repeat_n(None, pieces.len() - before - 1));
     }
+    if !empty.is_empty() {
+        // Empty segments: a tag over their AAD alone; no data to stream.
+        let descs: Vec<(usize, u64)> = empty.iter().map(|&i| (i, 0)).collect();
+        let scratch = dev.alloc(16)?;
+        let pass = Pass::prepare(dev, items, &descs)?;
+        let tags = pass.run_sync(dev, rk, ctr_kernel, seal, scratch.ptr, false)?;
+        finish(dev, seal, items, &descs, &tags, out)?;
+    }
+    if pieces.is_empty() {
+        return Ok(());
+    }
     let batches = ctr::pack(pieces, 16);
     // Where each piece went: (batch, offset), in piece order.
     let placed: Vec<(usize, usize)> = batches
@@ -125,60 +147,142 @@ fn run_host(
         .enumerate()
         .flat_map(|(k, b)| b.pieces.iter().map(move |(_, off)| (k, *off)))
         .collect();
-    // Cut into rounds at batches that begin with a segment's first piece.
-    let mut first_piece_of_batch = Vec::with_capacity(batches.len());
+    let mut first_piece_of_batch = Vec::with_capacity(batches.len() + 1);
     let mut pi = 0;
     for b in &batches {
         first_piece_of_batch.push(pi);
         pi += b.pieces.len();
     }
-    let mut rounds: Vec<std::ops::Range<usize>> = Vec::new();
-    let mut from = 0;
-    for k in 1..batches.len() {
-        let clean_cut = starts[first_piece_of_batch[k]].is_some();
-        if k - from >= ROUND_SLOTS && clean_cut {
-            rounds.push(from..k);
-            from = k;
-        }
-    }
-    if from < batches.len() || rounds.is_empty() {
-        rounds.push(from..batches.len());
-    }
-    let round_bytes = |r: &std::ops::Range<usize>| match r.len() {
-        0 => 16,
-        n => (n - 1) * SLOT_BYTES + batches[r.end - 1].used,
-    };
-    let cbuf = dev.alloc(rounds.iter().map(round_bytes).max().unwrap_or(16))?;
+    first_piece_of_batch.push(pi);
+    // A cut between batches is clean where the next batch begins a segment.
+    let clean = |k: usize| starts[first_piece_of_batch[k]].is_some();
+    let rounds = cut(batches.len(), ROUND_SLOTS, &clean);
+    let groups = cut_groups(&rounds, GROUP_SLOTS);
     let mut batches = batches.into_iter();
-    for (ri, r) in rounds.iter().enumerate() {
-        // The round's segments: those whose first piece lies in it, with
-        // their offset in the round's ciphertext buffer; empty ones ride
-        // with the first round.
-        let mut descs: Vec<(usize, u64)> = Vec::new();
-        if ri == 0 {
-            descs.extend(empty.iter().map(|&i| (i, 0u64)));
-        }
-        let first_piece = first_piece_of_batch.get(r.start).copied().unwrap_or(0);
-        let last_piece = first_piece_of_batch
-            .get(r.end)
-            .copied()
-            .unwrap_or(starts.len());
-        for p in first_piece..last_piece {
-            if let Some(i) = starts[p] {
-                let (k, off) = placed[p];
-                descs.push((i, ((k - r.start) * SLOT_BYTES + off) as u64));
+    for group in groups {
+        let first_batch = rounds[group.start].start;
+        let last_batch = rounds[group.end - 1].end;
+        let group_bytes = (last_batch - first_batch) * SLOT_BYTES;
+        let cbuf = dev.alloc(group_bytes)?;
+        // Every round's descriptors and buffers, ready before streaming
+        // starts (allocation and upload mid-pipeline would stall it).
+        let mut passes = Vec::new();
+        for r in &rounds[group.clone()] {
+            let mut descs: Vec<(usize, u64)> = Vec::new();
+            for p in first_piece_of_batch[r.start]..first_piece_of_batch[r.end] {
+                if let Some(i) = starts[p] {
+                    let (k, off) = placed[p];
+                    descs.push((i, ((k - first_batch) * SLOT_BYTES + off) as u64));
+                }
             }
+            let pass = Pass::prepare(dev, items, &descs)?;
+            passes.push((r.end - first_batch - 1, descs, pass));
         }
-        let round: Vec<ctr::Batch> = batches.by_ref().take(r.len()).collect();
+        let tags_host = super::runtime::PinnedBuffer::new(16 * items.len().max(1))?;
+        let tags_ptr = tags_host.as_ptr() as *mut u8;
+        let aux = dev.aux_stream;
+        let mut next_pass = 0usize;
+        let mut tag_at = 0usize;
+        let mut after = |k: usize, slots: &[super::runtime::Slot]| -> Result<(), DevError> {
+            while next_pass < passes.len() && passes[next_pass].0 == k {
+                let (_, descs, pass) = &passes[next_pass];
+                // SAFETY: events and streams are live; the GHASH kernels read
+                // the round's ciphertext, which the slot streams finish
+                // writing before the recorded events; the tag copy lands in
+                // pinned memory that outlives the stream sync below.
+                unsafe {
+                    for slot in slots {
+                        wait_for(aux, slot.stream)?;
+                    }
+                    pass.launch(dev, rk, ctr_kernel, seal, cbuf.ptr, false, aux)?;
+                    cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                        tags_ptr.add(tag_at) as *mut c_void,
+                        pass.tags.ptr,
+                        16 * descs.len(),
+                        aux,
+                    )
+                    .result()
+                    .map_err(|e| super::runtime::err("tag copy", e))?;
+                }
+                tag_at += 16 * descs.len();
+                next_pass += 1;
+            }
+            Ok(())
+        };
+        let round_batches: Vec<ctr::Batch> =
+            batches.by_ref().take(last_batch - first_batch).collect();
         let mirror = Mirror {
             base: cbuf.ptr,
             before_kernel: !seal,
         };
-        ctr::run_batches(dev, ctr_kernel, round, Some(mirror))?;
-        let tags = gcm_pass(dev, rk, seal, items, &descs, cbuf.ptr, false)?;
-        finish(dev, seal, items, &descs, &tags, out)?;
+        ctr::run_batches(
+            dev,
+            ctr_kernel,
+            round_batches,
+            Some(mirror),
+            Some(&mut after),
+        )?;
+        sync(aux)?;
+        let mut at = 0usize;
+        for (_, descs, _) in &passes {
+            let tags: Vec<[u8; 16]> = tags_host[at..at + 16 * descs.len()]
+                .chunks_exact(16)
+                .map(|c| c.try_into().expect("16-byte chunks"))
+                .collect();
+            at += 16 * descs.len();
+            finish(dev, seal, items, descs, &tags, out)?;
+        }
     }
     Ok(())
+}
+
+/// Cuts `0..n` batches into runs of at least `min` (the last may be
+/// shorter), only at clean points.
+fn cut(n: usize, min: usize, clean: &dyn Fn(usize) -> bool) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    for k in 1..n {
+        if k - from >= min && clean(k) {
+            out.push(from..k);
+            from = k;
+        }
+    }
+    out.push(from..n);
+    out
+}
+
+/// Groups consecutive rounds while their batches fit in `max` slots (a
+/// round longer than that is a group of its own).
+fn cut_groups(rounds: &[Range<usize>], max: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    for r in 1..rounds.len() {
+        if rounds[r].end - rounds[from].start > max {
+            out.push(from..r);
+            from = r;
+        }
+    }
+    out.push(from..rounds.len());
+    out
+}
+
+/// Makes `waiter` wait for everything queued on `on` so far.
+///
+/// # Safety
+/// Both streams must be live.
+unsafe fn wait_for(waiter: CUstream, on: CUstream) -> Result<(), DevError> {
+    use cudarc::driver::result as cu;
+    use cudarc::driver::sys;
+    let ev = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        .map_err(|e| super::runtime::err("creating event", e))?;
+    let r = cu::event::record(ev, on)
+        .and_then(|_| {
+            cu::stream::wait_event(waiter, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })
+        .map_err(|e| super::runtime::err("stream wait", e));
+    // Destroying a recorded event is allowed; the wait keeps its own reference.
+    let _ = cu::event::destroy(ev);
+    r
 }
 
 /// Records tags (seal) or verifies them and wipes what failed (open).
@@ -222,76 +326,135 @@ fn wipe_device(dev: &Device, ptr: u64, len: usize) -> Result<(), DevError> {
         .map_err(|e| super::runtime::err("wiping a forged segment", e))
 }
 
-/// Runs the GCM kernels over the segments `descs` (item, byte offset from
-/// `base`) and returns their computed tags. `with_ctr`: also apply the
-/// keystream here (device-resident data; host data got it in the pipeline).
-fn gcm_pass(
-    dev: &Device,
-    rk: u64,
-    seal: bool,
-    items: &[GcmItem<'_>],
-    descs: &[(usize, u64)],
-    base: u64,
-    with_ctr: bool,
-) -> Result<Vec<[u8; 16]>, DevError> {
-    if descs.is_empty() {
-        return Ok(Vec::new());
+/// One GHASH pass (plus, for device-resident data, the keystream): the
+/// segments' descriptors, AAD and scratch on the device, ready to launch.
+struct Pass {
+    n: usize,
+    units: u64,
+    ghash_blocks: u64,
+    segs: DeviceBuffer,
+    aad: DeviceBuffer,
+    work: DeviceBuffer,
+    tags: DeviceBuffer,
+}
+
+impl Pass {
+    /// `descs`: (item, byte offset of its data from the pass's base).
+    fn prepare(
+        dev: &Device,
+        items: &[GcmItem<'_>],
+        descs: &[(usize, u64)],
+    ) -> Result<Pass, DevError> {
+        let mut segs = Vec::with_capacity(descs.len());
+        let mut aad = Vec::new();
+        let (mut units, mut ghash_blocks) = (0u64, 0u64);
+        for &(i, off) in descs {
+            let it = &items[i];
+            let len = it.data.len() as u64;
+            segs.push(GcmSeg {
+                offset: off,
+                len,
+                first_unit: units,
+                aad_offset: aad.len() as u64,
+                aad_len: it.aad.len() as u64,
+                nonce: it.nonce,
+                reserved: 0,
+            });
+            aad.extend_from_slice(it.aad);
+            units += len.div_ceil(16);
+            ghash_blocks += len.div_ceil(16) + (it.aad.len() as u64).div_ceil(16);
+        }
+        let n = segs.len();
+        let seg_bytes = std::mem::size_of_val(segs.as_slice());
+        let work_bytes = 16384 + (8 * (n + 1)).next_multiple_of(16) + 16 * n;
+        let pass = Pass {
+            n,
+            units,
+            ghash_blocks,
+            segs: dev.alloc(seg_bytes)?,
+            aad: dev.alloc(aad.len())?,
+            work: dev.alloc(work_bytes)?,
+            tags: dev.alloc(16 * n)?,
+        };
+        // SAFETY: GcmSeg is repr(C) plain data.
+        upload(pass.segs.ptr, unsafe {
+            std::slice::from_raw_parts(segs.as_ptr() as *const u8, seg_bytes)
+        })?;
+        upload(pass.aad.ptr, &aad)?;
+        Ok(pass)
     }
-    let mut segs = Vec::with_capacity(descs.len());
-    let mut aad = Vec::new();
-    let (mut units, mut ghash_blocks) = (0u64, 0u64);
-    for &(i, off) in descs {
-        let it = &items[i];
-        let len = it.data.len() as u64;
-        segs.push(GcmSeg {
-            offset: off,
-            len,
-            first_unit: units,
-            aad_offset: aad.len() as u64,
-            aad_len: it.aad.len() as u64,
-            nonce: it.nonce,
-            reserved: 0,
-        });
-        aad.extend_from_slice(it.aad);
-        units += len.div_ceil(16);
-        ghash_blocks += len.div_ceil(16) + (it.aad.len() as u64).div_ceil(16);
+
+    /// Launches and waits; returns the computed tags.
+    fn run_sync(
+        &self,
+        dev: &Device,
+        rk: u64,
+        ctr_kernel: &CtrKernel<'_>,
+        seal: bool,
+        base: u64,
+        with_ctr: bool,
+    ) -> Result<Vec<[u8; 16]>, DevError> {
+        if self.n == 0 {
+            return Ok(Vec::new());
+        }
+        let stream = dev.aux_stream;
+        // SAFETY: the pass's buffers are live; `base` + offsets name device
+        // memory holding each segment (caller's contract).
+        unsafe { self.launch(dev, rk, ctr_kernel, seal, base, with_ctr, stream)? };
+        sync(stream)?;
+        let mut raw = vec![0u8; 16 * self.n];
+        download(&mut raw, self.tags.ptr)?;
+        Ok(raw
+            .chunks_exact(16)
+            .map(|c| c.try_into().expect("16-byte chunks"))
+            .collect())
     }
-    let n = segs.len();
-    let seg_bytes = std::mem::size_of_val(segs.as_slice());
-    let work_bytes = 16384 + (8 * (n + 1)).next_multiple_of(16) + 16 * n;
-    let dsegs = dev.alloc(seg_bytes)?;
-    let daad = dev.alloc(aad.len())?;
-    let work = dev.alloc(work_bytes)?;
-    let dtags = dev.alloc(16 * n)?;
-    // SAFETY: GcmSeg is repr(C) plain data.
-    upload(dsegs.ptr, unsafe {
-        std::slice::from_raw_parts(segs.as_ptr() as *const u8, seg_bytes)
-    })?;
-    upload(daad.ptr, &aad)?;
-    let stream = dev
-        .slots
-        .lock()
-        .map_err(|_| "slot lock poisoned".to_string())?[0]
-        .stream;
-    let p = piece_blocks(ghash_blocks);
-    let sms = dev.multiprocessors;
-    let data = base;
-    // SAFETY: every pointer is a live device allocation of the size the
-    // kernel contract (kernels/README.md) requires; argument order and
-    // types follow the signatures there; all on one stream, in the
-    // documented order.
-    unsafe {
-        let ctr = |dev: &Device| -> Result<(), DevError> {
+
+    /// Queues the GCM kernels on `stream` in the documented order.
+    ///
+    /// # Safety
+    /// `base` + each descriptor's offset must be device memory of the
+    /// segment's length, not written by other work until the pass is done.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch(
+        &self,
+        dev: &Device,
+        rk: u64,
+        ctr_kernel: &CtrKernel<'_>,
+        seal: bool,
+        base: u64,
+        with_ctr: bool,
+        stream: CUstream,
+    ) -> Result<(), DevError> {
+        if self.n == 0 {
+            return Ok(());
+        }
+        let (n, units) = (self.n as u32, self.units);
+        let p = piece_blocks(self.ghash_blocks);
+        let sms = dev.multiprocessors;
+        let data = base;
+        let ctr = || -> Result<(), DevError> {
             if !with_ctr || units == 0 {
                 return Ok(());
             }
-            let grid = units.div_ceil(2).div_ceil(256).clamp(1, 6 * sms as u64) as u32;
-            let mut a = (rk, data, dsegs.ptr, n as u32, units);
+            // The GCM twin of the CTR kernel the job's shape names (same
+            // tables, same launch shape).
+            let name = if ctr_kernel.block == 1024 {
+                "aes256_gcm_ctr"
+            } else {
+                "aes256_gcm_ctr_v2"
+            };
+            let per_sm = ctr_kernel.blocks_per_sm as u64 * sms as u64;
+            let grid = units
+                .div_ceil(ctr_kernel.units_per_thread)
+                .div_ceil(ctr_kernel.block as u64)
+                .clamp(1, per_sm) as u32;
+            let mut a = (rk, data, self.segs.ptr, n, units);
             dev.launch(
-                "aes256_gcm_ctr_v2",
+                name,
                 grid,
-                256,
-                0,
+                ctr_kernel.block,
+                ctr_kernel.shared,
                 stream,
                 &mut [
                     &mut a.0 as *mut u64 as *mut c_void,
@@ -303,9 +466,9 @@ fn gcm_pass(
             )
         };
         if seal {
-            ctr(dev)?;
+            ctr()?;
         }
-        let mut s = (rk, dsegs.ptr, n as u32, p, work.ptr);
+        let mut s = (rk, self.segs.ptr, n, p, self.work.ptr);
         dev.launch(
             "gcm_setup",
             1,
@@ -320,9 +483,9 @@ fn gcm_pass(
                 &mut s.4 as *mut u64 as *mut c_void,
             ],
         )?;
-        let pieces = ghash_blocks.div_ceil(p as u64).max(n as u64);
+        let pieces = self.ghash_blocks.div_ceil(p as u64).max(n as u64);
         let grid = pieces.div_ceil(256).clamp(1, 3 * sms as u64) as u32;
-        let mut g = (dsegs.ptr, n as u32, data, daad.ptr, p, work.ptr);
+        let mut g = (self.segs.ptr, n, data, self.aad.ptr, p, self.work.ptr);
         dev.launch(
             "gcm_ghash",
             grid,
@@ -338,10 +501,10 @@ fn gcm_pass(
                 &mut g.5 as *mut u64 as *mut c_void,
             ],
         )?;
-        let mut f = (rk, dsegs.ptr, n as u32, work.ptr, dtags.ptr);
+        let mut f = (rk, self.segs.ptr, n, self.work.ptr, self.tags.ptr);
         dev.launch(
             "gcm_finalize",
-            (n as u32).div_ceil(256),
+            n.div_ceil(256),
             256,
             0,
             stream,
@@ -354,16 +517,10 @@ fn gcm_pass(
             ],
         )?;
         if !seal {
-            ctr(dev)?;
+            ctr()?;
         }
+        Ok(())
     }
-    sync(stream)?;
-    let mut raw = vec![0u8; 16 * n];
-    download(&mut raw, dtags.ptr)?;
-    Ok(raw
-        .chunks_exact(16)
-        .map(|c| c.try_into().expect("16-byte chunks"))
-        .collect())
 }
 
 /// GHASH piece length P (blocks per thread), as kernels/README.md advises:
@@ -376,7 +533,20 @@ fn piece_blocks(total_blocks: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::piece_blocks;
+    use super::{cut, cut_groups, piece_blocks};
+
+    #[test]
+    fn rounds_cut_only_at_clean_points_and_cover_everything() {
+        // Batches 3..=6 continue one long segment: no cut inside it.
+        let clean = |k: usize| !(3..=6).contains(&k);
+        let rounds = cut(12, 2, &clean);
+        assert_eq!(rounds, vec![0..2, 2..7, 7..9, 9..11, 11..12]);
+        assert_eq!(cut(1, 4, &|_| true), vec![0..1]);
+        let groups = cut_groups(&rounds, 6);
+        assert_eq!(groups, vec![0..1, 1..2, 2..5]);
+        // A round longer than a group's budget stands alone.
+        assert_eq!(cut_groups(&[0..10, 10..11], 4), vec![0..1, 1..2]);
+    }
 
     #[test]
     fn piece_blocks_follows_the_recipe() {

@@ -1,5 +1,5 @@
 //! The GPU runtime (seed 001's CrystalGPU, modernised): per device, kernels
-//! loaded once, two streams, and two pinned staging slots allocated once and
+//! loaded once, three streams, and three pinned staging slots allocated once and
 //! reused, so that packing slot k+1 on the CPU overlaps copy-in, kernel and
 //! copy-out of slot k on the GPU.
 //!
@@ -19,8 +19,13 @@ use super::kernels;
 
 /// Bytes of payload per staging slot. 64 MiB: large enough that the link
 /// runs at its plateau (>= 16 MiB per copy, DESIGN.md), small enough that
-/// two slots in flight cost little memory.
+/// the slots in flight cost little memory.
 pub const SLOT_BYTES: usize = 64 << 20;
+/// Staging slots (and streams) per device. Three, so that while one slot's
+/// copy-in and another's copy-out keep both copy engines busy, the third
+/// absorbs the kernel and the host's turnaround: with two, each cycle left
+/// a kernel-long bubble on both engines (84% of the link; see RESULTS.md).
+pub const SLOT_COUNT: usize = 3;
 /// Descriptor area per slot (bytes): up to this many segments per batch.
 pub const DESC_BYTES: usize = 4 << 20;
 
@@ -51,6 +56,10 @@ pub struct Device {
     pub multiprocessors: u32,
     ctx: Arc<CudaContext>,
     _streams: Vec<Arc<CudaStream>>,
+    /// A stream beside the slots' for work that overlaps the pipeline (GCM's
+    /// GHASH of one round while later rounds stream through the slots).
+    /// Used only by the holder of the slot lock.
+    pub(crate) aux_stream: CUstream,
     modules: Vec<CUmodule>,
     functions: HashMap<&'static str, CUfunction>,
     pub(crate) slots: Mutex<Vec<Slot>>,
@@ -116,9 +125,11 @@ impl Device {
                 functions.insert(f, func);
             }
         }
-        let streams: Vec<Arc<CudaStream>> = (0..2)
+        let streams: Vec<Arc<CudaStream>> = (0..SLOT_COUNT)
             .map(|_| ctx.new_stream().map_err(|e| err("creating stream", e)))
             .collect::<Result<_, _>>()?;
+        let aux = ctx.new_stream().map_err(|e| err("creating stream", e))?;
+        let aux_stream = aux.cu_stream();
         let mut slots = Vec::new();
         for s in &streams {
             // SAFETY: sizes are non-zero; the pointers are freed in Drop.
@@ -143,7 +154,8 @@ impl Device {
             compute_capability: cc,
             multiprocessors,
             ctx,
-            _streams: streams,
+            _streams: streams.into_iter().chain([aux]).collect(),
+            aux_stream,
             modules,
             functions,
             slots: Mutex::new(slots),

@@ -1,5 +1,5 @@
 //! Host input for read-only jobs (digests, chunking): pieces of host memory
-//! are packed into the device's two pinned slots and copied in on the slot's
+//! are packed into the device's pinned slots and copied in on the slot's
 //! stream, alternating slots so that packing one overlaps the copy and
 //! kernel of the other. Nothing is copied back: the kernels leave their
 //! results (digests, chaining values) in job-scoped device buffers.
@@ -73,9 +73,9 @@ where
     let result = (|| {
         let mut next = 0usize;
         let mut k = 0usize;
-        let mut busy = [false, false];
+        let mut busy = vec![false; slots.len()];
         while next < pieces.len() {
-            let s = k % 2;
+            let s = k % slots.len();
             let slot = &slots[s];
             if busy[s] {
                 sync(slot.stream)?;
