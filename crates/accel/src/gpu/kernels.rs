@@ -5,7 +5,7 @@
 //! version, and stores BLAKE3(ptx) ‖ ptx: an entry whose digest does not
 //! match (a torn write, a flipped bit) is rebuilt, never trusted.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One compilation unit: a .cu file with its headers expanded.
 pub struct KernelSource {
@@ -99,12 +99,24 @@ fn cache_dir() -> Option<PathBuf> {
 }
 
 /// Compiles one source for `arch` (e.g. "sm_90"), from cache when a valid
-/// entry exists. Returns PTX text.
+/// entry exists. Returns PTX text. The cache directory is
+/// `$GVAULT_KERNEL_CACHE`, else `$XDG_CACHE_HOME/gvault/kernels`, else
+/// `~/.cache/gvault/kernels`.
 pub fn compile(src: &KernelSource, arch: &'static str) -> Result<String, String> {
+    compile_cached(src, arch, cache_dir().as_deref())
+}
+
+/// [`compile`] with an explicit cache directory (`None`: no cache), so
+/// that the cache's handling of damaged entries can be tested in isolation.
+pub fn compile_cached(
+    src: &KernelSource,
+    arch: &'static str,
+    cache: Option<&Path>,
+) -> Result<String, String> {
     let (major, minor) = nvrtc_version().ok_or("NVRTC (libnvrtc.so.13) not found")?;
     let text = expanded(src);
     let key = blake3::hash(format!("{arch}\0{major}.{minor}\0{text}").as_bytes());
-    let path = cache_dir().map(|d| {
+    let path = cache.map(|d| {
         d.join(format!(
             "{}-{arch}-nvrtc{major}.{minor}-{}.ptx",
             src.name,

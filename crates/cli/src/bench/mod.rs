@@ -4,6 +4,7 @@ pub mod calibrate;
 pub mod link;
 pub mod lsm;
 mod measure;
+pub mod plot;
 pub mod primitive;
 
 #[derive(clap::Subcommand, Debug)]
@@ -16,6 +17,8 @@ pub enum BenchCommand {
     Lsm(lsm::LsmArgs),
     /// Fit the auto backend's cost model on this machine and store it.
     Calibrate(calibrate::CalibrateArgs),
+    /// Draw `primitive --json` output as seed 000's throughput figures.
+    Plot(plot::PlotArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -24,5 +27,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Link(args) => link::run(args),
         BenchCommand::Lsm(args) => lsm::run(args),
         BenchCommand::Calibrate(args) => calibrate::run(args),
+        BenchCommand::Plot(args) => plot::run(args),
     }
 }

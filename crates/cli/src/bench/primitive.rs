@@ -56,6 +56,10 @@ pub struct PrimitiveArgs {
     /// Skip the 1-core column (long GPU sweeps of slow ciphers).
     #[arg(long)]
     no_single_core: bool,
+    /// Also draw seed 000's throughput-vs-size figures (one panel per op,
+    /// one line per column) into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +145,15 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
     };
     let threads = all.threads();
     let keys = Keys::new();
+    if let Some(path) = &args.plot {
+        // Refuse a bad path before the sweep, not after it.
+        if !path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("png"))
+        {
+            return Err(format!("--plot {}: name the figure *.png", path.display()));
+        }
+    }
 
     let mut rows = Vec::new();
     if !args.json {
@@ -224,6 +237,25 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
     } else {
         BTreeMap::new()
     };
+    if let Some(path) = &args.plot {
+        let plot_rows: Vec<super::plot::PlotRow> = rows
+            .iter()
+            .map(|r| super::plot::PlotRow {
+                op: r.op.to_string(),
+                segment_bytes: r.segment_bytes,
+                results: r
+                    .results
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Some(*v)))
+                    .collect(),
+            })
+            .collect();
+        let title = format!("gvault bench primitive: throughput vs segment size, {threads} cores");
+        let (w, h) = super::plot::draw(&plot_rows, &title, path)?;
+        if !args.json {
+            println!("figure: {} ({w}x{h})", path.display());
+        }
+    }
     if args.json {
         let report = Report {
             threads,
@@ -250,7 +282,7 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
     if args.json {
         return;
     }
-    let c1 = row.results.get("cpu-1").copied().unwrap_or(f64::NAN);
+    let c1 = row.results.get("cpu-1").copied();
     let cn = row.results["cpu-all"];
     let size = if row.op == OpKind::RsaPrivate.name() {
         format!("{}-bit", row.segment_bytes * 8)
@@ -263,14 +295,16 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
             .map(|v| format!("{v:.3}"))
             .unwrap_or_else(|| "-".into())
     };
+    // A skipped column (--no-single-core) and its ratio print as "-".
+    let scaling = c1.map_or_else(|| "-".into(), |c1| format!("{:.2}x", cn / c1));
     print!(
-        "{:<16} {:>8} {:>8} {:>10.3} {:>10.3} {:>7.2}x {:>10} {:>10}",
+        "{:<16} {:>8} {:>8} {:>10} {:>10.3} {:>8} {:>10} {:>10}",
         row.op,
         size,
         row.segments,
-        c1,
+        col("cpu-1"),
         cn,
-        cn / c1,
+        scaling,
         col("gpu"),
         col("gpu-kernel")
     );

@@ -1,0 +1,83 @@
+//! The on-disk NVRTC cache (gpu/kernels.rs): an entry is BLAKE3(ptx) ‖ ptx,
+//! and a damaged entry must be rebuilt, never trusted. Needs NVRTC, not a
+//! GPU; without NVRTC the test says SKIPPED and passes.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use gvault_accel::gpu::kernels::{compile_cached, nvrtc_version, KernelSource};
+
+/// Small, so that each recompile is quick.
+const PROBE: KernelSource = KernelSource {
+    name: "cache_probe",
+    source: "extern \"C\" __global__ void cache_probe(unsigned *p) { p[threadIdx.x] ^= 0x5au; }",
+    functions: &["cache_probe"],
+};
+const ARCH: &str = "sm_90";
+
+/// The single entry in `dir` (the test's fresh cache holds exactly one).
+fn entry(dir: &Path) -> PathBuf {
+    let files: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("cache dir")
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "one cache entry expected: {files:?}");
+    files.into_iter().next().expect("one entry")
+}
+
+fn valid_entry(ptx: &str) -> Vec<u8> {
+    let mut bytes = blake3::hash(ptx.as_bytes()).as_bytes().to_vec();
+    bytes.extend_from_slice(ptx.as_bytes());
+    bytes
+}
+
+#[test]
+fn corrupt_cache_entries_are_rebuilt_not_trusted() {
+    let Some((major, minor)) = nvrtc_version() else {
+        println!("SKIPPED (no NVRTC): kernel cache corruption test needs libnvrtc.so.13 on LD_LIBRARY_PATH");
+        return;
+    };
+    println!("NVRTC {major}.{minor}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = Some(dir.path());
+
+    let ptx = compile_cached(&PROBE, ARCH, cache).expect("compile");
+    assert!(ptx.contains("cache_probe"), "PTX lacks the kernel:\n{ptx}");
+    let path = entry(dir.path());
+    let good = fs::read(&path).expect("read entry");
+    assert_eq!(good, valid_entry(&ptx), "entry is not BLAKE3(ptx) ‖ ptx");
+
+    // The cache is read at all: a valid entry with other PTX is returned
+    // as is (otherwise the checks below would pass without a cache).
+    let planted = format!("{ptx}// planted\n");
+    fs::write(&path, valid_entry(&planted)).expect("plant");
+    assert_eq!(
+        compile_cached(&PROBE, ARCH, cache).expect("compile"),
+        planted
+    );
+
+    let mut flipped = good.clone();
+    let mid = 32 + (flipped.len() - 32) / 2;
+    flipped[mid] ^= 0x01;
+    let mut bad_digest = good.clone();
+    bad_digest[0] ^= 0x80;
+    let damage: [(&str, Vec<u8>); 6] = [
+        ("a flipped byte in the PTX", flipped),
+        ("a flipped byte in the digest", bad_digest),
+        ("a truncated entry", good[..good.len() * 2 / 3].to_vec()),
+        ("only the digest", good[..32].to_vec()),
+        ("garbage", vec![0xa5; good.len()]),
+        ("an empty file", Vec::new()),
+    ];
+    for (what, bytes) in damage {
+        fs::write(&path, &bytes).expect("damage entry");
+        let again = compile_cached(&PROBE, ARCH, cache)
+            .unwrap_or_else(|e| panic!("{what}: compile failed: {e}"));
+        assert_eq!(again, ptx, "{what}: the damaged entry was trusted");
+        assert_eq!(
+            fs::read(entry(dir.path())).expect("read entry"),
+            good,
+            "{what}: the entry was not rewritten valid"
+        );
+    }
+}
