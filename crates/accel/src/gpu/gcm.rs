@@ -163,7 +163,8 @@ fn run_host(
         let first_batch = rounds[group.start].start;
         let last_batch = rounds[group.end - 1].end;
         let group_bytes = (last_batch - first_batch) * SLOT_BYTES;
-        let cbuf = dev.alloc(group_bytes)?;
+        let scratch = dev.scratch(group_bytes)?;
+        let cbuf = scratch.as_ref().expect("scratch() fills it");
         // Every round's descriptors and buffers, ready before streaming
         // starts (allocation and upload mid-pipeline would stall it).
         let mut passes = Vec::new();

@@ -77,3 +77,61 @@ pub fn measure(dev: &Device, sizes: &[usize], reps: usize) -> Result<Vec<LinkFig
     }
     Ok(out)
 }
+
+/// Per-direction GB/s while `n` bytes go host→device and another `n` come
+/// back device→host at the same time (pinned, two streams): the bound for
+/// any job that streams data through the GPU and back.
+pub fn measure_bidirectional(dev: &Device, n: usize, reps: usize) -> Result<f64, String> {
+    dev.bind()?;
+    let n = n.max(1);
+    let mut times = Vec::new();
+    // SAFETY: every buffer is allocated for n bytes and freed below; copies
+    // stay within them; both streams are synchronised before timing reads.
+    unsafe {
+        let up = cu::malloc_host(n, 0).map_err(|e| err("pinned alloc", e))? as *mut u8;
+        let down = cu::malloc_host(n, 0).map_err(|e| err("pinned alloc", e))? as *mut u8;
+        std::ptr::write_bytes(up, 1, n);
+        let d_in = cu::malloc_sync(n).map_err(|e| err("device alloc", e))?;
+        let d_out = cu::malloc_sync(n).map_err(|e| err("device alloc", e))?;
+        let a = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| err("stream", e))?;
+        let b = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| err("stream", e))?;
+        let ev = |_: ()| {
+            cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| err("event", e))
+        };
+        let (start, stop_a, stop_b) = (ev(())?, ev(())?, ev(())?);
+        for rep in 0..=reps {
+            cu::event::record(start, a).map_err(|e| err("record", e))?;
+            cu::stream::wait_event(b, start, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                .map_err(|e| err("wait", e))?;
+            sys::cuMemcpyHtoDAsync_v2(d_in, up as *const c_void, n, a)
+                .result()
+                .map_err(|e| err("copy", e))?;
+            sys::cuMemcpyDtoHAsync_v2(down as *mut c_void, d_out, n, b)
+                .result()
+                .map_err(|e| err("copy", e))?;
+            cu::event::record(stop_a, a).map_err(|e| err("record", e))?;
+            cu::event::record(stop_b, b).map_err(|e| err("record", e))?;
+            cu::stream::synchronize(a).map_err(|e| err("sync", e))?;
+            cu::stream::synchronize(b).map_err(|e| err("sync", e))?;
+            let ta = cu::event::elapsed(start, stop_a).map_err(|e| err("elapsed", e))?;
+            let tb = cu::event::elapsed(start, stop_b).map_err(|e| err("elapsed", e))?;
+            if rep > 0 {
+                times.push(ta.max(tb) as f64);
+            }
+        }
+        for e in [start, stop_a, stop_b] {
+            let _ = cu::event::destroy(e);
+        }
+        let _ = cu::stream::destroy(a);
+        let _ = cu::stream::destroy(b);
+        let _ = cu::free_sync(d_in);
+        let _ = cu::free_sync(d_out);
+        let _ = cu::free_host(up as *mut c_void);
+        let _ = cu::free_host(down as *mut c_void);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    let ms = times[times.len() / 2].max(1e-6);
+    Ok(n as f64 / (ms / 1e3) / 1e9)
+}

@@ -63,6 +63,10 @@ pub struct Device {
     modules: Vec<CUmodule>,
     functions: HashMap<&'static str, CUfunction>,
     pub(crate) slots: Mutex<Vec<Slot>>,
+    /// Device memory kept between jobs (GCM's ciphertext buffer): grows to
+    /// the largest need, so jobs do not pay allocation and free (which
+    /// synchronises the device) each time.
+    pub(crate) scratch: Mutex<Option<DeviceBuffer>>,
     /// Bytes of queued work, for balancing jobs across devices.
     pub(crate) outstanding: AtomicU64,
 }
@@ -159,6 +163,7 @@ impl Device {
             modules,
             functions,
             slots: Mutex::new(slots),
+            scratch: Mutex::new(None),
             outstanding: AtomicU64::new(0),
         })
     }
@@ -211,7 +216,26 @@ impl Device {
         // SAFETY: context bound by the caller (every entry point binds first).
         let ptr =
             unsafe { cu::malloc_sync(bytes.max(16)) }.map_err(|e| err("device allocation", e))?;
-        Ok(DeviceBuffer { ptr })
+        Ok(DeviceBuffer {
+            ptr,
+            len: bytes.max(16),
+        })
+    }
+
+    /// The device's scratch buffer, at least `bytes` long (grown if needed).
+    pub(crate) fn scratch(
+        &self,
+        bytes: usize,
+    ) -> Result<std::sync::MutexGuard<'_, Option<DeviceBuffer>>, DevError> {
+        let mut guard = self
+            .scratch
+            .lock()
+            .map_err(|_| "scratch lock poisoned".to_string())?;
+        if guard.as_ref().is_none_or(|b| b.len < bytes) {
+            guard.take();
+            *guard = Some(self.alloc(bytes)?);
+        }
+        Ok(guard)
     }
 
     /// Grid size for grid-stride kernels: enough blocks to fill every SM.
@@ -241,6 +265,9 @@ fn allow_dynamic_shared(func: CUfunction, optin_limit: i32) -> Result<(), cu::Dr
 impl Drop for Device {
     fn drop(&mut self) {
         let _ = self.bind();
+        if let Ok(s) = self.scratch.get_mut() {
+            s.take();
+        }
         if let Ok(slots) = self.slots.get_mut() {
             for s in slots.iter() {
                 // SAFETY: allocated in open(), freed exactly once here.
@@ -263,6 +290,7 @@ impl Drop for Device {
 /// A job-scoped device allocation, freed on drop.
 pub(crate) struct DeviceBuffer {
     pub ptr: CUdeviceptr,
+    pub len: usize,
 }
 
 impl Drop for DeviceBuffer {

@@ -22,12 +22,23 @@ pub fn run(args: LinkArgs) -> Result<(), String> {
         (9..=30).map(|p| 1usize << p).collect()
     };
     let dev = &g.devices()[0];
-    let figs = link::measure(dev, &sizes, if args.quick { 5 } else { 9 })?;
+    let reps = if args.quick { 5 } else { 9 };
+    let figs = link::measure(dev, &sizes, reps)?;
+    // Both directions at once, pinned: the bound of a cipher job streaming
+    // through the GPU (copy-in and copy-out overlap).
+    let bidi: Vec<(usize, f64)> = sizes
+        .iter()
+        .filter(|&&n| n >= 1 << 20)
+        .map(|&n| link::measure_bidirectional(dev, n, reps).map(|g| (n, g)))
+        .collect::<Result<_, _>>()?;
     if args.json {
-        let rows: Vec<_> = figs
+        let mut rows: Vec<_> = figs
             .iter()
             .map(|f| serde_json::json!({"bytes": f.bytes, "pinned": f.pinned, "to_device": f.to_device, "gbps": f.gbps}))
             .collect();
+        rows.extend(bidi.iter().map(|(n, g)| {
+            serde_json::json!({"bytes": n, "pinned": true, "bidirectional": true, "gbps_each_way": g})
+        }));
         println!(
             "{}",
             serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
@@ -39,8 +50,8 @@ pub fn run(args: LinkArgs) -> Result<(), String> {
         dev.ordinal, dev.name
     );
     println!(
-        "{:>8} {:>12} {:>12} {:>12} {:>12}",
-        "size", "pinned h2d", "pinned d2h", "pageable h2d", "pageable d2h"
+        "{:>8} {:>12} {:>12} {:>12} {:>12} {:>14}",
+        "size", "pinned h2d", "pinned d2h", "pageable h2d", "pageable d2h", "pinned both*"
     );
     for &n in &sizes {
         let get = |p: bool, h: bool| {
@@ -49,14 +60,21 @@ pub fn run(args: LinkArgs) -> Result<(), String> {
                 .map(|f| f.gbps)
                 .unwrap_or(0.0)
         };
+        let both = bidi
+            .iter()
+            .find(|(b, _)| *b == n)
+            .map(|(_, g)| format!("{g:.2}"))
+            .unwrap_or_else(|| "-".into());
         println!(
-            "{:>8} {:>12.2} {:>12.2} {:>12.2} {:>12.2}",
+            "{:>8} {:>12.2} {:>12.2} {:>12.2} {:>12.2} {:>14}",
             size_label(n),
             get(true, true),
             get(true, false),
             get(false, true),
-            get(false, false)
+            get(false, false),
+            both
         );
     }
+    println!("* both directions at once, GB/s each way (the bound for data streamed through the GPU and back)");
     Ok(())
 }
