@@ -499,3 +499,33 @@ fn pinned_host_buffers_move_by_dma_and_give_the_same_bytes() {
         assert!(b[..] == want[i][..], "segment {i} differs");
     }
 }
+
+#[test]
+fn concurrent_jobs_spread_over_every_gpu() {
+    let Some(g) = gpu() else { return };
+    if g.devices().len() < 2 {
+        println!("SKIPPED (one GPU): jobs spread over several GPUs needs two");
+        return;
+    }
+    let before: Vec<u64> = g.devices().iter().map(|d| d.jobs_run()).collect();
+    let key = Aes256Key::from_bytes([0x5a; 32]);
+    let cpu = CpuBackend::new();
+    std::thread::scope(|s| {
+        for t in 0..(4 * g.devices().len()) {
+            let key = &key;
+            let cpu = &cpu;
+            s.spawn(move || {
+                let mut gpu_buf = random_bytes(256 << 20, 90 + t as u64);
+                let mut want = gpu_buf.clone();
+                let iv = CtrIv::B128(Iv128([t as u8; 16]));
+                ctr(g, CtrCipher::Aes256(key), iv, &mut gpu_buf).unwrap();
+                ctr(cpu, CtrCipher::Aes256(key), iv, &mut want).unwrap();
+                assert!(gpu_buf == want, "thread {t}: GPU result differs");
+            });
+        }
+    });
+    for (d, b) in g.devices().iter().zip(before) {
+        println!("GPU {}: {} jobs", d.ordinal, d.jobs_run() - b);
+        assert!(d.jobs_run() > b, "GPU {} got no work", d.ordinal);
+    }
+}

@@ -32,6 +32,9 @@ pub use runtime::{arch_name, Device, PinnedBuffer};
 
 pub struct GpuBackend {
     devices: Vec<Device>,
+    /// Makes choosing a device and booking the job's bytes on it one step,
+    /// so concurrent jobs spread over the GPUs instead of racing to one.
+    placing: std::sync::Mutex<()>,
 }
 
 /// Why the GPU backend is not available, in one line.
@@ -59,24 +62,31 @@ impl GpuBackend {
         let devices = (0..count as usize)
             .map(Device::open)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(GpuBackend { devices })
+        Ok(GpuBackend {
+            devices,
+            placing: std::sync::Mutex::new(()),
+        })
     }
 
     pub fn devices(&self) -> &[Device] {
         &self.devices
     }
 
-    /// The device with the least queued work (ties: the lowest ordinal).
-    fn pick(&self, job: &Job<'_>) -> &Device {
-        if let Some(ord) = device_of(job) {
-            if let Some(d) = self.devices.iter().find(|d| d.ordinal == ord as usize) {
-                return d;
-            }
-        }
-        self.devices
-            .iter()
-            .min_by_key(|d| d.outstanding.load(Ordering::Relaxed))
-            .expect("probe guarantees at least one device")
+    /// The device holding the job's device-resident data, else the one
+    /// with the least queued work (ties: the lowest ordinal); the job's
+    /// bytes are booked on it until the guard drops.
+    fn place(&self, job: &Job<'_>) -> (&Device, runtime::OutstandingGuard<'_>) {
+        let _one_at_a_time = self.placing.lock().unwrap_or_else(|p| p.into_inner());
+        let dev = device_of(job)
+            .and_then(|ord| self.devices.iter().find(|d| d.ordinal == ord as usize))
+            .unwrap_or_else(|| {
+                self.devices
+                    .iter()
+                    .min_by_key(|d| d.outstanding.load(Ordering::Relaxed))
+                    .expect("probe guarantees at least one device")
+            });
+        dev.jobs.fetch_add(1, Ordering::Relaxed);
+        (dev, runtime::record_outstanding(dev, job.bytes()))
     }
 }
 
@@ -106,8 +116,7 @@ impl Backend for GpuBackend {
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
         let pre = precheck(job);
-        let dev = self.pick(job);
-        let _queued = runtime::record_outstanding(dev, job.bytes());
+        let (dev, _queued) = self.place(job);
         match job {
             Job::Ctr { cipher, segments } => {
                 let device_err = |e: String| {

@@ -69,6 +69,8 @@ pub struct Device {
     pub(crate) scratch: Mutex<Option<DeviceBuffer>>,
     /// Bytes of queued work, for balancing jobs across devices.
     pub(crate) outstanding: AtomicU64,
+    /// Jobs placed on this device since it was opened.
+    pub(crate) jobs: AtomicU64,
 }
 
 // SAFETY: CUfunction/CUmodule handles are immutable after load and valid in
@@ -165,6 +167,7 @@ impl Device {
             slots: Mutex::new(slots),
             scratch: Mutex::new(None),
             outstanding: AtomicU64::new(0),
+            jobs: AtomicU64::new(0),
         })
     }
 
@@ -179,6 +182,11 @@ impl Device {
             .get(name)
             .copied()
             .ok_or_else(|| format!("kernel {name} is not loaded"))
+    }
+
+    /// Jobs placed on this device so far (how work spreads over GPUs).
+    pub fn jobs_run(&self) -> u64 {
+        self.jobs.load(Ordering::Relaxed)
     }
 
     /// Whether a kernel of this name was compiled and loaded.
