@@ -32,7 +32,7 @@ status=0
 cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
-# Phases (GPU_CHECK_PHASES, default all): tests, ciphers, hashes, many, auto.
+# Phases (GPU_CHECK_PHASES, default all but gcm): tests, ciphers, gcm, hashes, many, auto.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -56,6 +56,10 @@ if has ciphers; then
   done
   $P --pinned --ops aes256ctr,aes256gcm-seal,aes256gcm-open,blowfish-ctr \
     --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/ciphers.txt"
+fi
+if has gcm; then
+  $B/gvault bench link --quick 2>&1 | tee "$OUT/link.txt"
+  $P --pinned --ops aes256ctr,aes256gcm-seal,aes256gcm-open --sizes 16M,256M,1G 2>&1 | tee "$OUT/gcm.txt"
 fi
 if has hashes; then
   $P --pinned --ops blake3,blake3-keyed,sha256,md5,crc32,crc32c,fastcdc \
