@@ -27,8 +27,8 @@ pub use backend::Backend;
 pub use chunking::{ChunkParams, ChunkParamsError};
 pub use error::{BackendError, KeyError, SegmentError, SegmentErrorKind};
 pub use job::{
-    ChunkSpan, CtrCipher, CtrSegment, Data, DataMut, DeviceSlice, Digest, DigestAlgo, Job, OpKind,
-    OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN,
+    ChunkSpan, CtrCipher, CtrSegment, Data, DataMut, DeviceSlice, Digest, DigestAlgo,
+    DigestedChunk, Job, OpKind, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN,
 };
 pub use rsa_key::RsaPrivateKey;
 pub use types::{Aes256Key, Blake3Key, BlowfishKey, CtrIv, Iv128, Iv64, Nonce96, Tag, TeaKey};

@@ -46,7 +46,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "cdc",
         source: include_str!("../../kernels/cdc.cu"),
-        functions: &["gear_candidates"],
+        functions: &["gear_candidates", "cdc_compact", "cdc_gather"],
     },
     KernelSource {
         name: "serial",
