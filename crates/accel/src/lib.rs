@@ -19,6 +19,7 @@ pub mod error;
 pub mod gpu;
 pub mod job;
 pub mod rsa_key;
+pub mod seed001;
 pub mod sysinfo;
 pub mod types;
 

@@ -309,7 +309,7 @@ fn chunk_digest_larger_than_a_slot_and_device_resident() {
     let cpu = CpuBackend::new();
     let key = Blake3Key::from_bytes([5; 32]);
     // 150 MiB crosses three staging slots; chunks straddle their edges.
-    let data = vec![random_bytes((150 << 20) + 7, 41), real_data(9 << 20)];
+    let data = [random_bytes((150 << 20) + 7, 41), real_data(9 << 20)];
     for p in [
         ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
         ChunkParams::DEFAULT,
@@ -350,4 +350,74 @@ fn chunk_digest_larger_than_a_slot_and_device_resident() {
             "{p:?} device-resident"
         );
     }
+}
+
+#[test]
+fn seed001_pmd_digest_equals_cpu() {
+    use gvault_accel::seed001::{pmd_digest, PmdHash};
+    let Some(g) = gpu() else { return };
+    let data = random_bytes((70 << 20) + 13, 51);
+    let text = real_data(3 << 20);
+    for hash in [PmdHash::Md5, PmdHash::Sha256] {
+        for block in [1u32, 64, 4096, 1000, 1 << 20] {
+            for d in [&data[..(1 << 20) + 5], &text[..], &data[..0], &data[..100]] {
+                let want = pmd_digest(hash, block, d).unwrap();
+                assert_eq!(want, g.pmd_digest(hash, block, Data::Host(d)).unwrap());
+            }
+        }
+        // Larger than a staging slot, and device-resident at an odd offset.
+        let want = pmd_digest(hash, 4096, &data).unwrap();
+        assert_eq!(want, g.pmd_digest(hash, 4096, Data::Host(&data)).unwrap());
+        let resident = g.alloc_device(0, data.len(), &data).unwrap();
+        let slice = resident.slice(0, data.len()).unwrap();
+        assert_eq!(want, g.pmd_digest(hash, 4096, Data::Device(slice)).unwrap());
+        let odd = resident.slice(3, data.len() - 3).unwrap();
+        assert_eq!(
+            pmd_digest(hash, 4096, &data[3..]).unwrap(),
+            g.pmd_digest(hash, 4096, Data::Device(odd)).unwrap()
+        );
+    }
+    assert!(g.pmd_digest(PmdHash::Md5, 0, Data::Host(&data)).is_err());
+}
+
+#[test]
+fn seed001_sliding_windows_equal_cpu() {
+    use gvault_accel::seed001::{window_matches, window_md5, WindowParams};
+    let Some(g) = gpu() else { return };
+    let period: Vec<u8> = (0..(3 << 20) as u32).map(|k| (k % 36) as u8).collect();
+    let data = [random_bytes((66 << 20) + 9, 52), period, real_data(1 << 20)];
+    for params in [
+        WindowParams::SEED,
+        WindowParams::new(1, 1).unwrap(),
+        WindowParams::new(55, 3).unwrap(),
+        WindowParams::new(64, 64).unwrap(),
+        WindowParams::new(200, 7).unwrap(),
+    ] {
+        for d in &data {
+            let mut patterns: Vec<[u8; 16]> = [0usize, 4, 36, 1000, 1 << 19]
+                .iter()
+                .filter_map(|&o| window_md5(&params, d, o))
+                .collect();
+            patterns.push([0xAB; 16]);
+            let want = window_matches(&params, d, &patterns);
+            let got = g.window_matches(&params, Data::Host(d), &patterns).unwrap();
+            assert_eq!(want, got, "{params:?}, {} bytes", d.len());
+        }
+    }
+    // Device-resident, more matches than the first launch stores (1 << 16):
+    // a period of 36 with step 4 repeats every 9 windows.
+    let d = &data[1];
+    let alloc = g.alloc_device(0, d.len(), d).unwrap();
+    let p = WindowParams::SEED;
+    let patterns = [window_md5(&p, d, 0).unwrap()];
+    let want = window_matches(&p, d, &patterns);
+    assert!(want.len() > 1 << 16, "{} matches", want.len());
+    let got = g
+        .window_matches(
+            &p,
+            Data::Device(alloc.slice(0, d.len()).unwrap()),
+            &patterns,
+        )
+        .unwrap();
+    assert_eq!(want, got);
 }

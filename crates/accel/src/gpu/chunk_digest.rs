@@ -12,8 +12,8 @@ use std::ffi::c_void;
 use rayon::prelude::*;
 
 use super::blake3::{hash_all, Input};
-use super::runtime::{download, upload, DevError, Device, DeviceBuffer};
-use super::stage::{as_bytes, copy_in, cut};
+use super::runtime::{download, DevError, Device, DeviceBuffer};
+use super::stage::{as_bytes, copy_in, cut, upload_on};
 use crate::cdc_resolve::{masks, resolve, Candidates, SparseHits};
 use crate::chunking::ChunkParams;
 use crate::job::{ChunkSpan, DigestedChunk};
@@ -117,8 +117,12 @@ fn run_group(
                 }
                 // Not prefetched (a cut at the maximum size, or inside a
                 // head window): read it from the device.
+                // (On a rayon worker: bind the device's context first.)
                 let mut v = vec![0u8; k];
-                if let Err(e) = download(&mut v, p.ptr + at as u64) {
+                if let Err(e) = dev
+                    .bind()
+                    .and_then(|()| download(&mut v, p.ptr + at as u64))
+                {
                     failed = Some(e);
                 }
                 v
@@ -253,7 +257,7 @@ fn candidates(
     let cap = (words / 8).max(1024);
     let list = dev.alloc(cap * std::mem::size_of::<CdcHit>())?;
     let count = dev.alloc(8)?;
-    upload(count.ptr, &[0u8; 8])?;
+    upload_on(stream, count.ptr, &[0u8; 8])?;
     let (mut s, mut l, mut w, mut o, mut c, mut k) =
         (all_s, all_l, words as u64, list.ptr, count.ptr, cap as u64);
     let mut args = [
@@ -342,10 +346,19 @@ impl Candidates for Hits {
 /// head windows (64 bytes a candidate) would outweigh 1/16 of the bytes.
 fn wants_copy(p: &Placed<'_>, s: &Hits, l: &Hits) -> bool {
     let ones = |h: &Hits| match h {
-        Hits::Dense(_) => usize::MAX / 128,
-        Hits::Sparse(sp) => sp.bits.iter().map(|b| b.count_ones() as usize).sum(),
+        Hits::Dense(_) => None,
+        Hits::Sparse(sp) => Some(
+            sp.bits
+                .iter()
+                .map(|b| b.count_ones() as usize)
+                .sum::<usize>(),
+        ),
     };
-    p.host.is_none() && p.len > 0 && (ones(s) + ones(l) + 1) * 64 > p.len / 16
+    let heads = match (ones(s), ones(l)) {
+        (Some(a), Some(b)) => (a + b + 1).saturating_mul(64),
+        _ => usize::MAX,
+    };
+    p.host.is_none() && p.len > 0 && heads > p.len / 16
 }
 
 /// For device-resident segments with sparse candidates: the head bytes the
@@ -405,14 +418,14 @@ fn gather_heads(
     for (w, &(i, at)) in windows.iter_mut().zip(&owners) {
         w.offset = placed[i].ptr - base + at as u64;
     }
-    let descs = dev.alloc(std::mem::size_of_val(windows.as_slice()))?;
-    upload(descs.ptr, as_bytes(&windows))?;
-    let out = dev.alloc(windows.len() * 64)?;
     let stream = dev
         .slots
         .lock()
         .map_err(|_| "slot lock poisoned".to_string())?[0]
         .stream;
+    let descs = dev.alloc(std::mem::size_of_val(windows.as_slice()))?;
+    upload_on(stream, descs.ptr, as_bytes(&windows))?;
+    let out = dev.alloc(windows.len() * 64)?;
     let (mut d, mut w, mut n, mut o) = (base, descs.ptr, windows.len() as u32, out.ptr);
     let mut args = [
         &mut d as *mut u64 as *mut c_void,

@@ -49,6 +49,15 @@ pub const SOURCES: &[KernelSource] = &[
         functions: &["gear_candidates", "cdc_compact", "cdc_gather"],
     },
     KernelSource {
+        // Seed 001's sliding-window MD5 reuses serial.cu's MD5.
+        name: "seed001",
+        source: concat!(
+            include_str!("../../kernels/serial.cu"),
+            include_str!("../../kernels/seed001.cu")
+        ),
+        functions: &["sliding_md5"],
+    },
+    KernelSource {
         name: "serial",
         source: include_str!("../../kernels/serial.cu"),
         functions: &[

@@ -8,6 +8,7 @@
 //! - `ctr`: CTR-mode jobs (AES-256, TEA, Blowfish) for host and device-resident data.
 //! - `gcm`: AES-256-GCM seal/open: the CTR pipeline plus a parallel GHASH pass.
 //! - `digest`, `blake3`, `serial`, `cdc`, `chunk_digest`: hashing and chunking.
+//! - `seed001`: seed 001's parallel Merkle-Damgård and sliding-window hashing.
 
 mod blake3;
 mod blowfish_schedule;
@@ -20,6 +21,7 @@ pub mod kernels;
 pub mod key_schedule;
 pub mod link;
 mod runtime;
+mod seed001;
 mod serial;
 mod stage;
 

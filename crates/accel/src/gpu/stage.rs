@@ -206,3 +206,20 @@ pub(crate) fn copy_in(dev: &Device, pieces: &[&[u8]], targets: &[u64]) -> Result
         Ok(())
     })
 }
+
+/// Queues a copy of small host data (descriptors, counters) on `stream`, so
+/// that kernels queued after it on that stream see it; the runtime's
+/// streams do not wait for the legacy stream that `upload` uses.
+pub(crate) fn upload_on(
+    stream: sys::CUstream,
+    dst: sys::CUdeviceptr,
+    src: &[u8],
+) -> Result<(), DevError> {
+    // SAFETY: dst holds src.len() bytes (the caller's allocation); a copy
+    // from pageable memory returns once the source has been staged.
+    unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream)
+            .result()
+            .map_err(|e| err("upload", e))
+    }
+}

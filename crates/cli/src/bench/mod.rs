@@ -5,6 +5,7 @@ pub mod link;
 pub mod lsm;
 mod measure;
 pub mod primitive;
+pub mod seed001;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
@@ -16,6 +17,8 @@ pub enum BenchCommand {
     Lsm(lsm::LsmArgs),
     /// Fit the auto backend's cost model on this machine and store it.
     Calibrate(calibrate::CalibrateArgs),
+    /// Seed 001 (HashGPU): sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
+    Seed001(seed001::Seed001Args),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -24,5 +27,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Link(args) => link::run(args),
         BenchCommand::Lsm(args) => lsm::run(args),
         BenchCommand::Calibrate(args) => calibrate::run(args),
+        BenchCommand::Seed001(args) => seed001::run(args),
     }
 }
