@@ -310,12 +310,26 @@ fn candidates(
         };
         download(bytes, list.ptr)?;
     }
+    let first_words: Vec<usize> = placed.iter().map(|p| p.word).collect();
+    Ok(split_sparse(&first_words, raw))
+}
+
+/// `cdc_compact`'s unordered entries as sorted sparse hits per segment;
+/// `first_words[i]` is segment i's first word in the job-wide bitmaps.
+fn split_sparse(first_words: &[usize], mut raw: Vec<CdcHit>) -> (Vec<Hits>, Vec<Hits>) {
+    let empty = || {
+        first_words
+            .iter()
+            .map(|_| Hits::Sparse(SparseHits::default()))
+            .collect::<Vec<_>>()
+    };
+    let (mut out_s, mut out_l) = (empty(), empty());
     raw.sort_unstable_by_key(|h| h.word);
-    let (mut out_s, mut out_l): (Vec<Hits>, Vec<Hits>) = (empty().collect(), empty().collect());
     for h in raw {
-        // The segment holding this word: the last one starting at or before it.
-        let seg = placed.partition_point(|p| p.word <= h.word as usize) - 1;
-        let local = h.word - placed[seg].word as u32;
+        // The segment holding this word: the last one starting at or before
+        // it (empty segments own no word).
+        let seg = first_words.partition_point(|&w| w <= h.word as usize) - 1;
+        let local = h.word - first_words[seg] as u32;
         for (bits, out) in [(h.s, &mut out_s), (h.l, &mut out_l)] {
             if let (true, Hits::Sparse(sp)) = (bits != 0, &mut out[seg]) {
                 sp.words.push(local);
@@ -323,7 +337,29 @@ fn candidates(
             }
         }
     }
-    Ok((out_s, out_l))
+    (out_s, out_l)
+}
+
+/// Where the resolver will read head bytes of a segment of `len` bytes if
+/// every chunk starts at 0 or at a candidate: `start + hash_start`.
+fn head_positions(hash_start: usize, len: usize, s: &SparseHits, l: &SparseHits) -> Vec<usize> {
+    let mut at: Vec<usize> = std::iter::once(0)
+        .chain(
+            [s, l]
+                .into_iter()
+                .flat_map(|h| h.words.iter().zip(&h.bits))
+                .flat_map(|(&w, &bits)| {
+                    (0..32)
+                        .filter(move |b| bits >> b & 1 == 1)
+                        .map(move |b| w as usize * 32 + b)
+                }),
+        )
+        .map(|start| start + hash_start)
+        .filter(|&at| at < len)
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    at
 }
 
 /// One mask's candidates of one segment.
@@ -381,26 +417,13 @@ fn gather_heads(
         if p.host.is_some() || p.len == 0 || wants_copy(p, &hits_s[i], &hits_l[i]) {
             continue;
         }
-        let starts = std::iter::once(0).chain(
-            [s, l]
-                .into_iter()
-                .flat_map(|h| h.words.iter().zip(&h.bits))
-                .flat_map(|(&w, &bits)| {
-                    (0..32)
-                        .filter(move |b| bits >> b & 1 == 1)
-                        .map(move |b| w as usize * 32 + b)
-                }),
-        );
-        for start in starts {
-            let at = start + hash_start;
-            if at < p.len {
-                windows.push(CdcWindow {
-                    offset: 0, // set below, from the common base
-                    len: HEAD.min(p.len - at) as u32,
-                    pad: 0,
-                });
-                owners.push((i, at));
-            }
+        for at in head_positions(hash_start, p.len, s, l) {
+            windows.push(CdcWindow {
+                offset: 0, // set below, from the common base
+                len: HEAD.min(p.len - at) as u32,
+                pad: 0,
+            });
+            owners.push((i, at));
         }
     }
     let mut heads: Vec<HashMap<usize, Vec<u8>>> = placed.iter().map(|_| HashMap::new()).collect();
@@ -452,4 +475,95 @@ fn gather_heads(
         heads[i].insert(at, b[..w.len as usize].to_vec());
     }
     Ok(heads)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The host half of the fused job without a GPU: job-wide candidate
+    //! bitmaps (computed here as the kernel does), compacted and shuffled as
+    //! `cdc_compact` leaves them, split per segment and resolved with head
+    //! bytes served only from the prefetched windows where possible.
+    use super::*;
+    use crate::cdc_resolve::candidates;
+    use fastcdc::v2020::FastCDC;
+    use rand::{RngCore, SeedableRng};
+
+    #[test]
+    fn split_hits_and_head_windows_give_fastcdc_boundaries() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut random = vec![0u8; 2 << 20];
+        rng.fill_bytes(&mut random);
+        let mut text = Vec::new();
+        while text.len() < (1 << 20) {
+            text.extend_from_slice(include_bytes!("chunk_digest.rs"));
+        }
+        let period: Vec<u8> = (0..300_000u32).map(|k| (k % 13) as u8 * 19).collect();
+        let segs: Vec<&[u8]> = vec![
+            &random,
+            &[],
+            &text,
+            &random[..1],
+            &period,
+            &[],
+            &random[..70_001],
+        ];
+        for p in [
+            ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+            ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
+            ChunkParams::new(64, 256, 1024, 3).unwrap(),
+        ] {
+            let (ms, ml) = masks(&p);
+            let mut first_words = Vec::new();
+            let mut raw = Vec::new();
+            let mut word = 0usize;
+            for d in &segs {
+                first_words.push(word);
+                let (s, l) = candidates(d, ms, ml);
+                for (w, (&s, &l)) in s.iter().zip(&l).enumerate() {
+                    if s | l != 0 {
+                        raw.push(CdcHit {
+                            word: (word + w) as u32,
+                            s,
+                            l,
+                        });
+                    }
+                }
+                word += d.len().div_ceil(32);
+            }
+            raw.reverse(); // the kernel's order is arbitrary
+            let (hs, hl) = split_sparse(&first_words, raw);
+            let hash_start = (p.min() / 2 * 2) as usize;
+            for (i, d) in segs.iter().enumerate() {
+                let (Hits::Sparse(s), Hits::Sparse(l)) = (&hs[i], &hl[i]) else {
+                    unreachable!("split_sparse gives sparse hits")
+                };
+                let prefetched: std::collections::HashSet<usize> =
+                    head_positions(hash_start, d.len(), s, l)
+                        .into_iter()
+                        .collect();
+                let (mut reads, mut misses) = (0, 0);
+                let got = resolve(&p, d.len(), &hs[i], &hl[i], |at, k| {
+                    reads += 1;
+                    misses += usize::from(!prefetched.contains(&at));
+                    assert!(k <= HEAD);
+                    d[at..at + k].to_vec()
+                });
+                let want: Vec<ChunkSpan> =
+                    FastCDC::with_level(d, p.min(), p.avg(), p.max(), p.normalization())
+                        .map(|c| ChunkSpan {
+                            offset: c.offset as u64,
+                            len: c.length as u32,
+                        })
+                        .collect();
+                assert_eq!(got, want, "{p:?} segment {i}");
+                // Only cuts at the maximum size (or inside a head window)
+                // start where no candidate is.
+                let forced = want.iter().filter(|c| c.len == p.max()).count();
+                assert!(
+                    misses <= forced + reads / 4,
+                    "{p:?} segment {i}: {misses} of {reads} heads missed, {forced} forced cuts"
+                );
+            }
+        }
+    }
 }
