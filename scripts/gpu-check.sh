@@ -62,12 +62,15 @@ if has gcm; then
   $P --pinned --ops aes256ctr,aes256gcm-seal,aes256gcm-open --sizes 16M,256M,1G 2>&1 | tee "$OUT/gcm.txt"
 fi
 if has hashes; then
-  $P --pinned --ops blake3,blake3-keyed,sha256,md5,crc32,crc32c,fastcdc \
+  $P --pinned --ops blake3,blake3-keyed,sha256,md5,crc32,crc32c,fastcdc,fastcdc-blake3 \
     --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/hashes.txt"
 fi
 if has many; then
   # SHA-256 and MD5 over many 1 MiB segments (one thread per segment).
   $P --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee "$OUT/hashes-many.txt"
+  # Seed 001: sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
+  $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has auto; then
   export GVAULT_COST_MODEL="$OUT/cost-model.json"

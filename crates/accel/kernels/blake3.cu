@@ -90,6 +90,20 @@ __device__ __forceinline__ void b3_load_block(const unsigned char* p, unsigned i
     } else if (n == 64u && ((unsigned long long)p & 3ull) == 0) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) m[i] = ((const unsigned int*)p)[i];
+    } else if (n == 64u) {
+        // A full block at an unaligned address (content-defined chunks):
+        // 17 aligned words, funnel-shifted. The last word holds the block's
+        // last byte, so it lies inside the allocation (allocations are
+        // whole aligned words; at most 3 bytes past the block are read).
+        const unsigned int sh = (unsigned int)((unsigned long long)p & 3ull) * 8u;
+        const unsigned int* q = (const unsigned int*)((unsigned long long)p & ~3ull);
+        unsigned int prev = q[0];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const unsigned int next = q[i + 1];
+            m[i] = __funnelshift_r(prev, next, sh);
+            prev = next;
+        }
     } else {
 #pragma unroll
         for (int i = 0; i < 16; ++i) m[i] = 0;

@@ -11,6 +11,15 @@
 //       The host resolves the min/avg/max rules over these sparse hits
 //       (src/gpu/cdc.rs), recomputing the 63 positions after each hash start
 //       whose window the CPU chunker truncates.
+//   cdc_compact(hits_s, hits_l, words, out, count, cap)
+//       for every word w < words with hits_s[w] | hits_l[w] != 0, appends
+//       {w, hits_s[w], hits_l[w]} to out (unordered) while fewer than `cap`
+//       are stored; *count ends as the number of such words (the host
+//       downloads the dense bitmaps instead when it exceeds cap).
+//   cdc_gather(data, windows, n, out)
+//       copies windows[i].len (<= 64) bytes at data + windows[i].offset to
+//       out + 64 i: the bytes after each likely hash start that the host
+//       resolver needs, for device-resident segments, in one download.
 // GEAR is fastcdc::v2020's table (seed 0). See README.md.
 //
 // Constant time: not applicable (public data).
@@ -108,5 +117,41 @@ gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, 
             hits_s[w] = s;
             hits_l[w] = l;
         }
+    }
+}
+
+struct CdcHit {
+    unsigned int word;   // bitmap word index (positions 32 word ..)
+    unsigned int s;      // hits_s[word]
+    unsigned int l;      // hits_l[word]
+};
+
+extern "C" __global__ void __launch_bounds__(256)
+cdc_compact(const unsigned int* __restrict__ hits_s, const unsigned int* __restrict__ hits_l, unsigned long long words,
+            CdcHit* __restrict__ out, unsigned long long* __restrict__ count, unsigned long long cap) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long w = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) {
+        const unsigned int s = hits_s[w], l = hits_l[w];
+        if ((s | l) != 0u) {
+            const unsigned long long at = atomicAdd(count, 1ull);
+            if (at < cap) out[at] = CdcHit{(unsigned int)w, s, l};
+        }
+    }
+}
+
+struct CdcWindow {
+    unsigned long long offset;   // byte offset from data
+    unsigned int len;            // bytes to copy, <= 64
+    unsigned int pad;
+};
+
+extern "C" __global__ void __launch_bounds__(256)
+cdc_gather(const unsigned char* __restrict__ data, const CdcWindow* __restrict__ windows, unsigned int n,
+           unsigned char* __restrict__ out) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; t < 64ull * n; t += stride) {
+        const unsigned long long i = t >> 6;
+        const unsigned int b = (unsigned int)(t & 63ull);
+        if (b < windows[i].len) out[t] = data[windows[i].offset + b];
     }
 }

@@ -39,7 +39,9 @@ pub fn precheck(job: &Job<'_>) -> Vec<Option<SegmentErrorKind>> {
                 }
             })
             .collect(),
-        Job::Digest { segments, .. } | Job::Chunk { segments, .. } => {
+        Job::Digest { segments, .. }
+        | Job::Chunk { segments, .. }
+        | Job::ChunkDigest { segments, .. } => {
             segments.iter().map(|s| too_large(s.len())).collect()
         }
         Job::RsaPrivate { key, segments } => segments

@@ -39,6 +39,49 @@ pub fn candidates(data: &[u8], mask_s: u64, mask_l: u64) -> (Vec<u32>, Vec<u32>)
     (s, l)
 }
 
+/// Candidate positions of one mask, as the resolver asks for them.
+pub trait Candidates {
+    /// The first candidate in positions `from..to`, if any.
+    fn first(&self, from: usize, to: usize) -> Option<usize>;
+}
+
+/// Dense bitmaps, as `gear_candidates` writes them.
+impl Candidates for [u32] {
+    fn first(&self, from: usize, to: usize) -> Option<usize> {
+        first_hit(self, from, to)
+    }
+}
+
+/// The nonzero words of a bitmap, sorted by word index (what `cdc_compact`
+/// returns when hits are sparse, as with large average chunk sizes).
+#[derive(Debug, Default, Clone)]
+pub struct SparseHits {
+    pub words: Vec<u32>,
+    pub bits: Vec<u32>,
+}
+
+impl Candidates for SparseHits {
+    fn first(&self, from: usize, to: usize) -> Option<usize> {
+        let start = self.words.partition_point(|&w| (w as usize) < from / 32);
+        for (&w, &bits) in self.words[start..].iter().zip(&self.bits[start..]) {
+            let base = w as usize * 32;
+            if base >= to {
+                return None;
+            }
+            let bits = if base < from {
+                bits & (u32::MAX << (from - base))
+            } else {
+                bits
+            };
+            if bits != 0 {
+                let hit = base + bits.trailing_zeros() as usize;
+                return (hit < to).then_some(hit);
+            }
+        }
+        None
+    }
+}
+
 /// First set bit of `bits` in positions `from..to`, if any.
 fn first_hit(bits: &[u32], from: usize, to: usize) -> Option<usize> {
     let mut p = from;
@@ -55,11 +98,11 @@ fn first_hit(bits: &[u32], from: usize, to: usize) -> Option<usize> {
 
 /// Chunk boundaries of `len` bytes. `head(at, n)` returns the `n` bytes at
 /// `at` (the first positions after each hash start, recomputed here).
-pub fn resolve(
+pub fn resolve<C: Candidates + ?Sized>(
     params: &ChunkParams,
     len: usize,
-    hits_s: &[u32],
-    hits_l: &[u32],
+    hits_s: &C,
+    hits_l: &C,
     mut head: impl FnMut(usize, usize) -> Vec<u8>,
 ) -> Vec<ChunkSpan> {
     let (gear, _) = get_gear_with_seed(0);
@@ -88,12 +131,12 @@ pub fn resolve(
             }
             let abs = |p: usize| start + p;
             if direct < center_end {
-                if let Some(p) = first_hit(hits_s, abs(direct), abs(center_end)) {
+                if let Some(p) = hits_s.first(abs(direct), abs(center_end)) {
                     return p - start;
                 }
             }
             let from = direct.max(center_end);
-            if let Some(p) = first_hit(hits_l, abs(from), abs(end)) {
+            if let Some(p) = hits_l.first(abs(from), abs(end)) {
                 return p - start;
             }
             end
@@ -156,8 +199,27 @@ mod tests {
     fn check(p: &ChunkParams, data: &[u8]) {
         let (ms, ml) = masks(p);
         let (s, l) = candidates(data, ms, ml);
-        let got = resolve(p, data.len(), &s, &l, |at, n| data[at..at + n].to_vec());
+        let got = resolve(p, data.len(), &s[..], &l[..], |at, n| {
+            data[at..at + n].to_vec()
+        });
         assert_eq!(got, want(p, data), "params {p:?}, {} bytes", data.len());
+        let sparse = |bits: &[u32]| {
+            let (words, bits): (Vec<u32>, Vec<u32>) = bits
+                .iter()
+                .enumerate()
+                .filter(|(_, &b)| b != 0)
+                .map(|(w, &b)| (w as u32, b))
+                .unzip();
+            SparseHits { words, bits }
+        };
+        let (ss, sl) = (sparse(&s), sparse(&l));
+        let got = resolve(p, data.len(), &ss, &sl, |at, n| data[at..at + n].to_vec());
+        assert_eq!(
+            got,
+            want(p, data),
+            "sparse, params {p:?}, {} bytes",
+            data.len()
+        );
     }
 
     #[test]

@@ -224,6 +224,13 @@ pub enum Job<'a> {
         params: ChunkParams,
         segments: Vec<Data<'a>>,
     },
+    /// Chunk boundaries as `Chunk`, each chunk with its keyed BLAKE3 digest,
+    /// in one pass: on a GPU the bytes cross the link once.
+    ChunkDigest {
+        params: ChunkParams,
+        key: &'a Blake3Key,
+        segments: Vec<Data<'a>>,
+    },
     /// The RSA private-key operation (m = c^d mod n, by CRT) on inputs of
     /// exactly the modulus length, big-endian.
     RsaPrivate {
@@ -240,6 +247,7 @@ impl Job<'_> {
             Job::Ctr { cipher, .. } => cipher.op(),
             Job::Digest { algo, .. } => algo.op(),
             Job::Chunk { .. } => OpKind::Chunk,
+            Job::ChunkDigest { .. } => OpKind::ChunkDigest,
             Job::RsaPrivate { .. } => OpKind::RsaPrivate,
         }
     }
@@ -250,7 +258,9 @@ impl Job<'_> {
             Job::Seal { segments, .. } => segments.len(),
             Job::Open { segments, .. } => segments.len(),
             Job::Ctr { segments, .. } => segments.len(),
-            Job::Digest { segments, .. } | Job::Chunk { segments, .. } => segments.len(),
+            Job::Digest { segments, .. }
+            | Job::Chunk { segments, .. }
+            | Job::ChunkDigest { segments, .. } => segments.len(),
             Job::RsaPrivate { segments, .. } => segments.len(),
         }
     }
@@ -266,9 +276,9 @@ impl Job<'_> {
             Job::Seal { segments, .. } => sum(&mut segments.iter().map(|s| s.data.len())),
             Job::Open { segments, .. } => sum(&mut segments.iter().map(|s| s.data.len())),
             Job::Ctr { segments, .. } => sum(&mut segments.iter().map(|s| s.data.len())),
-            Job::Digest { segments, .. } | Job::Chunk { segments, .. } => {
-                sum(&mut segments.iter().map(|s| s.len()))
-            }
+            Job::Digest { segments, .. }
+            | Job::Chunk { segments, .. }
+            | Job::ChunkDigest { segments, .. } => sum(&mut segments.iter().map(|s| s.len())),
             Job::RsaPrivate { segments, .. } => sum(&mut segments.iter().map(|s| s.len())),
         }
     }
@@ -290,11 +300,12 @@ pub enum OpKind {
     Crc32,
     Crc32c,
     Chunk,
+    ChunkDigest,
     RsaPrivate,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 13] = [
+    pub const ALL: [OpKind; 14] = [
         OpKind::AesGcmSeal,
         OpKind::AesGcmOpen,
         OpKind::AesCtr,
@@ -307,6 +318,7 @@ impl OpKind {
         OpKind::Crc32,
         OpKind::Crc32c,
         OpKind::Chunk,
+        OpKind::ChunkDigest,
         OpKind::RsaPrivate,
     ];
 
@@ -324,6 +336,7 @@ impl OpKind {
             OpKind::Crc32 => "crc32",
             OpKind::Crc32c => "crc32c",
             OpKind::Chunk => "fastcdc",
+            OpKind::ChunkDigest => "fastcdc-blake3",
             OpKind::RsaPrivate => "rsa-private",
         }
     }
@@ -367,6 +380,13 @@ pub struct ChunkSpan {
     pub len: u32,
 }
 
+/// A chunk and its keyed BLAKE3 digest (a `ChunkDigest` job's output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DigestedChunk {
+    pub span: ChunkSpan,
+    pub digest: [u8; 32],
+}
+
 /// The result of one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
@@ -376,6 +396,7 @@ pub enum Output {
     Tag(Tag),
     Digest(Digest),
     Chunks(Vec<ChunkSpan>),
+    DigestedChunks(Vec<DigestedChunk>),
     /// RSA output, modulus length, big-endian.
     Bytes(Vec<u8>),
 }
@@ -396,6 +417,12 @@ impl Output {
     pub fn chunks(&self) -> Option<&[ChunkSpan]> {
         match self {
             Output::Chunks(c) => Some(c),
+            _ => None,
+        }
+    }
+    pub fn digested_chunks(&self) -> Option<&[DigestedChunk]> {
+        match self {
+            Output::DigestedChunks(c) => Some(c),
             _ => None,
         }
     }

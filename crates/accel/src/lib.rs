@@ -19,6 +19,7 @@ pub mod error;
 pub mod gpu;
 pub mod job;
 pub mod rsa_key;
+pub mod seed001;
 pub mod sysinfo;
 pub mod types;
 
@@ -27,8 +28,8 @@ pub use backend::Backend;
 pub use chunking::{ChunkParams, ChunkParamsError};
 pub use error::{BackendError, KeyError, SegmentError, SegmentErrorKind};
 pub use job::{
-    ChunkSpan, CtrCipher, CtrSegment, Data, DataMut, DeviceSlice, Digest, DigestAlgo, Job, OpKind,
-    OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN,
+    ChunkSpan, CtrCipher, CtrSegment, Data, DataMut, DeviceSlice, Digest, DigestAlgo,
+    DigestedChunk, Job, OpKind, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN,
 };
 pub use rsa_key::RsaPrivateKey;
 pub use types::{Aes256Key, Blake3Key, BlowfishKey, CtrIv, Iv128, Iv64, Nonce96, Tag, TeaKey};

@@ -211,6 +211,11 @@ fn run_op(
             params: ChunkParams::new(256, 1024, 4096, 1).unwrap(),
             segments: bufs.iter().map(Data::from).collect(),
         }),
+        OpKind::ChunkDigest => run(&mut Job::ChunkDigest {
+            params: ChunkParams::new(256, 1024, 4096, 1).unwrap(),
+            key: &keys.blake3,
+            segments: bufs.iter().map(Data::from).collect(),
+        }),
         OpKind::RsaPrivate => run(&mut Job::RsaPrivate {
             key: &keys.rsa,
             segments: bufs.iter().map(|b| b.as_slice()).collect(),

@@ -216,3 +216,208 @@ fn chunk_boundaries_equal_fastcdc() {
         )
     );
 }
+
+fn chunk_digest_job(
+    b: &dyn Backend,
+    params: ChunkParams,
+    key: &Blake3Key,
+    segments: Vec<Data<'_>>,
+) -> Vec<SegmentResult> {
+    let mut job = Job::ChunkDigest {
+        params,
+        key,
+        segments,
+    };
+    b.run(&mut job).expect("job runs")
+}
+
+/// The repository's own sources, concatenated and repeated to `len` bytes.
+fn real_data(len: usize) -> Vec<u8> {
+    let mut real = Vec::new();
+    for name in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "src/job.rs",
+        "src/cdc_resolve.rs",
+        "kernels/blake3.cu",
+        "kernels/cdc.cu",
+        "kernels/README.md",
+    ] {
+        real.extend(std::fs::read(format!("{}/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap());
+    }
+    while real.len() < len {
+        real.extend_from_within(..real.len().min(1 << 20));
+    }
+    real.truncate(len);
+    real
+}
+
+#[test]
+fn chunk_digest_cpu_twin_equals_chunk_then_keyed_digest() {
+    // Runs without a GPU: the fused CPU job is the Chunk job's spans with
+    // each span's keyed BLAKE3 from a Digest job.
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes(*b"fused chunk digest test key 32 b");
+    let mut data = inputs(&[0, 100, 70_001, 3 << 20], 21);
+    data.push(real_data(2 << 20));
+    let p = ChunkParams::new(2048, 8192, 65536, 2).unwrap();
+    let fused = chunk_digest_job(&cpu, p, &key, data.iter().map(Data::from).collect());
+    let spans = chunk_job(&cpu, p, data.iter().map(Data::from).collect());
+    for (s, (f, c)) in fused.iter().zip(&spans).enumerate() {
+        let f = f.as_ref().unwrap().digested_chunks().unwrap();
+        let c = c.as_ref().unwrap().chunks().unwrap();
+        assert_eq!(f.iter().map(|d| d.span).collect::<Vec<_>>(), c);
+        let pieces: Vec<Vec<u8>> = c
+            .iter()
+            .map(|sp| data[s][sp.offset as usize..][..sp.len as usize].to_vec())
+            .collect();
+        let want = digest_job(&cpu, DigestAlgo::Blake3Keyed(&key), &pieces);
+        for (d, w) in f.iter().zip(want) {
+            assert_eq!(Digest::B256(d.digest), w.unwrap().digest().unwrap());
+        }
+        if data[s].len() > 65536 {
+            assert!(f.len() > 1, "segment {s} has several chunks");
+        }
+    }
+    assert_eq!(fused.len(), data.len());
+}
+
+#[test]
+fn chunk_digest_equals_cpu_twin() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes(*b"fused chunk digest test key 32 b");
+    let mut data = inputs(&[5 << 20, 3 << 20, 2 << 20, 1025, 0, 70_001, 1, 64], 31);
+    data.push(real_data(3 << 20));
+    for p in [
+        // Dense candidates (the bitmaps come back) and sparse (a list).
+        ChunkParams::new(64, 256, 1024, 3).unwrap(),
+        ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+        ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
+        ChunkParams::DEFAULT,
+    ] {
+        let segs: Vec<Data<'_>> = data.iter().map(Data::from).collect();
+        let want = chunk_digest_job(&cpu, p, &key, segs.clone());
+        let got = chunk_digest_job(g, p, &key, segs);
+        assert_eq!(want, got, "{p:?}");
+    }
+}
+
+#[test]
+fn chunk_digest_larger_than_a_slot_and_device_resident() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([5; 32]);
+    // 150 MiB crosses three staging slots; chunks straddle their edges.
+    let data = [random_bytes((150 << 20) + 7, 41), real_data(9 << 20)];
+    for p in [
+        ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
+        ChunkParams::DEFAULT,
+    ] {
+        let segs: Vec<Data<'_>> = data.iter().map(Data::from).collect();
+        assert_eq!(
+            chunk_digest_job(&cpu, p, &key, segs.clone()),
+            chunk_digest_job(g, p, &key, segs),
+            "{p:?} host"
+        );
+    }
+    // Device-resident: segments at odd offsets of one allocation, so chunk
+    // reads are misaligned; head windows come from the device.
+    let sizes = [0usize, 1, 5000, (3 << 20) + 13, 8 << 20];
+    let mut segs = inputs(&sizes, 42);
+    segs.push(real_data(4 << 20));
+    let mut packed = Vec::new();
+    let mut at = Vec::new();
+    for d in &segs {
+        packed.extend_from_slice(&[0xCD; 3]);
+        at.push(packed.len());
+        packed.extend_from_slice(d);
+    }
+    let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+    for p in [
+        ChunkParams::new(64, 256, 1024, 3).unwrap(),
+        ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+        ChunkParams::new(65536, 262144, 1 << 20, 1).unwrap(),
+    ] {
+        let dev: Vec<Data<'_>> = at
+            .iter()
+            .zip(&segs)
+            .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
+            .collect();
+        assert_eq!(
+            chunk_digest_job(&cpu, p, &key, segs.iter().map(Data::from).collect()),
+            chunk_digest_job(g, p, &key, dev),
+            "{p:?} device-resident"
+        );
+    }
+}
+
+#[test]
+fn seed001_pmd_digest_equals_cpu() {
+    use gvault_accel::seed001::{pmd_digest, PmdHash};
+    let Some(g) = gpu() else { return };
+    let data = random_bytes((70 << 20) + 13, 51);
+    let text = real_data(3 << 20);
+    for hash in [PmdHash::Md5, PmdHash::Sha256] {
+        for block in [1u32, 64, 4096, 1000, 1 << 20] {
+            for d in [&data[..(1 << 20) + 5], &text[..], &data[..0], &data[..100]] {
+                let want = pmd_digest(hash, block, d).unwrap();
+                assert_eq!(want, g.pmd_digest(hash, block, Data::Host(d)).unwrap());
+            }
+        }
+        // Larger than a staging slot, and device-resident at an odd offset.
+        let want = pmd_digest(hash, 4096, &data).unwrap();
+        assert_eq!(want, g.pmd_digest(hash, 4096, Data::Host(&data)).unwrap());
+        let resident = g.alloc_device(0, data.len(), &data).unwrap();
+        let slice = resident.slice(0, data.len()).unwrap();
+        assert_eq!(want, g.pmd_digest(hash, 4096, Data::Device(slice)).unwrap());
+        let odd = resident.slice(3, data.len() - 3).unwrap();
+        assert_eq!(
+            pmd_digest(hash, 4096, &data[3..]).unwrap(),
+            g.pmd_digest(hash, 4096, Data::Device(odd)).unwrap()
+        );
+    }
+    assert!(g.pmd_digest(PmdHash::Md5, 0, Data::Host(&data)).is_err());
+}
+
+#[test]
+fn seed001_sliding_windows_equal_cpu() {
+    use gvault_accel::seed001::{window_matches, window_md5, WindowParams};
+    let Some(g) = gpu() else { return };
+    let period: Vec<u8> = (0..(3 << 20) as u32).map(|k| (k % 36) as u8).collect();
+    let data = [random_bytes((66 << 20) + 9, 52), period, real_data(1 << 20)];
+    for params in [
+        WindowParams::SEED,
+        WindowParams::new(1, 1).unwrap(),
+        WindowParams::new(55, 3).unwrap(),
+        WindowParams::new(64, 64).unwrap(),
+        WindowParams::new(200, 7).unwrap(),
+    ] {
+        for d in &data {
+            let mut patterns: Vec<[u8; 16]> = [0usize, 4, 36, 1000, 1 << 19]
+                .iter()
+                .filter_map(|&o| window_md5(&params, d, o))
+                .collect();
+            patterns.push([0xAB; 16]);
+            let want = window_matches(&params, d, &patterns);
+            let got = g.window_matches(&params, Data::Host(d), &patterns).unwrap();
+            assert_eq!(want, got, "{params:?}, {} bytes", d.len());
+        }
+    }
+    // Device-resident, more matches than the first launch stores (1 << 16):
+    // a period of 36 with step 4 repeats every 9 windows.
+    let d = &data[1];
+    let alloc = g.alloc_device(0, d.len(), d).unwrap();
+    let p = WindowParams::SEED;
+    let patterns = [window_md5(&p, d, 0).unwrap()];
+    let want = window_matches(&p, d, &patterns);
+    assert!(want.len() > 1 << 16, "{} matches", want.len());
+    let got = g
+        .window_matches(
+            &p,
+            Data::Device(alloc.slice(0, d.len()).unwrap()),
+            &patterns,
+        )
+        .unwrap();
+    assert_eq!(want, got);
+}

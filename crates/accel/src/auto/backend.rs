@@ -344,9 +344,9 @@ fn shape_of(job: &Job<'_>) -> (Vec<u64>, bool) {
         Job::Seal { segments, .. } => segments.iter().map(|s| dm(&s.data)).collect(),
         Job::Open { segments, .. } => segments.iter().map(|s| dm(&s.data)).collect(),
         Job::Ctr { segments, .. } => segments.iter().map(|s| dm(&s.data)).collect(),
-        Job::Digest { segments, .. } | Job::Chunk { segments, .. } => {
-            segments.iter().map(d).collect()
-        }
+        Job::Digest { segments, .. }
+        | Job::Chunk { segments, .. }
+        | Job::ChunkDigest { segments, .. } => segments.iter().map(d).collect(),
         Job::RsaPrivate { segments, .. } => {
             segments.iter().map(|s| (s.len() as u64, false)).collect()
         }

@@ -12,7 +12,7 @@ use crate::job::OpKind;
 
 /// (op, CPU ns per byte on one core, CPU ns per segment, GPU kernel ns per
 /// byte, GPU kernel ns per segment)
-const RATES: [(OpKind, f64, f64, f64, f64); 13] = [
+const RATES: [(OpKind, f64, f64, f64, f64); 14] = [
     (OpKind::AesGcmSeal, 0.087, 300.0, 0.004, 40.0),
     (OpKind::AesGcmOpen, 0.087, 300.0, 0.004, 40.0),
     (OpKind::AesCtr, 0.167, 200.0, 0.003, 30.0),
@@ -25,6 +25,8 @@ const RATES: [(OpKind, f64, f64, f64, f64); 13] = [
     (OpKind::Crc32, 0.1, 100.0, 0.004, 40.0),
     (OpKind::Crc32c, 0.05, 100.0, 0.004, 40.0),
     (OpKind::Chunk, 1.0, 500.0, 0.02, 100.0),
+    // Chunking plus BLAKE3 over the same bytes.
+    (OpKind::ChunkDigest, 1.33, 800.0, 0.025, 200.0),
     // RSA-2048 at 2.4 k/s a core; its cost is per segment, not per byte.
     (OpKind::RsaPrivate, 0.0, 420_000.0, 0.0, 5_000.0),
 ];

@@ -163,6 +163,26 @@ pub fn split<'s>(job: &'s mut Job<'_>, at: SplitPoint) -> Result<(Job<'s>, Job<'
                 },
             )
         }
+        Job::ChunkDigest {
+            params,
+            key,
+            segments,
+        } => {
+            let (g, c) = segments.split_at(at.segment);
+            let (params, key) = (*params, *key);
+            (
+                Job::ChunkDigest {
+                    params,
+                    key,
+                    segments: g.to_vec(),
+                },
+                Job::ChunkDigest {
+                    params,
+                    key,
+                    segments: c.to_vec(),
+                },
+            )
+        }
         Job::RsaPrivate { key, segments } => {
             let key = *key;
             let (g, c) = segments.split_at(at.segment);

@@ -136,6 +136,14 @@ impl Backend for CpuBackend {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
                 Ok(Output::Chunks(chunk::boundaries(params, data)))
             }),
+            Job::ChunkDigest {
+                params,
+                key,
+                segments,
+            } => per_segment(segments, pre, |s| {
+                let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
+                Ok(Output::DigestedChunks(chunk::digested(params, key, data)))
+            }),
             Job::RsaPrivate { key, segments } => per_segment(segments, pre, |s| {
                 rsa::private_op(key, s).map(Output::Bytes)
             }),

@@ -53,7 +53,7 @@ pub(crate) enum Input<'a> {
 }
 
 impl Input<'_> {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Input::Host(b) => b.len(),
             Input::Device { len, .. } => *len,

@@ -81,7 +81,7 @@ pub(crate) fn chunk_all(
         };
         let (s, l) = (words_of(&bits[..words * 4]), words_of(&bits[words * 4..]));
         let mut failed = None;
-        let spans = resolve(params, len, &s, &l, |at, k| match host {
+        let spans = resolve(params, len, &s[..], &l[..], |at, k| match host {
             Some(b) => b[at..at + k].to_vec(),
             None => {
                 // The 63 bytes after each hash start, read back from the device.

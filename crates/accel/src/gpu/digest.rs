@@ -59,6 +59,23 @@ pub(crate) fn run_chunk(
     Ok(results)
 }
 
+/// The fused job: chunks and their keyed BLAKE3 digests per segment.
+pub(crate) fn run_chunk_digest(
+    dev: &Device,
+    params: &crate::chunking::ChunkParams,
+    key: &crate::types::Blake3Key,
+    segments: &[Data<'_>],
+    pre: Vec<Option<SegmentErrorKind>>,
+) -> Result<Vec<SegmentResult>, BackendError> {
+    let (inputs, index, mut results) = inputs(dev, segments, pre);
+    let chunks = super::chunk_digest::run(dev, params, key, &inputs)
+        .map_err(|e| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name)))?;
+    for (i, c) in index.into_iter().zip(chunks) {
+        results[i] = Ok(Output::DigestedChunks(c));
+    }
+    Ok(results)
+}
+
 pub(crate) fn run(
     dev: &Device,
     algo: &DigestAlgo<'_>,

@@ -46,7 +46,16 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "cdc",
         source: include_str!("../../kernels/cdc.cu"),
-        functions: &["gear_candidates"],
+        functions: &["gear_candidates", "cdc_compact", "cdc_gather"],
+    },
+    KernelSource {
+        // Seed 001's sliding-window MD5 reuses serial.cu's MD5.
+        name: "seed001",
+        source: concat!(
+            include_str!("../../kernels/serial.cu"),
+            include_str!("../../kernels/seed001.cu")
+        ),
+        functions: &["sliding_md5"],
     },
     KernelSource {
         name: "serial",

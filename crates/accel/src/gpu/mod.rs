@@ -7,10 +7,13 @@
 //! - `runtime`: devices, streams, pinned staging slots, launches.
 //! - `ctr`: CTR-mode jobs (AES-256, TEA, Blowfish) for host and device-resident data.
 //! - `gcm`: AES-256-GCM seal/open: the CTR pipeline plus a parallel GHASH pass.
+//! - `digest`, `blake3`, `serial`, `cdc`, `chunk_digest`: hashing and chunking.
+//! - `seed001`: seed 001's parallel Merkle-Damgård and sliding-window hashing.
 
 mod blake3;
 mod blowfish_schedule;
 mod cdc;
+mod chunk_digest;
 mod ctr;
 mod digest;
 mod gcm;
@@ -18,6 +21,7 @@ pub mod kernels;
 pub mod key_schedule;
 pub mod link;
 mod runtime;
+mod seed001;
 mod serial;
 mod stage;
 
@@ -25,7 +29,7 @@ use std::sync::atomic::Ordering;
 
 use crate::backend::{precheck, Backend};
 use crate::error::{BackendError, SegmentErrorKind};
-use crate::job::{CtrCipher, DataMut, Job, Output, SegmentResult};
+use crate::job::{CtrCipher, Data, DataMut, Job, Output, SegmentResult};
 use crate::types::{Aes256Key, CtrIv};
 
 pub use runtime::{arch_name, Device, PinnedBuffer};
@@ -105,7 +109,13 @@ fn device_of(job: &Job<'_>) -> Option<u32> {
             DataMut::Device(d) => Some(d.device()),
             _ => None,
         }),
-        _ => None,
+        Job::Digest { segments, .. }
+        | Job::Chunk { segments, .. }
+        | Job::ChunkDigest { segments, .. } => segments.iter().find_map(|s| match s {
+            Data::Device(d) => Some(d.device()),
+            _ => None,
+        }),
+        Job::RsaPrivate { .. } => None,
     }
 }
 
@@ -222,6 +232,11 @@ impl Backend for GpuBackend {
             }
             Job::Digest { algo, segments } => digest::run(dev, algo, segments, pre),
             Job::Chunk { params, segments } => digest::run_chunk(dev, params, segments, pre),
+            Job::ChunkDigest {
+                params,
+                key,
+                segments,
+            } => digest::run_chunk_digest(dev, params, key, segments, pre),
             other => Err(BackendError::Unsupported {
                 backend: "gpu",
                 op: other.op(),

@@ -180,3 +180,46 @@ pub(crate) fn cut(data: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
         (at, &data[at..(at + SLOT_BYTES).min(data.len())])
     })
 }
+
+/// Copies host `pieces` (each at most `SLOT_BYTES`) to device addresses
+/// `targets` through the pinned slots: the link is crossed once, at the
+/// slots' rate, and a device-to-device copy places each piece.
+pub(crate) fn copy_in(dev: &Device, pieces: &[&[u8]], targets: &[u64]) -> Result<(), DevError> {
+    if pieces.len() != targets.len() {
+        return Err("copy_in: one target per piece".into());
+    }
+    stage_host(dev, pieces, usize::MAX, false, |slot, batch| {
+        for st in batch {
+            // SAFETY: the slot's device buffer holds the staged piece at
+            // st.off; the caller owns `targets[st.idx]` for its length.
+            unsafe {
+                sys::cuMemcpyDtoDAsync_v2(
+                    targets[st.idx],
+                    slot.dev + st.off as u64,
+                    pieces[st.idx].len(),
+                    slot.stream,
+                )
+                .result()
+                .map_err(|e| err("device copy", e))?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Queues a copy of small host data (descriptors, counters) on `stream`, so
+/// that kernels queued after it on that stream see it; the runtime's
+/// streams do not wait for the legacy stream that `upload` uses.
+pub(crate) fn upload_on(
+    stream: sys::CUstream,
+    dst: sys::CUdeviceptr,
+    src: &[u8],
+) -> Result<(), DevError> {
+    // SAFETY: dst holds src.len() bytes (the caller's allocation); a copy
+    // from pageable memory returns once the source has been staged.
+    unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream)
+            .result()
+            .map_err(|e| err("upload", e))
+    }
+}

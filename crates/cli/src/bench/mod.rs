@@ -6,6 +6,7 @@ pub mod lsm;
 mod measure;
 pub mod plot;
 pub mod primitive;
+pub mod seed001;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
@@ -19,6 +20,8 @@ pub enum BenchCommand {
     Calibrate(calibrate::CalibrateArgs),
     /// Draw `primitive --json` output as seed 000's throughput figures.
     Plot(plot::PlotArgs),
+    /// Seed 001 (HashGPU): sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
+    Seed001(seed001::Seed001Args),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -28,5 +31,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Lsm(args) => lsm::run(args),
         BenchCommand::Calibrate(args) => calibrate::run(args),
         BenchCommand::Plot(args) => plot::run(args),
+        BenchCommand::Seed001(args) => seed001::run(args),
     }
 }

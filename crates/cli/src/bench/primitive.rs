@@ -92,13 +92,14 @@ pub(super) struct Keys {
     blake3: Blake3Key,
 }
 
-const QUICK_OPS: [OpKind; 6] = [
+const QUICK_OPS: [OpKind; 7] = [
     OpKind::AesGcmSeal,
     OpKind::AesCtr,
     OpKind::Sha256,
     OpKind::Blake3,
     OpKind::Crc32c,
     OpKind::Chunk,
+    OpKind::ChunkDigest,
 ];
 
 pub fn run(args: PrimitiveArgs) -> Result<(), String> {
@@ -432,6 +433,16 @@ pub(super) fn measure_device_resident(
             fail(g.run(&mut job));
             start.elapsed()
         }),
+        OpKind::ChunkDigest => repeat(3, min_time, || {
+            let mut job = Job::ChunkDigest {
+                params: ChunkParams::DEFAULT,
+                key: &keys.blake3,
+                segments: slices.iter().map(|d| Data::Device(*d)).collect(),
+            };
+            let start = Instant::now();
+            fail(g.run(&mut job));
+            start.elapsed()
+        }),
         OpKind::Blake3
         | OpKind::Blake3Keyed
         | OpKind::Sha256
@@ -597,6 +608,11 @@ fn run_once<B: AsMut<[u8]> + AsRef<[u8]>>(
         }
         OpKind::Chunk => Job::Chunk {
             params: ChunkParams::DEFAULT,
+            segments: bufs.iter().map(|b| Data::Host(b.as_ref())).collect(),
+        },
+        OpKind::ChunkDigest => Job::ChunkDigest {
+            params: ChunkParams::DEFAULT,
+            key: &keys.blake3,
             segments: bufs.iter().map(|b| Data::Host(b.as_ref())).collect(),
         },
         digest_op => {
