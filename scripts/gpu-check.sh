@@ -32,7 +32,8 @@ status=0
 cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
-# Phases (GPU_CHECK_PHASES, default all but gcm): tests, ciphers, gcm, hashes, many, auto.
+# Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
+# hashes, fused, many, auto.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -64,6 +65,11 @@ fi
 if has hashes; then
   $P --pinned --ops blake3,blake3-keyed,sha256,md5,crc32,crc32c,fastcdc,fastcdc-blake3 \
     --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/hashes.txt"
+fi
+if has fused; then
+  $P --pinned --ops blake3,fastcdc,fastcdc-blake3 --sizes 1M,256M,1G 2>&1 | tee "$OUT/fused.txt"
+  $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has many; then
   # SHA-256 and MD5 over many 1 MiB segments (one thread per segment).
