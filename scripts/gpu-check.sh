@@ -67,7 +67,7 @@ if has hashes; then
     --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/hashes.txt"
 fi
 if has fused; then
-  $P --pinned --ops blake3,fastcdc,fastcdc-blake3 --sizes 1M,256M,1G 2>&1 | tee "$OUT/fused.txt"
+  $P --pinned --ops ${FUSED_OPS:-blake3,fastcdc,fastcdc-blake3} --sizes ${FUSED_SIZES:-1M,256M,1G} 2>&1 | tee "$OUT/fused.txt"
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi

@@ -23,8 +23,11 @@ const BLOCK: u32 = 256;
 /// Positions per `gear_candidates` thread (kernels/cdc.cu).
 const SPAN: u64 = 256;
 /// Segment bytes resident on the device at once (plus a quarter of that
-/// for candidate bitmaps and 1/32 for chaining values).
-const GROUP_BYTES: usize = 4 << 30;
+/// for candidate bitmaps and 1/32 for chaining values). 1 GiB: a 4 GiB
+/// group (4 x 1 GiB segments) hit an illegal address on an H200
+/// (2026-11-22, not yet found; 4 x 256 MiB passed), so groups stay small
+/// until that is understood.
+const GROUP_BYTES: usize = 1 << 30;
 /// Bytes of a boundary head window (`cdc_gather` copies up to 64).
 const HEAD: usize = 63;
 
