@@ -15,6 +15,7 @@ use std::ops::Range;
 use cudarc::driver::sys::CUstream;
 
 use super::ctr::{self, CtrKernel, Mirror, Piece};
+use super::runtime::kernel_args;
 use super::runtime::{download, sync, upload, DevError, Device, DeviceBuffer, SLOT_BYTES};
 
 /// The kernels' segment descriptor (`GcmSeg`, 56 bytes).
@@ -457,13 +458,7 @@ impl Pass {
                 ctr_kernel.block,
                 ctr_kernel.shared,
                 stream,
-                &mut [
-                    &mut a.0 as *mut u64 as *mut c_void,
-                    &mut a.1 as *mut u64 as *mut c_void,
-                    &mut a.2 as *mut u64 as *mut c_void,
-                    &mut a.3 as *mut u32 as *mut c_void,
-                    &mut a.4 as *mut u64 as *mut c_void,
-                ],
+                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4),
             )
         };
         if seal {
@@ -476,13 +471,7 @@ impl Pass {
             1024,
             0,
             stream,
-            &mut [
-                &mut s.0 as *mut u64 as *mut c_void,
-                &mut s.1 as *mut u64 as *mut c_void,
-                &mut s.2 as *mut u32 as *mut c_void,
-                &mut s.3 as *mut u32 as *mut c_void,
-                &mut s.4 as *mut u64 as *mut c_void,
-            ],
+            &mut kernel_args!(s.0, s.1, s.2, s.3, s.4),
         )?;
         let pieces = self.ghash_blocks.div_ceil(p as u64).max(n as u64);
         let grid = pieces.div_ceil(256).clamp(1, 3 * sms as u64) as u32;
@@ -493,14 +482,7 @@ impl Pass {
             256,
             65536,
             stream,
-            &mut [
-                &mut g.0 as *mut u64 as *mut c_void,
-                &mut g.1 as *mut u32 as *mut c_void,
-                &mut g.2 as *mut u64 as *mut c_void,
-                &mut g.3 as *mut u64 as *mut c_void,
-                &mut g.4 as *mut u32 as *mut c_void,
-                &mut g.5 as *mut u64 as *mut c_void,
-            ],
+            &mut kernel_args!(g.0, g.1, g.2, g.3, g.4, g.5),
         )?;
         let mut f = (rk, self.segs.ptr, n, self.work.ptr, self.tags.ptr);
         dev.launch(
@@ -509,13 +491,7 @@ impl Pass {
             256,
             0,
             stream,
-            &mut [
-                &mut f.0 as *mut u64 as *mut c_void,
-                &mut f.1 as *mut u64 as *mut c_void,
-                &mut f.2 as *mut u32 as *mut c_void,
-                &mut f.3 as *mut u64 as *mut c_void,
-                &mut f.4 as *mut u64 as *mut c_void,
-            ],
+            &mut kernel_args!(f.0, f.1, f.2, f.3, f.4),
         )?;
         if !seal {
             ctr()?;

@@ -199,35 +199,21 @@ impl Backend for GpuBackend {
                 Ok(results)
             }
             Job::Seal { key, segments } => {
-                let (items, misplaced): (Vec<_>, Vec<_>) = segments
-                    .iter_mut()
-                    .map(|s| {
-                        let (data, bad) = loc_of(&mut s.data, dev.ordinal);
-                        let item = gcm::GcmItem {
-                            nonce: s.nonce.0,
-                            aad: s.aad,
-                            expected: None,
-                            data,
-                        };
-                        (item, bad)
-                    })
-                    .unzip();
+                let (items, misplaced) = gcm_items(
+                    segments
+                        .iter_mut()
+                        .map(|s| (s.nonce.0, s.aad, None, &mut s.data)),
+                    dev.ordinal,
+                );
                 run_gcm(dev, key, true, items, misplaced, pre)
             }
             Job::Open { key, segments } => {
-                let (items, misplaced): (Vec<_>, Vec<_>) = segments
-                    .iter_mut()
-                    .map(|s| {
-                        let (data, bad) = loc_of(&mut s.data, dev.ordinal);
-                        let item = gcm::GcmItem {
-                            nonce: s.nonce.0,
-                            aad: s.aad,
-                            expected: Some(s.tag.0),
-                            data,
-                        };
-                        (item, bad)
-                    })
-                    .unzip();
+                let (items, misplaced) = gcm_items(
+                    segments
+                        .iter_mut()
+                        .map(|s| (s.nonce.0, s.aad, Some(s.tag.0), &mut s.data)),
+                    dev.ordinal,
+                );
                 run_gcm(dev, key, false, items, misplaced, pre)
             }
             Job::Digest { algo, segments } => digest::run(dev, algo, segments, pre),
@@ -355,6 +341,27 @@ fn loc_of(data: &mut DataMut<'_>, ordinal: usize) -> (gcm::Loc, bool) {
             d.device() as usize != ordinal || d.ptr() % 16 != 0,
         ),
     }
+}
+
+/// GCM items from (nonce, aad, expected tag, data) of each segment, and
+/// which of them lie in device memory this device cannot use.
+#[allow(clippy::type_complexity)]
+fn gcm_items<'a, 'b: 'a>(
+    segments: impl Iterator<Item = ([u8; 12], &'a [u8], Option<[u8; 16]>, &'a mut DataMut<'b>)>,
+    ordinal: usize,
+) -> (Vec<gcm::GcmItem<'a>>, Vec<bool>) {
+    segments
+        .map(|(nonce, aad, expected, data)| {
+            let (data, bad) = loc_of(data, ordinal);
+            let item = gcm::GcmItem {
+                nonce,
+                aad,
+                expected,
+                data,
+            };
+            (item, bad)
+        })
+        .unzip()
 }
 
 /// Seal or open on `dev`: rejected segments (precheck, misplaced device

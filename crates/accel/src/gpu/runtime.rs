@@ -31,6 +31,15 @@ pub const DESC_BYTES: usize = 4 << 20;
 
 pub(crate) type DevError = String;
 
+/// The parameter array of a launch: a pointer to each argument's value, in
+/// the kernel's order (`kernel_args!(a.0, a.1)` for locals `a.0`, `a.1`).
+macro_rules! kernel_args {
+    ($($arg:expr),* $(,)?) => {
+        [$(&mut $arg as *mut _ as *mut std::ffi::c_void),*]
+    };
+}
+pub(crate) use kernel_args;
+
 pub(crate) fn err(what: &str, e: cu::DriverError) -> DevError {
     format!("{what}: {e:?}")
 }
