@@ -306,12 +306,17 @@ fn read_while_writing(
         let writer = s.spawn(|| {
             let mut rng = StdRng::seed_from_u64(0x5717e);
             let mut puts = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            // At least one put, even when the readers finish before this
+            // thread is first scheduled (tiny runs on a loaded machine).
+            loop {
                 let i = rng.gen_range(0..num);
                 store
                     .put_opt(&wopts, keys.key(i), writer_values.make(i, puts + 1))
                     .map_err(|e| format!("writer put: {e}"))?;
                 puts += 1;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
             }
             Ok::<u64, String>(puts)
         });
