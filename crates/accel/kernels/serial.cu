@@ -151,8 +151,17 @@ __device__ __forceinline__ void md5_block(unsigned int h[4], const unsigned int 
             }                                                                                                   \
             const unsigned char* p = data + pc.offset;                                                          \
             const unsigned long long full = pc.len & ~63ull;                                                    \
+            /* the next block's loads are issued before this block's rounds:                                 \
+               with few warps per SM nothing else hides their latency */                                        \
             unsigned int m[16];                                                                                 \
-            for (unsigned long long o = 0; o < full; o += 64) { sp_load_le(p + o, m); BLOCK(h, m); }            \
+            if (full) sp_load_le(p, m);                                                                         \
+            for (unsigned long long o = 0; o < full; o += 64) {                                                 \
+                unsigned int nx[16];                                                                            \
+                const bool more = o + 64 < full;                                                                \
+                if (more) sp_load_le(p + o + 64, nx);                                                           \
+                BLOCK(h, m);                                                                                    \
+                if (more) { _Pragma("unroll") for (int i = 0; i < 16; ++i) m[i] = nx[i]; }                      \
+            }                                                                                                   \
             if (pc.flags & SP_LAST) {                                                                           \
                 sp_pad(p + full, (unsigned int)(pc.len - full), pc.total_len, BIG_LEN,                          \
                        [&](const unsigned int* mm) { BLOCK(h, mm); });                                          \

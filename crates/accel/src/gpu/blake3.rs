@@ -128,7 +128,7 @@ pub(crate) fn hash_all(
         }
     }
     let max_batch = super::runtime::DESC_BYTES / std::mem::size_of::<B3Piece>();
-    stage_host(dev, &host_pieces, max_batch, false, |slot, batch| {
+    stage_host(dev, &host_pieces, max_batch, None, |slot, batch| {
         let mut descs: Vec<B3Piece> = batch
             .iter()
             .map(|st| B3Piece {

@@ -8,8 +8,6 @@
 //! every tag: only tags come back. Device-resident segments run the four GCM
 //! kernels where they lie.
 
-use std::ffi::c_void;
-
 use std::ops::Range;
 
 use cudarc::driver::sys::CUstream;
@@ -180,33 +178,21 @@ fn run_host(
             let pass = Pass::prepare(dev, items, &descs)?;
             passes.push((r.end - first_batch - 1, descs, pass));
         }
-        let tags_host = super::runtime::PinnedBuffer::new(16 * items.len().max(1))?;
-        let tags_ptr = tags_host.as_ptr() as *mut u8;
         let aux = dev.aux_stream;
         let mut next_pass = 0usize;
-        let mut tag_at = 0usize;
         let mut after = |k: usize, slots: &[super::runtime::Slot]| -> Result<(), DevError> {
             while next_pass < passes.len() && passes[next_pass].0 == k {
-                let (_, descs, pass) = &passes[next_pass];
                 // SAFETY: events and streams are live; the GHASH kernels read
                 // the round's ciphertext, which the slot streams finish
-                // writing before the recorded events; the tag copy lands in
-                // pinned memory that outlives the stream sync below.
+                // writing before the recorded events.
                 unsafe {
                     for slot in slots {
                         wait_for(aux, slot.stream)?;
                     }
-                    pass.launch(dev, rk, ctr_kernel, seal, cbuf.ptr, false, aux)?;
-                    cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
-                        tags_ptr.add(tag_at) as *mut c_void,
-                        pass.tags.ptr,
-                        16 * descs.len(),
-                        aux,
-                    )
-                    .result()
-                    .map_err(|e| super::runtime::err("tag copy", e))?;
+                    passes[next_pass]
+                        .2
+                        .launch(dev, rk, ctr_kernel, seal, cbuf.ptr, false, aux)?;
                 }
-                tag_at += 16 * descs.len();
                 next_pass += 1;
             }
             Ok(())
@@ -225,13 +211,10 @@ fn run_host(
             Some(&mut after),
         )?;
         sync(aux)?;
-        let mut at = 0usize;
-        for (_, descs, _) in &passes {
-            let tags: Vec<[u8; 16]> = tags_host[at..at + 16 * descs.len()]
-                .chunks_exact(16)
-                .map(|c| c.try_into().expect("16-byte chunks"))
-                .collect();
-            at += 16 * descs.len();
+        // Tags come back after the pipeline (a few bytes per segment; a
+        // pinned buffer per call cost more than the copies).
+        for (_, descs, pass) in &passes {
+            let tags = pass.download_tags()?;
             finish(dev, seal, items, descs, &tags, out)?;
         }
     }
@@ -404,6 +387,11 @@ impl Pass {
         // memory holding each segment (caller's contract).
         unsafe { self.launch(dev, rk, ctr_kernel, seal, base, with_ctr, stream)? };
         sync(stream)?;
+        self.download_tags()
+    }
+
+    /// The tags the pass computed (its stream must be synchronised).
+    fn download_tags(&self) -> Result<Vec<[u8; 16]>, DevError> {
         let mut raw = vec![0u8; 16 * self.n];
         download(&mut raw, self.tags.ptr)?;
         Ok(raw
@@ -502,15 +490,29 @@ impl Pass {
 
 /// GHASH piece length P (blocks per thread), as kernels/README.md advises:
 /// enough pieces to fill the GPU, long enough to hide the power step.
+/// `GVAULT_GCM_PIECE_MAX` (a power of two, 16..=4096) raises the cap for
+/// measurements (`scripts/gpu-check.sh` sweeps it).
 fn piece_blocks(total_blocks: u64) -> u32 {
+    static CAP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| {
+        std::env::var("GVAULT_GCM_PIECE_MAX")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|v| v.is_power_of_two() && (16..=4096).contains(v))
+            .unwrap_or(64)
+    });
+    piece_blocks_capped(total_blocks, cap)
+}
+
+fn piece_blocks_capped(total_blocks: u64, cap: u64) -> u32 {
     let target = (total_blocks / 65536).max(1);
     let pow2 = 1u64 << (63 - target.leading_zeros());
-    pow2.clamp(16, 64) as u32
+    pow2.clamp(16, cap.max(16)) as u32
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{cut, cut_groups, piece_blocks};
+    use super::{cut, cut_groups, piece_blocks_capped};
 
     #[test]
     fn rounds_cut_only_at_clean_points_and_cover_everything() {
@@ -527,9 +529,11 @@ mod tests {
 
     #[test]
     fn piece_blocks_follows_the_recipe() {
-        assert_eq!(piece_blocks(0), 16);
-        assert_eq!(piece_blocks(65536 * 20), 16);
-        assert_eq!(piece_blocks(65536 * 40), 32);
-        assert_eq!(piece_blocks(65536 * 1000), 64);
+        assert_eq!(piece_blocks_capped(0, 64), 16);
+        assert_eq!(piece_blocks_capped(65536 * 20, 64), 16);
+        assert_eq!(piece_blocks_capped(65536 * 40, 64), 32);
+        assert_eq!(piece_blocks_capped(65536 * 1000, 64), 64);
+        assert_eq!(piece_blocks_capped(65536 * 1000, 256), 256);
+        assert_eq!(piece_blocks_capped(65536 * 100, 4096), 64);
     }
 }

@@ -50,14 +50,15 @@ fn pack(slot: &Slot, parts: &[(usize, &[u8])]) {
 /// Stages `pieces` (each at most `SLOT_BYTES`) and calls `launch(slot,
 /// batch)` after each slot's copy-in is queued; `launch` queues its
 /// descriptors (at most `max_batch` per call) and kernel on `slot.stream`.
-/// With `ordered`, each launch also waits for the previous one (kernels that
-/// carry per-segment state from one piece to the next). Returns once all
-/// queued work is done.
+/// With `ordered = Some(segment of each piece)`, each launch also waits for
+/// the previous one and a batch never holds two pieces of one segment
+/// (kernels that carry per-segment state from one piece to the next, one
+/// thread per piece). Returns once all queued work is done.
 pub(crate) fn stage_host<F>(
     dev: &Device,
     pieces: &[&[u8]],
     max_batch: usize,
-    ordered: bool,
+    ordered: Option<&[u32]>,
     mut launch: F,
 ) -> Result<(), DevError>
 where
@@ -74,29 +75,21 @@ where
         let mut next = 0usize;
         let mut k = 0usize;
         let mut busy = vec![false; slots.len()];
+        // Per segment: 1 + the last batch that took one of its pieces.
+        let mut taken_in: Vec<usize> = match ordered {
+            Some(segs) => vec![0; segs.iter().map(|&s| s as usize + 1).max().unwrap_or(0)],
+            None => Vec::new(),
+        };
         while next < pieces.len() {
             let s = k % slots.len();
             let slot = &slots[s];
             if busy[s] {
                 sync(slot.stream)?;
             }
-            let mut batch = Vec::new();
-            let mut parts = Vec::new();
-            let mut used = 0usize;
-            while next < pieces.len() && batch.len() < max_batch.max(1) {
-                let p = pieces[next];
-                let off = used.next_multiple_of(16);
-                if !batch.is_empty() && off + p.len() > SLOT_BYTES {
-                    break;
-                }
-                if p.len() > SLOT_BYTES {
-                    return Err(format!("piece of {} bytes exceeds a slot", p.len()));
-                }
-                batch.push(Staged { idx: next, off });
-                parts.push((off, p));
-                used = off + p.len();
-                next += 1;
-            }
+            let (batch, used) =
+                next_batch(pieces, &mut next, max_batch, ordered, &mut taken_in, k)?;
+            let parts: Vec<(usize, &[u8])> =
+                batch.iter().map(|st| (st.off, pieces[st.idx])).collect();
             pack(slot, &parts);
             // SAFETY: the slot holds SLOT_BYTES >= used; its stream was
             // synchronised before the host buffer was refilled.
@@ -104,7 +97,7 @@ where
                 sys::cuMemcpyHtoDAsync_v2(slot.dev, slot.host as *const c_void, used, slot.stream)
                     .result()
                     .map_err(|e| err("copy-in", e))?;
-                if ordered && k > 0 {
+                if ordered.is_some() && k > 0 {
                     cu::stream::wait_event(
                         slot.stream,
                         event,
@@ -114,7 +107,7 @@ where
                 }
             }
             launch(slot, &batch)?;
-            if ordered {
+            if ordered.is_some() {
                 // SAFETY: event and stream are live.
                 unsafe { cu::event::record(event, slot.stream) }
                     .map_err(|e| err("event record", e))?;
@@ -139,6 +132,43 @@ where
         let _ = cu::event::destroy(event);
     }
     result
+}
+
+/// The pieces from `*next` on that go into batch `k`: as many as fit one
+/// slot (16-byte aligned) and `max_batch`, stopping before a second piece
+/// of a segment when `ordered` names them. Returns the batch and the bytes
+/// it fills.
+fn next_batch(
+    pieces: &[&[u8]],
+    next: &mut usize,
+    max_batch: usize,
+    ordered: Option<&[u32]>,
+    taken_in: &mut [usize],
+    k: usize,
+) -> Result<(Vec<Staged>, usize), DevError> {
+    let mut batch = Vec::new();
+    let mut used = 0usize;
+    while *next < pieces.len() && batch.len() < max_batch.max(1) {
+        let p = pieces[*next];
+        let off = used.next_multiple_of(16);
+        if !batch.is_empty() && off + p.len() > SLOT_BYTES {
+            break;
+        }
+        if p.len() > SLOT_BYTES {
+            return Err(format!("piece of {} bytes exceeds a slot", p.len()));
+        }
+        if let Some(segs) = ordered {
+            let seg = segs[*next] as usize;
+            if taken_in[seg] == k + 1 {
+                break; // its state is still being carried in this batch
+            }
+            taken_in[seg] = k + 1;
+        }
+        batch.push(Staged { idx: *next, off });
+        used = off + p.len();
+        *next += 1;
+    }
+    Ok((batch, used))
 }
 
 /// Copies `descs` (plain `repr(C)` data) into the slot's descriptor area
@@ -188,7 +218,7 @@ pub(crate) fn copy_in(dev: &Device, pieces: &[&[u8]], targets: &[u64]) -> Result
     if pieces.len() != targets.len() {
         return Err("copy_in: one target per piece".into());
     }
-    stage_host(dev, pieces, usize::MAX, false, |slot, batch| {
+    stage_host(dev, pieces, usize::MAX, None, |slot, batch| {
         for st in batch {
             // SAFETY: the slot's device buffer holds the staged piece at
             // st.off; the caller owns `targets[st.idx]` for its length.
@@ -221,5 +251,37 @@ pub(crate) fn upload_on(
         sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream)
             .result()
             .map_err(|e| err("upload", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_batch, SLOT_BYTES};
+
+    #[test]
+    fn ordered_batches_never_hold_two_pieces_of_a_segment() {
+        let small = vec![0u8; 100];
+        let big = vec![0u8; SLOT_BYTES / 3];
+        // Segment 0 has three consecutive pieces, then 1, 2, then 0 again.
+        let pieces: Vec<&[u8]> = vec![&small, &small, &small, &small, &big, &small];
+        let segs = [0u32, 0, 0, 1, 2, 0];
+        let mut taken = vec![0usize; 3];
+        let (mut next, mut k, mut batches) = (0usize, 0usize, Vec::new());
+        while next < pieces.len() {
+            let (b, used) =
+                next_batch(&pieces, &mut next, 1000, Some(&segs), &mut taken, k).unwrap();
+            assert!(used <= SLOT_BYTES);
+            batches.push(b.iter().map(|st| st.idx).collect::<Vec<_>>());
+            k += 1;
+        }
+        assert_eq!(batches, vec![vec![0], vec![1], vec![2, 3, 4], vec![5]]);
+        // Unordered: everything that fits shares a slot.
+        let (mut next, mut none) = (0usize, Vec::new());
+        let (b, _) = next_batch(&pieces, &mut next, 1000, None, &mut none, 0).unwrap();
+        assert_eq!(b.len(), 6);
+        // Offsets are 16-byte aligned and do not overlap.
+        assert!(b
+            .windows(2)
+            .all(|w| w[1].off >= w[0].off + pieces[w[0].idx].len() && w[1].off % 16 == 0));
     }
 }
