@@ -61,6 +61,12 @@ fi
 if has gcm; then
   $B/gvault bench link --quick 2>&1 | tee "$OUT/link.txt"
   $P --pinned --ops aes256ctr,aes256gcm-seal,aes256gcm-open --sizes 16M,256M,1G 2>&1 | tee "$OUT/gcm.txt"
+  # GHASH piece length (blocks per thread) cap: the kernel's power step
+  # is amortised over longer pieces.
+  for cap in 128 256 512 1024; do
+    echo "== GVAULT_GCM_PIECE_MAX=$cap" | tee -a "$OUT/gcm-pieces.txt"
+    GVAULT_GCM_PIECE_MAX=$cap $P --ops aes256gcm-seal,aes256gcm-open --sizes 1G 2>&1 | tee -a "$OUT/gcm-pieces.txt"
+  done
 fi
 if has hashes; then
   $P --pinned --ops blake3,blake3-keyed,sha256,md5,crc32,crc32c,fastcdc,fastcdc-blake3 \
@@ -73,7 +79,12 @@ if has fused; then
 fi
 if has many; then
   # SHA-256 and MD5 over many 1 MiB segments (one thread per segment).
-  $P --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee "$OUT/hashes-many.txt"
+  $P --pinned --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee "$OUT/hashes-many.txt"
+  # One thread per segment: the kernel needs ~16 K segments to give every
+  # SM scheduler a warp; sweep the segment count.
+  for total in 16G 32G; do
+    $P --ops sha256 --sizes 1M --total $total 2>&1 | tee -a "$OUT/hashes-many.txt"
+  done
   # Seed 001: sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

@@ -1,10 +1,10 @@
 // aes.cu -- AES-256 in CTR mode over a batch of segments, and raw ECB.
 //
 // Kernels (all extern "C", grid-stride, any grid size is correct):
-//   aes256_ctr(rk, data, segs, nsegs, total_units)
+//   aes256_ctr(rk, data, segs, nsegs, total_units, out_delta)
 //       T-tables Te0..Te3 x 32 copies in 128 KiB of dynamic shared memory;
 //       block 1024 threads; needs the 131072-byte dynamic shared memory opt-in.
-//   aes256_ctr_v2(rk, data, segs, nsegs, total_units)
+//   aes256_ctr_v2(rk, data, segs, nsegs, total_units, out_delta)
 //       Te0 x 32 copies (32 KiB static shared) plus rotations; block 256;
 //       same ABI and output, for measuring against aes256_ctr.
 //   aes256_ecb_encrypt_blocks(rk, in, out, nblocks)
@@ -13,6 +13,7 @@
 // 4i..4i+3. Unit j of a segment is XORed with AES(rk, iv + j), the counter
 // being the 16-byte iv read as one big-endian 128-bit integer, wrapping mod
 // 2^128 (OpenSSL's CTR). A partial last unit only touches bytes < len.
+// Results go out_delta bytes after their input (0: in place).
 // Needs aes_core.cuh (named NVRTC header, include path or prepended). See README.md.
 //
 // Constant time: NO (secret-indexed shared-memory table lookups; the
@@ -63,20 +64,22 @@ struct GvAesCtrCounter {
 // so the block itself must carry the occupancy (32 warps).
 extern "C" __global__ void __launch_bounds__(1024, 1)
 aes256_ctr(const unsigned int* __restrict__ rk, unsigned char* __restrict__ data,
-           const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
+           const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units,
+           long long out_delta) {
     __shared__ __align__(16) unsigned int rks[60];
     unsigned int* tab = (unsigned int*)gv_smem;   // GV_AES_TAB_X32X4_BYTES dynamic
     if (!gv_ctr16_prologue<4, 7, GV_AES_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
-    gv_ctr16_run<GvAesCtrCounter, 4, 7, GV_AES_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units);
+    gv_ctr16_run<GvAesCtrCounter, 4, 7, GV_AES_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units, out_delta);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 aes256_ctr_v2(const unsigned int* __restrict__ rk, unsigned char* __restrict__ data,
-              const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
+              const CipherSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units,
+              long long out_delta) {
     __shared__ __align__(16) unsigned int rks[60];
     __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
     if (!gv_ctr16_prologue<1, 7, GV_AES_CTR_V2_K>(tab, rks, rk, nsegs, total_units)) return;
-    gv_ctr16_run<GvAesCtrCounter, 1, 7, GV_AES_CTR_V2_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units);
+    gv_ctr16_run<GvAesCtrCounter, 1, 7, GV_AES_CTR_V2_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units, out_delta);
 }
 
 // in and out must be 16-byte aligned; in == out is allowed (each thread reads

@@ -241,19 +241,24 @@ __device__ __forceinline__ unsigned int gv_find_seg(const Seg* __restrict__ segs
     return lo;
 }
 
-// XOR the first n (< 16) bytes of p with keystream words ks (little-endian);
-// bytes at and past n are never touched.
-__device__ __forceinline__ void gv_xor_tail16(unsigned char* p, unsigned int n, const unsigned int (&ks)[4]) {
+// out[b] = in[b] ^ keystream byte b for the first n (< 16) bytes (in and
+// out may be the same); bytes at and past n are never touched.
+__device__ __forceinline__ void gv_xor_tail16(const unsigned char* in, unsigned char* out, unsigned int n,
+                                              const unsigned int (&ks)[4]) {
 #pragma unroll
     for (int b = 0; b < 16; ++b)
-        if ((unsigned int)b < n) p[b] ^= (unsigned char)(ks[b >> 2] >> (8 * (b & 3)));
+        if ((unsigned int)b < n) out[b] = in[b] ^ (unsigned char)(ks[b >> 2] >> (8 * (b & 3)));
 }
 
+// The driver reads unit j of a segment at data + offset + 16j and writes its
+// result out_delta bytes further (0: in place; GCM open on host data reads
+// the ciphertext from the buffer its GHASH pass reads and writes the
+// plaintext into the staging slot, so no device-to-device copy is needed).
 template <class Tr, int NT, int SH, int K>
 __device__ __forceinline__ void gv_ctr16_run(const unsigned char* tb, unsigned int lb, const unsigned int* rks,
                                              unsigned char* __restrict__ data,
                                              const typename Tr::Seg* __restrict__ segs, unsigned int nsegs,
-                                             unsigned long long total_units) {
+                                             unsigned long long total_units, long long out_delta) {
     const unsigned long long nchunks = (total_units + (K - 1)) / K;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; c < nchunks;
@@ -290,10 +295,10 @@ __device__ __forceinline__ void gv_ctr16_run(const unsigned char* tb, unsigned i
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             if (nb[k] == 16u) {
-                *(uint4*)p[k] = make_uint4(d[k].x ^ st[k][0], d[k].y ^ st[k][1], d[k].z ^ st[k][2],
-                                           d[k].w ^ st[k][3]);
+                *(uint4*)(p[k] + out_delta) = make_uint4(d[k].x ^ st[k][0], d[k].y ^ st[k][1],
+                                                         d[k].z ^ st[k][2], d[k].w ^ st[k][3]);
             } else if (nb[k] != 0u) {
-                gv_xor_tail16(p[k], nb[k], st[k]);
+                gv_xor_tail16(p[k], p[k] + out_delta, nb[k], st[k]);
             }
         }
     }

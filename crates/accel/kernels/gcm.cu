@@ -98,7 +98,7 @@ aes256_gcm_ctr(const unsigned int* __restrict__ rk, unsigned char* __restrict__ 
     unsigned int* tab = (unsigned int*)gv_smem;   // GV_AES_TAB_X32X4_BYTES dynamic
     if (!gv_ctr16_prologue<4, 7, GV_GCM_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
     gv_ctr16_run<GvGcmCounter, 4, 7, GV_GCM_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks,
-                                                   data, segs, nsegs, total_units);
+                                                   data, segs, nsegs, total_units, 0ll);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -108,7 +108,7 @@ aes256_gcm_ctr_v2(const unsigned int* __restrict__ rk, unsigned char* __restrict
     __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
     if (!gv_ctr16_prologue<1, 7, GV_GCM_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
     gv_ctr16_run<GvGcmCounter, 1, 7, GV_GCM_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks,
-                                                   data, segs, nsegs, total_units);
+                                                   data, segs, nsegs, total_units, 0ll);
 }
 
 // ---------------------------------------------------------------------------

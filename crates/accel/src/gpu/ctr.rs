@@ -154,10 +154,13 @@ impl Batch {
 /// straight from and to the user's buffer, skipping the staging memcpy.
 const DIRECT_MIN: usize = 256 << 10;
 
-/// Where each batch's slot contents are also copied on the device (GCM keeps
-/// a job's ciphertext there for GHASH): batch `k` goes to
-/// `base + k * SLOT_BYTES`, before the kernel (open: the ciphertext) or
-/// after it (seal).
+/// Where each batch's ciphertext must also be left on the device (GCM keeps
+/// a job's ciphertext there for GHASH): batch `k` at `base + k *
+/// SLOT_BYTES`. Copy-in goes straight there instead of the slot's device
+/// buffer. Seal (`before_kernel == false`) runs the kernel in place there
+/// and copies out from there; open reads the ciphertext there and writes
+/// the plaintext into the slot's device buffer (out of place), which is
+/// copied out. No device-to-device copy.
 #[derive(Clone, Copy)]
 pub(crate) struct Mirror {
     pub base: u64,
@@ -280,26 +283,22 @@ fn enqueue(
     use cudarc::driver::sys;
     let descs = &batch.descs;
     let desc_bytes = std::mem::size_of_val(descs.as_slice());
-    let mirror_copy = |want_before: bool| -> Result<(), DevError> {
-        match mirror {
-            // SAFETY: the mirror buffer holds SLOT_BYTES per batch (gcm.rs).
-            Some((dst, before)) if before == want_before => unsafe {
-                sys::cuMemcpyDtoDAsync_v2(dst, slot.dev, batch.used, slot.stream)
-                    .result()
-                    .map_err(|e| err("mirror copy", e))
-            },
-            _ => Ok(()),
-        }
+    // Device buffer the bytes are copied into, and the one copied out of.
+    let (input, output) = match mirror {
+        Some((area, true)) => (area, slot.dev),
+        Some((area, false)) => (area, area),
+        None => (slot.dev, slot.dev),
     };
-    // SAFETY: host/dev slot buffers hold SLOT_BYTES + DESC_BYTES; used <=
-    // SLOT_BYTES and desc_bytes <= DESC_BYTES; direct pieces are page-locked
-    // user memory of p.len bytes borrowed for the whole job; the stream
-    // orders the copies before and after the kernel.
+    // SAFETY: host/dev slot buffers hold SLOT_BYTES + DESC_BYTES, a mirror
+    // area holds SLOT_BYTES (gcm.rs); used <= SLOT_BYTES and desc_bytes <=
+    // DESC_BYTES; direct pieces are page-locked user memory of p.len bytes
+    // borrowed for the whole job; the stream orders the copies before and
+    // after the kernel.
     unsafe {
         let staged = staged_ranges(batch, is_direct);
         for &(from, to) in &staged {
             sys::cuMemcpyHtoDAsync_v2(
-                slot.dev + from as u64,
+                input + from as u64,
                 slot.host.add(from) as *const c_void,
                 to - from,
                 slot.stream,
@@ -310,7 +309,7 @@ fn enqueue(
         for ((p, off), &d) in batch.pieces.iter().zip(is_direct) {
             if d {
                 sys::cuMemcpyHtoDAsync_v2(
-                    slot.dev + *off as u64,
+                    input + *off as u64,
                     p.ptr as *const c_void,
                     p.len,
                     slot.stream,
@@ -327,22 +326,21 @@ fn enqueue(
         )
         .result()
         .map_err(|e| err("descriptor copy-in", e))?;
-        mirror_copy(true)?;
         launch_ctr(
             dev,
             kernel,
-            slot.dev,
+            input,
+            output,
             slot.dev_desc,
             descs.len() as u32,
             batch.units,
             slot.stream,
         )?;
-        mirror_copy(false)?;
         for ((p, off), &d) in batch.pieces.iter().zip(is_direct) {
             if d {
                 sys::cuMemcpyDtoHAsync_v2(
                     p.ptr as *mut c_void,
-                    slot.dev + *off as u64,
+                    output + *off as u64,
                     p.len,
                     slot.stream,
                 )
@@ -353,7 +351,7 @@ fn enqueue(
         for &(from, to) in &staged {
             sys::cuMemcpyDtoHAsync_v2(
                 slot.host.add(from) as *mut c_void,
-                slot.dev + from as u64,
+                output + from as u64,
                 to - from,
                 slot.stream,
             )
@@ -365,12 +363,15 @@ fn enqueue(
 }
 
 /// # Safety
-/// `kernel.keys`, `data` and `segs` must be device pointers valid for the
-/// kernel.
+/// `kernel.keys`, `data`, `out` and `segs` must be device pointers valid for
+/// the kernel. `out != data` (results written at the same offsets from
+/// `out`) only for the AES kernels, which take that offset.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn launch_ctr(
     dev: &Device,
     kernel: &CtrKernel<'_>,
     data: u64,
+    out: u64,
     segs: u64,
     nsegs: u32,
     units: u64,
@@ -379,8 +380,13 @@ pub(crate) unsafe fn launch_ctr(
     if units == 0 {
         return Ok(());
     }
+    let takes_out = kernel.name.starts_with("aes256_ctr");
+    if out != data && !takes_out {
+        return Err(format!("{} only runs in place", kernel.name));
+    }
     let mut keys: Vec<u64> = kernel.keys.to_vec();
     let (mut data, mut segs, mut nsegs, mut units_v) = (data, segs, nsegs, units);
+    let mut out_delta = out.wrapping_sub(data) as i64;
     let mut params: Vec<*mut c_void> = keys
         .iter_mut()
         .map(|k| k as *mut u64 as *mut c_void)
@@ -391,6 +397,9 @@ pub(crate) unsafe fn launch_ctr(
         &mut nsegs as *mut u32 as *mut c_void,
         &mut units_v as *mut u64 as *mut c_void,
     ]);
+    if takes_out {
+        params.push(&mut out_delta as *mut i64 as *mut c_void);
+    }
     let threads = units.div_ceil(kernel.units_per_thread);
     let grid = threads
         .div_ceil(kernel.block as u64)
@@ -440,6 +449,17 @@ pub(crate) fn run_device(
         .map_err(|_| "slot lock poisoned".to_string())?;
     let stream = slots[0].stream;
     // SAFETY: descriptors name caller-guaranteed device memory (DeviceSlice::new).
-    unsafe { launch_ctr(dev, kernel, 0, buf.ptr, descs.len() as u32, units, stream)? };
+    unsafe {
+        launch_ctr(
+            dev,
+            kernel,
+            0,
+            0,
+            buf.ptr,
+            descs.len() as u32,
+            units,
+            stream,
+        )?
+    };
     sync(stream)
 }

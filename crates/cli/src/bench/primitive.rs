@@ -189,7 +189,8 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             let nseg = base_total
                 .div_ceil(size)
                 .max(threads.min(4))
-                .min((4usize << 30) / size)
+                // at most 4 GiB per job unless --total asks for more
+                .min(base_total.max(4 << 30) / size)
                 .max(1);
             let mut bufs: Vec<Vec<u8>> = (0..nseg).map(|_| random(size)).collect();
             let mut results = BTreeMap::new();
