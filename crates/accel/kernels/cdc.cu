@@ -1,25 +1,45 @@
-// cdc.cu -- FastCDC 2020 boundary candidates: the gear hash of every
-// position, tested against the small and large masks of normalized chunking.
+// cdc.cu -- FastCDC 2020 chunking on the GPU: the gear hash of every
+// position tested against the small and large masks of normalized chunking,
+// then the chunk boundaries resolved in parallel, exactly.
 //
-// Kernel (extern "C", grid-stride, any grid size is correct):
+// Kernels (extern "C", grid-stride, any grid size is correct):
 //   gear_candidates(data, len, mask_s, mask_l, hits_s, hits_l)
 //       for every position p of one segment of `len` bytes at `data`:
 //       h(p) = sum over q in [p - 63, p] of GEAR[data[q]] << (p - q)  (mod 2^64),
 //       the rolling hash h = (h << 1) + GEAR[byte], which forgets a byte after
 //       64 steps. Bit p % 32 of hits_s[p / 32] is set iff (h(p) & mask_s) == 0,
 //       likewise hits_l with mask_l. Positions p < 63 hash the bytes from 0.
-//       The host resolves the min/avg/max rules over these sparse hits
-//       (src/gpu/cdc.rs), recomputing the 63 positions after each hash start
-//       whose window the CPU chunker truncates.
-//   cdc_compact(hits_s, hits_l, words, out, count, cap)
-//       for every word w < words with hits_s[w] | hits_l[w] != 0, appends
-//       {w, hits_s[w], hits_l[w]} to out (unordered) while fewer than `cap`
-//       are stored; *count ends as the number of such words (the host
-//       downloads the dense bitmaps instead when it exceeds cap).
-//   cdc_gather(data, windows, n, out)
-//       copies windows[i].len (<= 64) bytes at data + windows[i].offset to
-//       out + 64 i: the bytes after each likely hash start that the host
-//       resolver needs, for device-resident segments, in one download.
+//   cdc_summarize(lo_s, lo_l, n_lo, up_s, up_l)
+//       bit b of up[j] = (lo[32 j + b] != 0): one level of the find-next
+//       index over the candidate bitmaps (4 levels, see cdc_first).
+//   cdc_walk, cdc_sync, cdc_fixup(job, segs, nsegs, nsections, lists, secs, fails, flags)
+//       resolve the FastCDC 2020 min/avg/max/normalization rules on the
+//       device, exactly as fastcdc::v2020 (src/cdc_resolve.rs is the CPU
+//       twin). The scheme, for review:
+//       * next(c), the end of a chunk that starts at c, depends only on c
+//         (cdc_chunk_len: the 63 positions after the hash start c + min/2*2
+//         are recomputed from the bytes, because the crate's hash restarts
+//         there; later positions are the full-window hash, so their
+//         candidates come from the bitmaps).
+//       * Each segment is cut into sections of S >= max bytes. cdc_walk:
+//         thread k walks from its section start s_k as if a chunk started
+//         there, recording every start in [s_k, s_k + S) and the first
+//         position past it (or the segment end) in its list.
+//       * cdc_sync: thread k continues its walk from that last position into
+//         section k + 1 until it lands on a position of list k + 1 (binary
+//         search). Walks are deterministic, so from that common position on
+//         list k + 1 is exactly the walk from wherever k's walk came from:
+//         by induction from section 0 (which starts at 0, a true start) the
+//         concatenation is the true chunk list. A junction that does not
+//         meet within section k + 1 (or within CDC_TAIL steps) fails.
+//       * cdc_fixup (thread per segment, only segments with a failure): for
+//         each failed junction in order, re-walks section k + 1 from the
+//         true entry (the last position of list k), then redoes the next
+//         junction. Serial, but only where walks from different starts do
+//         not meet: long runs of forced cuts at max (zeros) and the like.
+//       Section k's chunks are the starts list[v .. e), each ending at the
+//       next entry (list[e] is where section k + 1 takes over, or the
+//       segment end). See README.md for the layouts.
 // GEAR is fastcdc::v2020's table (seed 0). See README.md.
 //
 // Constant time: not applicable (public data).
@@ -120,38 +140,260 @@ gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, 
     }
 }
 
-struct CdcHit {
-    unsigned int word;   // bitmap word index (positions 32 word ..)
-    unsigned int s;      // hits_s[word]
-    unsigned int l;      // hits_l[word]
+// ---- Boundary resolution ------------------------------------------------
+
+#define CDC_NONE 0xFFFFFFFFFFFFFFFFull
+#define CDC_FAIL 0xFFFFFFFFu
+#define CDC_LEVELS 4
+// Steps a junction walk may take into the next section before it fails.
+#define CDC_TAIL 64u
+
+struct CdcJob {
+    unsigned long long min, avg, max;    // ChunkParams sizes
+    unsigned long long mask_s, mask_l;   // cdc_resolve::masks
+    unsigned long long section;          // S >= max, bytes per section
+    const unsigned int* lv_s[CDC_LEVELS];   // level 0: job-wide bitmap of mask_s hits
+    const unsigned int* lv_l[CDC_LEVELS];
+    unsigned int cap;                    // list entries per section: ceil(S / (min & ~1)) + 2 + CDC_TAIL
+    unsigned int pad;
 };
 
+struct CdcSeg {
+    const unsigned char* data;           // device address of the segment's bytes
+    unsigned long long len;
+    unsigned long long bit0;             // job-wide bitmap position of byte 0 (32 x first word)
+    unsigned long long first_section;    // job-wide index of its first section
+};
+
+struct CdcSec {
+    unsigned int n;   // entries of the section walk (the last is >= the section end)
+    unsigned int v;   // first valid entry (CDC_FAIL: junction into it failed)
+    unsigned int e;   // entry where the next section takes over (or the segment end)
+    unsigned int pad;
+};
+
+__device__ __forceinline__ unsigned int cdc_ctz(unsigned int x) { return (unsigned int)__ffs((int)x) - 1u; }
+
+// First set bit in [from, to) of a 4-level bitmap (bit w of level k + 1
+// marks a nonzero word w of level k), or CDC_NONE. Climbs while the word
+// holding `from` is empty, scans at most (to - from) / 2^20 + 2 top words,
+// then descends: about 8 dependent reads for any range.
+__device__ unsigned long long cdc_first(const unsigned int* const* lv, unsigned long long from,
+                                        unsigned long long to) {
+    if (from >= to) return CDC_NONE;
+    unsigned long long f = from, t = to, hit = CDC_NONE;
+    int k = 0;
+    for (;;) {
+        const unsigned long long w = f >> 5;
+        const unsigned int bits = lv[k][w] & (0xFFFFFFFFu << (unsigned int)(f & 31ull));
+        if (bits) { hit = (w << 5) + cdc_ctz(bits); break; }
+        const unsigned long long tw = (t + 31ull) >> 5;   // words of level k that hold bits below t
+        if (k == CDC_LEVELS - 1) {
+            for (unsigned long long x = w + 1; x < tw; ++x) {
+                const unsigned int b = lv[k][x];
+                if (b) { hit = (x << 5) + cdc_ctz(b); break; }
+            }
+            if (hit == CDC_NONE) return CDC_NONE;
+            break;
+        }
+        f = w + 1; t = tw; ++k;
+        if (f >= t) return CDC_NONE;
+    }
+    while (k > 0) { --k; hit = (hit << 5) + cdc_ctz(lv[k][hit]); }
+    return hit < to ? hit : CDC_NONE;
+}
+
+// Length of the chunk that starts at c of a segment: fastcdc::v2020::cut_gear.
+__device__ unsigned long long cdc_chunk_len(const CdcJob* __restrict__ j, const unsigned long long* gear,
+                                            const CdcSeg& sg, unsigned long long c) {
+    const unsigned long long rem = sg.len - c;
+    if (rem <= j->min) return rem;
+    unsigned long long center = j->avg, r = rem;
+    if (rem > j->max) r = j->max; else if (rem < center) center = rem;
+    const unsigned long long hs = j->min & ~1ull, end = r & ~1ull;
+    unsigned long long ce = center & ~1ull;
+    if (ce < hs) ce = hs;
+    if (hs >= end) return r;
+    // The crate's hash restarts at hs: recompute its first 63 positions from
+    // the bytes. Aligned 8-byte loads, all issued before the hash uses them
+    // (a word that holds a segment byte lies inside the allocation).
+    const unsigned long long direct = hs + 63ull < end ? hs + 63ull : end;
+    const unsigned long long a0 = (unsigned long long)(sg.data + c + hs);
+    const unsigned long long* wp = (const unsigned long long*)(a0 & ~7ull);
+    const unsigned long long last = (unsigned long long)(sg.data + c + direct - 1ull);
+    const unsigned int skip = (unsigned int)(a0 & 7ull);
+    unsigned long long wd[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) wd[i] = (unsigned long long)(wp + i) <= last ? wp[i] : 0ull;
+    unsigned long long h = 0;
+    const unsigned long long ms = j->mask_s, ml = j->mask_l;
+    for (unsigned long long a = hs; a < direct; ++a) {
+        const unsigned int b = (unsigned int)(a - hs) + skip;
+        h = (h << 1) + gear[(wd[b >> 3] >> (8u * (b & 7u))) & 0xFFull];
+        if ((h & (a < ce ? ms : ml)) == 0ull) return a;
+    }
+    const unsigned long long base = sg.bit0 + c;
+    if (direct < ce) {
+        const unsigned long long p = cdc_first(j->lv_s, base + direct, base + ce);
+        if (p != CDC_NONE) return p - base;
+    }
+    const unsigned long long p = cdc_first(j->lv_l, base + (direct > ce ? direct : ce), base + end);
+    return p != CDC_NONE ? p - base : r;
+}
+
+__device__ __forceinline__ unsigned long long cdc_sections(const CdcJob* j, unsigned long long len) {
+    return (len + j->section - 1ull) / j->section;
+}
+
+// The segment holding job-wide section k: the last with first_section <= k.
+__device__ __forceinline__ unsigned int cdc_seg_of(const CdcSeg* segs, unsigned int nsegs, unsigned long long k) {
+    unsigned int lo = 0, hi = nsegs;
+    while (hi - lo > 1u) {
+        const unsigned int mid = (lo + hi) >> 1;
+        if (segs[mid].first_section <= k) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// Walks from x (a chunk start >= s) through the section [s, s + S): writes
+// every start and the first position past the section (or the segment end)
+// as offsets from s; returns the entry count. Sets flags[nsegs] on overflow
+// (not reachable with the documented cap).
+__device__ unsigned int cdc_walk_from(const CdcJob* j, const unsigned long long* gear, const CdcSeg& sg,
+                                      unsigned long long s, unsigned long long x, unsigned int* list,
+                                      unsigned int* overflow) {
+    const unsigned long long stop = s + j->section;
+    const unsigned int room = j->cap - CDC_TAIL;
+    unsigned int n = 0;
+    list[n++] = (unsigned int)(x - s);
+    while (x < stop && x < sg.len) {
+        x += cdc_chunk_len(j, gear, sg, x);
+        if (n == room) { *overflow = 1u; return n; }
+        list[n++] = (unsigned int)(x - s);
+    }
+    return n;
+}
+
+// Junction of section k (list lk, sec sk) into section k + 1 (list lk1 of
+// n1 walk entries): continues k's walk until it meets lk1. Writes sk->e and
+// the index into lk1 (or CDC_FAIL) to *v1; returns whether they met.
+__device__ bool cdc_join(const CdcJob* j, const unsigned long long* gear, const CdcSeg& sg, unsigned long long s,
+                         unsigned int* lk, CdcSec* sk, const unsigned int* lk1, unsigned int n1, unsigned int* v1) {
+    const unsigned long long s1 = s + j->section, s2 = s1 + j->section;
+    unsigned int idx = sk->n - 1u;
+    unsigned long long x = s + lk[idx];
+    for (unsigned int t = 0;; ++t) {
+        if (x >= s1) {
+            const unsigned long long want = x - s1;
+            unsigned int lo = 0, hi = n1;   // first entry >= want
+            while (lo < hi) {
+                const unsigned int mid = (lo + hi) >> 1;
+                if (lk1[mid] < want) lo = mid + 1u; else hi = mid;
+            }
+            if (lo < n1 && lk1[lo] == want) { sk->e = idx; *v1 = lo; return true; }
+        }
+        if (x >= s2 || x >= sg.len || t == CDC_TAIL) { sk->e = sk->n - 1u; *v1 = CDC_FAIL; return false; }
+        x += cdc_chunk_len(j, gear, sg, x);
+        lk[++idx] = (unsigned int)(x - s);
+    }
+}
+
+#define CDC_LOAD_GEAR()                                                                  \
+    __shared__ unsigned long long gear[256];                                             \
+    for (unsigned int i = threadIdx.x; i < 256; i += blockDim.x) gear[i] = CDC_GEAR[i]; \
+    __syncthreads();
+
 extern "C" __global__ void __launch_bounds__(256)
-cdc_compact(const unsigned int* __restrict__ hits_s, const unsigned int* __restrict__ hits_l, unsigned long long words,
-            CdcHit* __restrict__ out, unsigned long long* __restrict__ count, unsigned long long cap) {
+cdc_summarize(const unsigned int* __restrict__ lo_s, const unsigned int* __restrict__ lo_l, unsigned long long n_lo,
+              unsigned int* __restrict__ up_s, unsigned int* __restrict__ up_l) {
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long w = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += stride) {
-        const unsigned int s = hits_s[w], l = hits_l[w];
-        if ((s | l) != 0u) {
-            const unsigned long long at = atomicAdd(count, 1ull);
-            if (at < cap) out[at] = CdcHit{(unsigned int)w, s, l};
+    const unsigned long long n_up = (n_lo + 31ull) >> 5;
+    for (unsigned long long u = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; u < n_up; u += stride) {
+        unsigned int s = 0, l = 0;
+        for (unsigned int b = 0; b < 32u && (u << 5) + b < n_lo; ++b) {
+            s |= (unsigned int)(lo_s[(u << 5) + b] != 0u) << b;
+            l |= (unsigned int)(lo_l[(u << 5) + b] != 0u) << b;
+        }
+        up_s[u] = s;
+        up_l[u] = l;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+cdc_walk(const CdcJob* __restrict__ job, const CdcSeg* __restrict__ segs, unsigned int nsegs,
+         unsigned long long nsections, unsigned int* __restrict__ lists, CdcSec* __restrict__ secs,
+         unsigned int* __restrict__ fails, unsigned int* __restrict__ flags) {
+    CDC_LOAD_GEAR();
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < nsections; k += stride) {
+        if (k == 0) flags[nsegs] = 0u;
+        if ((k & 31ull) == 0) fails[k >> 5] = 0u;
+        const unsigned int si = cdc_seg_of(segs, nsegs, k);
+        const CdcSeg sg = segs[si];
+        const unsigned long long i = k - sg.first_section;
+        if (i >= cdc_sections(job, sg.len)) continue;   // inconsistent descriptors
+        if (i == 0) flags[si] = 0u;
+        const unsigned long long s = i * job->section;
+        const unsigned int n = cdc_walk_from(job, gear, sg, s, s, lists + k * job->cap, flags + nsegs);
+        secs[k] = CdcSec{n, i == 0 ? 0u : CDC_FAIL, n - 1u, 0u};
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+cdc_sync(const CdcJob* __restrict__ job, const CdcSeg* __restrict__ segs, unsigned int nsegs,
+         unsigned long long nsections, unsigned int* __restrict__ lists, CdcSec* __restrict__ secs,
+         unsigned int* __restrict__ fails, unsigned int* __restrict__ flags) {
+    CDC_LOAD_GEAR();
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < nsections; k += stride) {
+        const unsigned int si = cdc_seg_of(segs, nsegs, k);
+        const CdcSeg sg = segs[si];
+        const unsigned long long i = k - sg.first_section;
+        if (i + 1ull >= cdc_sections(job, sg.len)) continue;   // last section: no junction
+        // Thread k writes lists[k][n_k..], secs[k].e and secs[k + 1].v; it
+        // reads lists[k + 1][0..n_{k+1}), which thread k + 1 does not write.
+        if (!cdc_join(job, gear, sg, i * job->section, lists + k * job->cap, secs + k, lists + (k + 1ull) * job->cap,
+                      secs[k + 1ull].n, &secs[k + 1ull].v)) {
+            atomicOr(fails + ((k + 1ull) >> 5), 1u << ((k + 1ull) & 31ull));
+            flags[si] = 1u;
         }
     }
 }
 
-struct CdcWindow {
-    unsigned long long offset;   // byte offset from data
-    unsigned int len;            // bytes to copy, <= 64
-    unsigned int pad;
-};
-
 extern "C" __global__ void __launch_bounds__(256)
-cdc_gather(const unsigned char* __restrict__ data, const CdcWindow* __restrict__ windows, unsigned int n,
-           unsigned char* __restrict__ out) {
+cdc_fixup(const CdcJob* __restrict__ job, const CdcSeg* __restrict__ segs, unsigned int nsegs,
+          unsigned long long nsections, unsigned int* __restrict__ lists, CdcSec* __restrict__ secs,
+          unsigned int* __restrict__ fails, unsigned int* __restrict__ flags) {
+    CDC_LOAD_GEAR();
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; t < 64ull * n; t += stride) {
-        const unsigned long long i = t >> 6;
-        const unsigned int b = (unsigned int)(t & 63ull);
-        if (b < windows[i].len) out[t] = data[windows[i].offset + b];
+    for (unsigned long long si = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; si < nsegs; si += stride) {
+        const CdcSeg sg = segs[si];
+        const unsigned long long first = sg.first_section, end = first + cdc_sections(job, sg.len);
+        if (end - first < 2ull || flags[si] == 0u) continue;
+        // Failed junctions in order; fixing one may fail the next (its bit
+        // is then set here). Words at segment edges are shared: atomics.
+        unsigned long long k = first + 1ull;
+        while (k < end) {
+            const unsigned int bits = fails[k >> 5] & (0xFFFFFFFFu << (unsigned int)(k & 31ull));
+            if (bits == 0u) { k = ((k >> 5) + 1ull) << 5; continue; }
+            k = ((k >> 5) << 5) + cdc_ctz(bits);
+            if (k >= end) break;
+            if (secs[k].v == CDC_FAIL) {
+                // The true entry of section k: the first position of list
+                // k - 1 (valid by induction) past its section.
+                CdcSec* prev = secs + (k - 1ull);
+                const unsigned long long s = (k - first) * job->section;
+                const unsigned long long entry = s - job->section + lists[(k - 1ull) * job->cap + prev->n - 1u];
+                prev->e = prev->n - 1u;
+                unsigned int* lk = lists + k * job->cap;
+                const unsigned int n = cdc_walk_from(job, gear, sg, s, entry, lk, flags + nsegs);
+                secs[k] = CdcSec{n, 0u, n - 1u, 0u};
+                if (k + 1ull < end &&
+                    !cdc_join(job, gear, sg, s, lk, secs + k, lists + (k + 1ull) * job->cap, secs[k + 1ull].n,
+                              &secs[k + 1ull].v))
+                    atomicOr(fails + ((k + 1ull) >> 5), 1u << ((k + 1ull) & 31ull));
+            }
+            ++k;
+        }
     }
 }

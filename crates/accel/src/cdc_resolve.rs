@@ -1,8 +1,9 @@
 //! FastCDC 2020 boundaries from per-position candidate bitmaps: the CPU
-//! half of the GPU chunker. The GPU marks every position whose full-window
-//! gear hash passes the small or large mask; this walk applies the min /
-//! avg / max rules of `fastcdc::v2020::cut_gear` over those sparse hits and
-//! gives exactly its boundaries.
+//! twin of the GPU resolution (kernels/cdc.cu `cdc_chunk_len`, which the
+//! device walks run in parallel). The GPU marks every position whose
+//! full-window gear hash passes the small or large mask; this serial walk
+//! applies the min / avg / max rules of `fastcdc::v2020::cut_gear` over
+//! those sparse hits and gives exactly its boundaries.
 //!
 //! Why it is exact: the crate's hash restarts at 0 at `chunk start + 2 *
 //! (min / 2)`; a gear hash forgets a byte after 64 steps, so from the 64th
@@ -52,8 +53,8 @@ impl Candidates for [u32] {
     }
 }
 
-/// The nonzero words of a bitmap, sorted by word index (what `cdc_compact`
-/// returns when hits are sparse, as with large average chunk sizes).
+/// The nonzero words of a bitmap, sorted by word index (sparse hits, as
+/// with large average chunk sizes).
 #[derive(Debug, Default, Clone)]
 pub struct SparseHits {
     pub words: Vec<u32>,

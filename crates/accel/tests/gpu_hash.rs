@@ -217,6 +217,92 @@ fn chunk_boundaries_equal_fastcdc() {
     );
 }
 
+/// Segments that make walks from different starts disagree: long zero runs
+/// (forced cuts at `max`, every junction fixed up serially), zeros between
+/// random stretches, short periods, and odd sizes around min and max; many
+/// segments in one job.
+fn hard_segments(p: &ChunkParams, seed: u64) -> Vec<Vec<u8>> {
+    let (min, max) = (p.min() as usize, p.max() as usize);
+    let mut segs = inputs(
+        &[
+            0,
+            1,
+            min - 1,
+            min,
+            min + 1,
+            max - 1,
+            max,
+            max + 1,
+            40 * max + 3,
+            40 * max + 5,
+            40 * max + 7,
+        ],
+        seed,
+    );
+    let mut mix = Vec::new();
+    for k in 0..24u64 {
+        mix.extend(random_bytes(((k * 7919) % 5000) as usize + 1, seed + k));
+        mix.resize(mix.len() + ((k * 104_729) % (5 * max as u64)) as usize, 0);
+        mix.extend((0..3000).map(|i| b"ab"[i % 2]));
+    }
+    segs.push(mix);
+    for n in mixed_sizes(300, seed, 3 * max as u32) {
+        segs.push(random_bytes(n, seed + n as u64));
+    }
+    segs
+}
+
+#[test]
+fn chunk_boundaries_on_repetitive_data_and_many_segments() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([9; 32]);
+    for p in [
+        ChunkParams::new(64, 256, 1024, 3).unwrap(),
+        ChunkParams::new(64, 256, 1024, 0).unwrap(),
+        ChunkParams::new(65, 300, 1025, 1).unwrap(),
+        ChunkParams::new(4096, 4096, 4096, 0).unwrap(),
+        ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+    ] {
+        let data = hard_segments(&p, 51);
+        let segs: Vec<Data<'_>> = data.iter().map(Data::from).collect();
+        assert_eq!(
+            chunk_job(&cpu, p, segs.clone()),
+            chunk_job(g, p, segs.clone()),
+            "{p:?} chunk"
+        );
+        assert_eq!(
+            chunk_digest_job(&cpu, p, &key, segs.clone()),
+            chunk_digest_job(g, p, &key, segs),
+            "{p:?} fused"
+        );
+        // The same bytes device-resident, at odd offsets of one allocation.
+        let mut packed = Vec::new();
+        let mut at = Vec::new();
+        for d in &data {
+            packed.push(0xCD);
+            at.push(packed.len());
+            packed.extend_from_slice(d);
+        }
+        let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+        let dev: Vec<Data<'_>> = at
+            .iter()
+            .zip(&data)
+            .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
+            .collect();
+        assert_eq!(
+            chunk_job(&cpu, p, data.iter().map(Data::from).collect()),
+            chunk_job(g, p, dev.clone()),
+            "{p:?} chunk, device-resident"
+        );
+        assert_eq!(
+            chunk_digest_job(&cpu, p, &key, data.iter().map(Data::from).collect()),
+            chunk_digest_job(g, p, &key, dev),
+            "{p:?} fused, device-resident"
+        );
+    }
+}
+
 fn chunk_digest_job(
     b: &dyn Backend,
     params: ChunkParams,
@@ -290,7 +376,6 @@ fn chunk_digest_equals_cpu_twin() {
     let mut data = inputs(&[5 << 20, 3 << 20, 2 << 20, 1025, 0, 70_001, 1, 64], 31);
     data.push(real_data(3 << 20));
     for p in [
-        // Dense candidates (the bitmaps come back) and sparse (a list).
         ChunkParams::new(64, 256, 1024, 3).unwrap(),
         ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
         ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
@@ -322,7 +407,7 @@ fn chunk_digest_larger_than_a_slot_and_device_resident() {
         );
     }
     // Device-resident: segments at odd offsets of one allocation, so chunk
-    // reads are misaligned; head windows come from the device.
+    // reads and the walks' head loads are misaligned.
     let sizes = [0usize, 1, 5000, (3 << 20) + 13, 8 << 20];
     let mut segs = inputs(&sizes, 42);
     segs.push(real_data(4 << 20));

@@ -1,101 +1,406 @@
-//! FastCDC chunking on one device: `gear_candidates` marks, for every
-//! position of a segment, whether its gear hash passes the small and large
-//! masks; the bitmaps (1/16 of the input) come back and `cdc_resolve`
-//! applies the min/avg/max rules on the host, exactly as `fastcdc::v2020`.
-//! Host segments are uploaded whole (one at a time), device-resident ones
-//! are read where they lie.
-
-use std::ffi::c_void;
+//! FastCDC chunking on one device, boundaries included: `gear_candidates`
+//! marks every position whose gear hash passes the small or large mask,
+//! `cdc_summarize` builds a find-next index over those bitmaps, and
+//! `cdc_walk` / `cdc_sync` / `cdc_fixup` resolve the min/avg/max rules on
+//! the device, exactly as `fastcdc::v2020` (kernels/cdc.cu explains the
+//! scheme; `cdc_resolve` is the CPU twin). Only the section lists (a few
+//! bytes per chunk) come back; the host reads the chunk spans from them.
 
 use super::blake3::Input;
-use super::runtime::{download, upload, DevError, Device};
-use crate::cdc_resolve::{masks, resolve};
+use super::runtime::{download, kernel_args, sync, DevError, Device};
+use super::stage::{as_bytes, upload_on};
+use crate::cdc_resolve::masks;
 use crate::chunking::ChunkParams;
 use crate::job::ChunkSpan;
 
 const BLOCK: u32 = 256;
-/// Positions per thread (kernels/cdc.cu).
+/// Threads per block of the walking kernels: few threads, long serial work.
+const WALK_BLOCK: u32 = 32;
+/// Positions per `gear_candidates` thread (kernels/cdc.cu).
 const SPAN: u64 = 256;
+/// Levels of the find-next index (`CDC_LEVELS`).
+const LEVELS: usize = 4;
+/// Junction steps before a junction fails (`CDC_TAIL`).
+const TAIL: u32 = 64;
+/// `CDC_FAIL`: the junction into a section did not meet its walk.
+const FAIL: u32 = u32::MAX;
 
-/// Chunk boundaries of each input, in order.
+/// `CdcJob` of kernels/cdc.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct CdcJob {
+    min: u64,
+    avg: u64,
+    max: u64,
+    mask_s: u64,
+    mask_l: u64,
+    section: u64,
+    lv_s: [u64; LEVELS],
+    lv_l: [u64; LEVELS],
+    cap: u32,
+    pad: u32,
+}
+
+/// `CdcSeg` of kernels/cdc.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct CdcSeg {
+    data: u64,
+    len: u64,
+    bit0: u64,
+    first_section: u64,
+}
+
+/// `CdcSec` of kernels/cdc.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct CdcSec {
+    pub n: u32,
+    pub v: u32,
+    pub e: u32,
+    pub pad: u32,
+}
+
+/// One segment's bytes on the device.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OnDevice {
+    pub ptr: u64,
+    pub len: usize,
+}
+
+/// Bytes per section: at least `max` (the scheme needs it), and large
+/// enough that a walk's speculative first chunks are a small part of it.
+pub(crate) fn section_bytes(params: &ChunkParams) -> u64 {
+    (2 * params.max() as u64).max(32 << 10)
+}
+
+/// List entries per section: every start a walk can record in a section
+/// (chunks other than a segment's last are at least `min & !1` long), the
+/// position past it, and the junction steps.
+pub(crate) fn list_cap(params: &ChunkParams, section: u64) -> u32 {
+    let shortest = (params.min() & !1).max(2) as u64;
+    (section.div_ceil(shortest) + 2) as u32 + TAIL
+}
+
+/// Chunk boundaries of each input, in order (`Job::Chunk`).
 pub(crate) fn chunk_all(
     dev: &Device,
     params: &ChunkParams,
     inputs: &[Input<'_>],
 ) -> Result<Vec<Vec<ChunkSpan>>, DevError> {
     dev.bind()?;
-    let (mask_s, mask_l) = masks(params);
+    let mut out = Vec::with_capacity(inputs.len());
+    for group in super::chunk_digest::groups(inputs) {
+        let (placed, _resident) = super::chunk_digest::place(dev, group)?;
+        out.extend(boundaries(dev, params, &placed)?);
+    }
+    Ok(out)
+}
+
+/// Chunk boundaries of segments that lie on the device, resolved there.
+pub(crate) fn boundaries(
+    dev: &Device,
+    params: &ChunkParams,
+    segs: &[OnDevice],
+) -> Result<Vec<Vec<ChunkSpan>>, DevError> {
+    let section = section_bytes(params);
+    let mut first_words = Vec::with_capacity(segs.len());
+    let mut first_sections = Vec::with_capacity(segs.len());
+    let (mut words, mut sections) = (0usize, 0u64);
+    for s in segs {
+        first_words.push(words);
+        first_sections.push(sections);
+        words += s.len.div_ceil(32);
+        sections += (s.len as u64).div_ceil(section);
+    }
+    if sections == 0 {
+        return Ok(segs.iter().map(|_| Vec::new()).collect());
+    }
     let stream = dev
         .slots
         .lock()
         .map_err(|_| "slot lock poisoned".to_string())?[0]
         .stream;
-    let mut out = Vec::with_capacity(inputs.len());
-    for input in inputs {
-        let (len, host) = match *input {
-            Input::Host(b) => (b.len(), Some(b)),
-            Input::Device { len, .. } => (len, None),
-        };
-        if len == 0 {
-            out.push(Vec::new());
-            continue;
-        }
-        let staged;
-        let ptr = match *input {
-            Input::Host(b) => {
-                staged = dev.alloc(b.len())?;
-                upload(staged.ptr, b)?;
-                staged.ptr
-            }
-            Input::Device { ptr, .. } => ptr,
-        };
-        let words = len.div_ceil(32);
-        let hits = dev.alloc(words * 8)?;
-        let (mut d, mut n, mut ms, mut ml, mut hs, mut hl) = (
-            ptr,
-            len as u64,
+
+    // Candidate bitmaps (level 0) and their summaries, both masks, one buffer.
+    let mut level_words = [words.max(1); LEVELS];
+    for k in 1..LEVELS {
+        level_words[k] = level_words[k - 1].div_ceil(32);
+    }
+    let index = dev.alloc(level_words.iter().sum::<usize>() * 8)?;
+    let (mut lv_s, mut lv_l) = ([0u64; LEVELS], [0u64; LEVELS]);
+    let mut at = index.ptr;
+    for k in 0..LEVELS {
+        lv_s[k] = at;
+        lv_l[k] = at + level_words[k] as u64 * 4;
+        at += level_words[k] as u64 * 8;
+    }
+    let (mask_s, mask_l) = masks(params);
+    for (s, &w) in segs.iter().zip(&first_words).filter(|(s, _)| s.len > 0) {
+        let mut a = (
+            s.ptr,
+            s.len as u64,
             mask_s,
             mask_l,
-            hits.ptr,
-            hits.ptr + words as u64 * 4,
+            lv_s[0] + w as u64 * 4,
+            lv_l[0] + w as u64 * 4,
         );
-        let mut params_v = [
-            &mut d as *mut u64 as *mut c_void,
-            &mut n as *mut u64 as *mut c_void,
-            &mut ms as *mut u64 as *mut c_void,
-            &mut ml as *mut u64 as *mut c_void,
-            &mut hs as *mut u64 as *mut c_void,
-            &mut hl as *mut u64 as *mut c_void,
-        ];
-        let grid = dev.grid_for((len as u64).div_ceil(SPAN), BLOCK);
-        // SAFETY: parameters match gear_candidates; `ptr` holds `len` bytes
-        // (staged here, or the caller's DeviceSlice); hits holds 2 * words words.
-        unsafe { dev.launch("gear_candidates", grid, BLOCK, 0, stream, &mut params_v)? };
-        super::runtime::sync(stream)?;
-        let mut bits = vec![0u8; words * 8];
-        download(&mut bits, hits.ptr)?;
-        let words_of = |b: &[u8]| -> Vec<u32> {
-            b.chunks(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect()
+        let grid = dev.grid_for((s.len as u64).div_ceil(SPAN), BLOCK);
+        // SAFETY: parameters match gear_candidates; s.ptr holds s.len bytes
+        // (the caller's device memory); the segment's words lie in level 0.
+        unsafe {
+            dev.launch(
+                "gear_candidates",
+                grid,
+                BLOCK,
+                0,
+                stream,
+                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4, a.5),
+            )?
         };
-        let (s, l) = (words_of(&bits[..words * 4]), words_of(&bits[words * 4..]));
-        let mut failed = None;
-        let spans = resolve(params, len, &s[..], &l[..], |at, k| match host {
-            Some(b) => b[at..at + k].to_vec(),
-            None => {
-                // The 63 bytes after each hash start, read back from the device.
-                let mut v = vec![0u8; k];
-                if let Err(e) = download(&mut v, ptr + at as u64) {
-                    failed = Some(e);
-                }
-                v
+    }
+    for k in 1..LEVELS {
+        let mut a = (
+            lv_s[k - 1],
+            lv_l[k - 1],
+            level_words[k - 1] as u64,
+            lv_s[k],
+            lv_l[k],
+        );
+        let grid = dev.grid_for(level_words[k] as u64, BLOCK);
+        // SAFETY: parameters match cdc_summarize; level k - 1 holds
+        // level_words[k - 1] words, level k ceil(that / 32).
+        unsafe {
+            dev.launch(
+                "cdc_summarize",
+                grid,
+                BLOCK,
+                0,
+                stream,
+                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4),
+            )?
+        };
+    }
+
+    // The walk.
+    let cap = list_cap(params, section);
+    let job = CdcJob {
+        min: params.min() as u64,
+        avg: params.avg() as u64,
+        max: params.max() as u64,
+        mask_s,
+        mask_l,
+        section,
+        lv_s,
+        lv_l,
+        cap,
+        pad: 0,
+    };
+    let descs: Vec<CdcSeg> = segs
+        .iter()
+        .zip(first_words.iter().zip(&first_sections))
+        .map(|(s, (&w, &f))| CdcSeg {
+            data: s.ptr,
+            len: s.len as u64,
+            bit0: w as u64 * 32,
+            first_section: f,
+        })
+        .collect();
+    let ns = sections as usize;
+    let job_buf = dev.alloc(std::mem::size_of::<CdcJob>())?;
+    let seg_buf = dev.alloc(std::mem::size_of_val(descs.as_slice()))?;
+    let lists = dev.alloc(ns * cap as usize * 4)?;
+    let secs = dev.alloc(ns * std::mem::size_of::<CdcSec>())?;
+    let fails = dev.alloc((ns / 32 + 1) * 4)?;
+    let flags = dev.alloc((segs.len() + 1) * 4)?;
+    upload_on(stream, job_buf.ptr, as_bytes(std::slice::from_ref(&job)))?;
+    upload_on(stream, seg_buf.ptr, as_bytes(&descs))?;
+    let mut a = (
+        job_buf.ptr,
+        seg_buf.ptr,
+        segs.len() as u32,
+        sections,
+        lists.ptr,
+        secs.ptr,
+        fails.ptr,
+        flags.ptr,
+    );
+    for (kernel, threads) in [
+        ("cdc_walk", sections),
+        ("cdc_sync", sections),
+        ("cdc_fixup", segs.len() as u64),
+    ] {
+        let grid = dev.grid_for(threads, WALK_BLOCK);
+        // SAFETY: parameters match the kernel; job and segs were uploaded
+        // on this stream; lists hold cap entries per section, secs one per
+        // section, fails a bit per section, flags nsegs + 1 words; every
+        // segment's data and bitmap words are valid device memory.
+        unsafe {
+            dev.launch(
+                kernel,
+                grid,
+                WALK_BLOCK,
+                0,
+                stream,
+                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
+            )?
+        };
+    }
+    sync(stream)?;
+    let mut overflow = [0u8; 4];
+    download(&mut overflow, flags.ptr + segs.len() as u64 * 4)?;
+    if overflow != [0; 4] {
+        return Err("cdc_walk: a section list overflowed (internal error)".into());
+    }
+    let mut sec_bytes = vec![0u8; ns * std::mem::size_of::<CdcSec>()];
+    download(&mut sec_bytes, secs.ptr)?;
+    let mut list_bytes = vec![0u8; ns * cap as usize * 4];
+    download(&mut list_bytes, lists.ptr)?;
+    let words_of = |b: &[u8]| -> Vec<u32> {
+        b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let secs: Vec<CdcSec> = words_of(&sec_bytes)
+        .chunks_exact(4)
+        .map(|w| CdcSec {
+            n: w[0],
+            v: w[1],
+            e: w[2],
+            pad: w[3],
+        })
+        .collect();
+    let lens: Vec<usize> = segs.iter().map(|s| s.len).collect();
+    assemble(&lens, section, cap, &secs, &words_of(&list_bytes))
+}
+
+/// The chunk spans of each segment from the resolved section lists:
+/// section k of a segment owns the starts `list[v..e]`, each chunk ending
+/// at the next entry. Checks that the spans tile every segment exactly.
+pub(crate) fn assemble(
+    lens: &[usize],
+    section: u64,
+    cap: u32,
+    secs: &[CdcSec],
+    lists: &[u32],
+) -> Result<Vec<Vec<ChunkSpan>>, DevError> {
+    let mut out = Vec::with_capacity(lens.len());
+    let mut k = 0usize;
+    for (si, &len) in lens.iter().enumerate() {
+        let mut spans = Vec::new();
+        let mut pos = 0u64;
+        for i in 0..(len as u64).div_ceil(section) {
+            let bad = |what: &str| format!("cdc resolution: segment {si} section {i}: {what}");
+            let sec = secs.get(k).ok_or_else(|| bad("missing"))?;
+            let list = lists
+                .get(k * cap as usize..(k + 1) * cap as usize)
+                .ok_or_else(|| bad("list missing"))?;
+            if sec.v == FAIL || sec.v > sec.e || sec.e >= cap {
+                return Err(bad(&format!("unresolved ({sec:?})")));
             }
-        });
-        if let Some(e) = failed {
-            return Err(e);
+            let start = i * section;
+            for w in list[sec.v as usize..=sec.e as usize].windows(2) {
+                let (a, b) = (start + w[0] as u64, start + w[1] as u64);
+                if a != pos || b <= a || b - a > u32::MAX as u64 {
+                    return Err(bad(&format!("chunk {a}..{b} after {pos}")));
+                }
+                spans.push(ChunkSpan {
+                    offset: a,
+                    len: (b - a) as u32,
+                });
+                pos = b;
+            }
+            k += 1;
+        }
+        if pos != len as u64 {
+            return Err(format!(
+                "cdc resolution: segment {si}: chunks end at {pos} of {len}"
+            ));
         }
         out.push(spans);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fastcdc::v2020::FastCDC;
+    use rand::{RngCore, SeedableRng};
+
+    /// Section lists as the kernels leave them: a speculative first entry
+    /// at the section start where that is no chunk start, the true starts,
+    /// then the first start past the section (or the segment end).
+    fn lists_of(
+        spans: &[ChunkSpan],
+        len: usize,
+        section: u64,
+        cap: u32,
+    ) -> (Vec<CdcSec>, Vec<u32>) {
+        let mut starts: Vec<u64> = spans.iter().map(|s| s.offset).collect();
+        starts.push(len as u64);
+        let (mut secs, mut lists) = (Vec::new(), Vec::new());
+        for i in 0..(len as u64).div_ceil(section) {
+            let s = i * section;
+            let mut list: Vec<u32> = Vec::new();
+            if !starts.contains(&s) {
+                list.push(0);
+            }
+            let v = list.len() as u32;
+            let mut past = starts.iter().filter(|&&x| x >= s);
+            for &x in past.by_ref() {
+                list.push((x - s) as u32);
+                if x >= s + section {
+                    break;
+                }
+            }
+            let n = list.len() as u32;
+            secs.push(CdcSec {
+                n,
+                v,
+                e: n - 1,
+                pad: 0,
+            });
+            list.resize(cap as usize, 0xEEEE_EEEE);
+            lists.extend(list);
+        }
+        (secs, lists)
+    }
+
+    #[test]
+    fn assemble_gives_the_spans_and_rejects_bad_lists() {
+        let p = ChunkParams::new(64, 256, 1024, 1).unwrap();
+        let section = 2048;
+        let cap = list_cap(&p, section);
+        let mut data = vec![0u8; 50_001];
+        rand::rngs::StdRng::seed_from_u64(9).fill_bytes(&mut data[..30_000]);
+        let want: Vec<ChunkSpan> =
+            FastCDC::with_level(&data, p.min(), p.avg(), p.max(), p.normalization())
+                .map(|c| ChunkSpan {
+                    offset: c.offset as u64,
+                    len: c.length as u32,
+                })
+                .collect();
+        let (secs, lists) = lists_of(&want, data.len(), section, cap);
+        let got = assemble(&[data.len(), 0], section, cap, &secs, &lists).unwrap();
+        assert_eq!(got, vec![want, Vec::new()]);
+        for bad in [
+            CdcSec { v: FAIL, ..secs[3] },
+            CdcSec { e: cap, ..secs[3] },
+            CdcSec {
+                v: secs[3].v + 1,
+                ..secs[3]
+            },
+            CdcSec {
+                e: secs[3].e + 1,
+                ..secs[3]
+            },
+        ] {
+            let mut s = secs.clone();
+            s[3] = bad;
+            assert!(assemble(&[data.len()], section, cap, &s, &lists).is_err());
+        }
+        assert!(assemble(&[data.len() + 1], section, cap, &secs, &lists).is_err());
+        assert!(assemble(&[data.len()], section, cap, &secs[1..], &lists).is_err());
+    }
 }

@@ -46,7 +46,13 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "cdc",
         source: include_str!("../../kernels/cdc.cu"),
-        functions: &["gear_candidates", "cdc_compact", "cdc_gather"],
+        functions: &[
+            "gear_candidates",
+            "cdc_summarize",
+            "cdc_walk",
+            "cdc_sync",
+            "cdc_fixup",
+        ],
     },
     KernelSource {
         // Seed 001's sliding-window MD5 reuses serial.cu's MD5.
