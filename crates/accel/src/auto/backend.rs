@@ -149,7 +149,9 @@ pub type GpuStarter = Box<dyn FnOnce() -> Result<Box<dyn Backend>, String> + Sen
 type SideStarter = Box<dyn FnOnce() -> Result<GpuSide, String> + Send>;
 
 pub struct AutoBackend {
-    cpu: CpuBackend,
+    cpu_threads: usize,
+    /// Its thread pool is built by the first job.
+    cpu: OnceLock<CpuBackend>,
     /// Loaded by the first job (`new` only records what to load).
     setup: OnceLock<Setup>,
     /// Started by the first job the model sends (part of) to the GPU;
@@ -232,7 +234,8 @@ impl AutoBackend {
     pub fn with_cpu_threads(threads: CpuThreads) -> Self {
         let cores = crate::sysinfo::cpu_info().logical_cores;
         let mut auto = Self::build(
-            CpuBackend::with_threads(threads.resolve(cores)),
+            threads.resolve(cores),
+            OnceLock::new(),
             OnceLock::new(),
             Some(Box::new(start_machine_gpu)),
         );
@@ -273,7 +276,12 @@ impl AutoBackend {
                 })
             }) as SideStarter
         });
-        Self::build(cpu, OnceLock::from(setup), starter)
+        Self::build(
+            cpu.threads(),
+            OnceLock::from(cpu),
+            OnceLock::from(setup),
+            starter,
+        )
     }
 
     /// Tells a stand-in GPU's auto backend how to recognise page-locked
@@ -283,8 +291,14 @@ impl AutoBackend {
         self
     }
 
-    fn build(cpu: CpuBackend, setup: OnceLock<Setup>, starter: Option<SideStarter>) -> Self {
+    fn build(
+        cpu_threads: usize,
+        cpu: OnceLock<CpuBackend>,
+        setup: OnceLock<Setup>,
+        starter: Option<SideStarter>,
+    ) -> Self {
         Self {
+            cpu_threads,
             cpu,
             setup,
             gpu: OnceLock::new(),
@@ -296,6 +310,11 @@ impl AutoBackend {
         }
     }
 
+    fn cpu(&self) -> &CpuBackend {
+        self.cpu
+            .get_or_init(|| CpuBackend::with_threads(self.cpu_threads))
+    }
+
     fn setup(&self) -> &Setup {
         self.setup.get_or_init(machine_setup)
     }
@@ -305,7 +324,11 @@ impl AutoBackend {
     fn gpu_side(&self) -> Option<&GpuSide> {
         self.gpu
             .get_or_init(|| {
-                let start = self.starter.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+                let start = self
+                    .starter
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()?;
                 match start() {
                     Ok(side) => Some(side),
                     Err(why) => {
@@ -322,21 +345,31 @@ impl AutoBackend {
 
     /// The model in use: the one checked against the open GPU, once open.
     pub fn model(&self) -> &CostModel {
-        match self.gpu.get().and_then(Option::as_ref).and_then(|g| g.model.as_ref()) {
+        match self
+            .gpu
+            .get()
+            .and_then(Option::as_ref)
+            .and_then(|g| g.model.as_ref())
+        {
             Some((m, _)) => m,
             None => &self.setup().model,
         }
     }
 
     pub fn model_source(&self) -> &ModelSource {
-        match self.gpu.get().and_then(Option::as_ref).and_then(|g| g.model.as_ref()) {
+        match self
+            .gpu
+            .get()
+            .and_then(Option::as_ref)
+            .and_then(|g| g.model.as_ref())
+        {
             Some((_, s)) => s,
             None => &self.setup().source,
         }
     }
 
     pub fn cpu_threads(&self) -> usize {
-        self.cpu.threads()
+        self.cpu_threads
     }
 
     /// Whether a GPU is open or may still be opened for a job.
@@ -383,7 +416,7 @@ impl AutoBackend {
         let op = job.op();
         let model = self.model();
         let sides = Sides {
-            cpu_threads: self.cpu.threads(),
+            cpu_threads: self.cpu_threads,
             gpu: self.gpu_usable(op),
             cpu_queued_ns: self.cpu_queue.ns.load(Ordering::Relaxed) as f64,
             gpu_queued_ns: self.gpu_queue.ns.load(Ordering::Relaxed) as f64,
@@ -421,8 +454,9 @@ impl AutoBackend {
         match d.plan {
             Plan::Cpu => {
                 let own = d.cpu_finish_ns - cpu_q.0 as f64;
-                let _q = (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, job.bytes()));
-                self.cpu.run(job)
+                let _q =
+                    (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, job.bytes()));
+                self.cpu().run(job)
             }
             Plan::Gpu => {
                 let own = d.gpu_finish_ns.unwrap_or(0.0) - gpu_q.0 as f64;
@@ -443,17 +477,17 @@ impl AutoBackend {
     /// remembered, so the GPU is not asked again.
     fn on_gpu(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
         let Some(gpu) = self.gpu_side() else {
-            return self.cpu.run(job);
+            return self.cpu().run(job);
         };
         if self.gpu_refused(job.op()) {
-            return self.cpu.run(job);
+            return self.cpu().run(job);
         }
         match gpu.backend.run(job) {
             // Both are returned before any data is touched.
             Err(BackendError::Unsupported { .. } | BackendError::Unavailable { .. }) => {
                 self.refused
                     .fetch_or(Self::op_bit(job.op()), Ordering::Relaxed);
-                self.cpu.run(job)
+                self.cpu().run(job)
             }
             other => other,
         }
@@ -468,7 +502,7 @@ impl AutoBackend {
         let (gn, cn) = (g.len(), c.len());
         let (gr, cr) = std::thread::scope(|s| {
             let gpu_part = s.spawn(|| self.on_gpu(&mut g));
-            let cr = self.cpu.run(&mut c);
+            let cr = self.cpu().run(&mut c);
             let gr = gpu_part.join().unwrap_or_else(|_| {
                 Err(BackendError::Device(
                     "the GPU part of a split job panicked".into(),
@@ -501,7 +535,7 @@ impl Backend for AutoBackend {
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
         if job.is_empty() || !self.gpu_usable(job.op()) {
-            return self.cpu.run(job);
+            return self.cpu().run(job);
         }
         let first = self.decide(job);
         if first.plan == Plan::Cpu || self.gpu.get().is_some() {

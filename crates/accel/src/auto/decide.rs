@@ -190,7 +190,10 @@ pub(crate) enum Sketch {
     Cpu,
     Gpu,
     /// A split giving the GPU about this many bytes.
-    Split { gpu_bytes: u64, finish_ns: f64 },
+    Split {
+        gpu_bytes: u64,
+        finish_ns: f64,
+    },
 }
 
 /// The single backends' finish times and the best whole-job candidate,
@@ -251,7 +254,9 @@ pub(crate) fn sketch(
     let mut shares: Vec<f64> = (1..SHARE_GRID)
         .map(|k| k as f64 / SHARE_GRID as f64)
         .collect();
-    shares.push(balance_point(model, op, stats, sides, cpu_finish, gpu_finish));
+    shares.push(balance_point(
+        model, op, stats, sides, cpu_finish, gpu_finish,
+    ));
     let (f, finish) = shares
         .into_iter()
         .filter(|f| *f > 0.0 && *f < 1.0)
@@ -260,7 +265,13 @@ pub(crate) fn sketch(
         .unwrap_or((0.0, f64::INFINITY));
     if finish < best.1.plan_finish_ns * (1.0 - SPLIT_MARGIN) {
         let gpu_bytes = (f * stats.bytes as f64) as u64;
-        (Sketch::Split { gpu_bytes, finish_ns: finish }, best.1)
+        (
+            Sketch::Split {
+                gpu_bytes,
+                finish_ns: finish,
+            },
+            best.1,
+        )
     } else {
         best
     }
@@ -569,12 +580,26 @@ mod tests {
         // Large pinned jobs use the GPU, and with many segments the CPU
         // too; pageable ones of many segments stay on the 32 cores.
         let big = vec![256u64 << 20; 4];
-        let d = decide(&m, &JobShape { mem: HostMemory::Pinned, ..shape(op, &big) }, &idle(32));
+        let d = decide(
+            &m,
+            &JobShape {
+                mem: HostMemory::Pinned,
+                ..shape(op, &big)
+            },
+            &idle(32),
+        );
         assert_ne!(d.plan, Plan::Cpu, "{d:?}");
         let many = vec![1u64 << 20; 1024];
         let d = decide(&m, &shape(op, &many), &idle(32));
         assert!(matches!(d.plan, Plan::Cpu | Plan::Split(_)), "{d:?}");
-        let d = decide(&m, &JobShape { mem: HostMemory::Pinned, ..shape(op, &many) }, &idle(32));
+        let d = decide(
+            &m,
+            &JobShape {
+                mem: HostMemory::Pinned,
+                ..shape(op, &many)
+            },
+            &idle(32),
+        );
         assert!(matches!(d.plan, Plan::Split(_)), "{d:?}");
     }
 
@@ -582,7 +607,9 @@ mod tests {
     fn brute_force(m: &CostModel, op: OpKind, lengths: &[u64], sides: &Sides) -> f64 {
         let stats = JobStats::of_lengths(lengths, HostMemory::Pageable);
         let (_, d) = sketch(m, op, &stats, sides);
-        let single = d.cpu_finish_ns.min(d.gpu_finish_ns.unwrap_or(f64::INFINITY));
+        let single = d
+            .cpu_finish_ns
+            .min(d.gpu_finish_ns.unwrap_or(f64::INFINITY));
         (1..lengths.len())
             .map(|k| {
                 let g = GpuPart {
@@ -597,7 +624,12 @@ mod tests {
     #[test]
     fn the_plan_is_as_good_as_every_candidate_priced() {
         let op = OpKind::Sha256;
-        for (threads, cpu, gpu) in [(8, 1.0, 8.0), (32, 2.0, 45.0), (2, 1.0, 3.0), (16, 1.5, 9.8)] {
+        for (threads, cpu, gpu) in [
+            (8, 1.0, 8.0),
+            (32, 2.0, 45.0),
+            (2, 1.0, 3.0),
+            (16, 1.5, 9.8),
+        ] {
             let m = model_with(threads, cpu, gpu, gpu);
             for n in [2usize, 3, 5, 17, 40, 333] {
                 for size in [64u64 << 10, 1 << 20, 5 << 20] {

@@ -94,9 +94,13 @@ pub fn host_is_pinned(job: &Job<'_>, is_locked: fn(&[u8]) -> bool) -> bool {
     let picks = n.min(PINNED_SAMPLES);
     let mut seen = false;
     for k in 0..picks {
-        let i = if picks == 1 { 0 } else { k * (n - 1) / (picks - 1) };
+        let i = if picks == 1 {
+            0
+        } else {
+            k * (n - 1) / (picks - 1)
+        };
         match host_bytes(job, i) {
-            Some(b) if b.is_empty() => {}
+            Some([]) => {}
             Some(b) if is_locked(b) => seen = true,
             _ => return false,
         }
