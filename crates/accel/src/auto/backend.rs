@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use super::decide::{
-    decide_stats, sketch, Decision, JobStats, Plan, Sides, Sketch, SplitPoint, SPLIT_OVERHEAD_NS,
+    decide_stats, sketch, Decision, JobStats, OpCosts, Plan, Sides, Sketch, SplitPoint,
+    SPLIT_OVERHEAD_NS,
 };
 use super::file::{self, ModelSource};
 use super::inspect;
@@ -129,10 +130,27 @@ impl Drop for Enqueued<'_> {
 /// shared line would cost a 4 KiB block read a noticeable share.
 const CPU_QUEUE_MIN_NS: f64 = 50_000.0;
 
-/// What the first job loads: the model and whether a GPU may exist.
-struct Setup {
+/// A model, where it came from, and its costs per op looked up once.
+struct Loaded {
     model: CostModel,
     source: ModelSource,
+    costs: Vec<OpCosts>,
+}
+
+impl Loaded {
+    fn new(model: CostModel, source: ModelSource) -> Loaded {
+        let costs = OpCosts::all(&model);
+        Loaded {
+            model,
+            source,
+            costs,
+        }
+    }
+}
+
+/// What the first job loads: the model and whether a GPU may exist.
+struct Setup {
+    loaded: Loaded,
     gpu_possible: bool,
 }
 
@@ -140,7 +158,7 @@ struct Setup {
 /// the GPU it was measured with could not be known before.
 struct GpuSide {
     backend: Box<dyn Backend>,
-    model: Option<(CostModel, ModelSource)>,
+    model: Option<Loaded>,
 }
 
 /// Starts the GPU side: opens the devices, or says why not.
@@ -203,8 +221,7 @@ fn machine_setup() -> Setup {
     // A missing file is reported once the GPU opens (it matters then).
     file::warn_once(&source, false);
     Setup {
-        model,
-        source,
+        loaded: Loaded::new(model, source),
         gpu_possible,
     }
 }
@@ -217,7 +234,7 @@ fn start_machine_gpu() -> Result<GpuSide, String> {
     file::warn_once(&source, true);
     Ok(GpuSide {
         backend: Box::new(gpu),
-        model: Some((model, source)),
+        model: Some(Loaded::new(model, source)),
     })
 }
 
@@ -264,8 +281,7 @@ impl AutoBackend {
         source: ModelSource,
     ) -> Self {
         let setup = Setup {
-            model,
-            source,
+            loaded: Loaded::new(model, source),
             gpu_possible: starter.is_some(),
         };
         let starter = starter.map(|start| {
@@ -344,28 +360,24 @@ impl AutoBackend {
     }
 
     /// The model in use: the one checked against the open GPU, once open.
-    pub fn model(&self) -> &CostModel {
+    fn loaded(&self) -> &Loaded {
         match self
             .gpu
             .get()
             .and_then(Option::as_ref)
             .and_then(|g| g.model.as_ref())
         {
-            Some((m, _)) => m,
-            None => &self.setup().model,
+            Some(l) => l,
+            None => &self.setup().loaded,
         }
     }
 
+    pub fn model(&self) -> &CostModel {
+        &self.loaded().model
+    }
+
     pub fn model_source(&self) -> &ModelSource {
-        match self
-            .gpu
-            .get()
-            .and_then(Option::as_ref)
-            .and_then(|g| g.model.as_ref())
-        {
-            Some((_, s)) => s,
-            None => &self.setup().source,
-        }
+        &self.loaded().source
     }
 
     pub fn cpu_threads(&self) -> usize {
@@ -396,8 +408,12 @@ impl AutoBackend {
         (q(&self.cpu_queue), q(&self.gpu_queue))
     }
 
+    fn op_index(op: OpKind) -> usize {
+        OpKind::ALL.iter().position(|o| *o == op).unwrap_or(0)
+    }
+
     fn op_bit(op: OpKind) -> u32 {
-        1 << OpKind::ALL.iter().position(|o| *o == op).unwrap_or(0)
+        1 << Self::op_index(op)
     }
 
     /// Whether the GPU has refused `op` (it is then never tried again).
@@ -414,7 +430,7 @@ impl AutoBackend {
     /// What `run` would do with `job` now.
     pub fn decide(&self, job: &Job<'_>) -> Decision {
         let op = job.op();
-        let model = self.model();
+        let costs = &self.loaded().costs[Self::op_index(op)];
         let sides = Sides {
             cpu_threads: self.cpu_threads,
             gpu: self.gpu_usable(op),
@@ -424,18 +440,20 @@ impl AutoBackend {
         let mut stats = inspect::stats(job);
         if stats.mem != HostMemory::Device && sides.gpu {
             // Asking the driver about the memory is worth it only where the
-            // GPU could win from either kind of host memory.
-            let screen = |mem| sketch(model, op, &JobStats { mem, ..stats }, &sides).0;
-            let gpu_may_win = HostMemory::HOST.iter().any(|&m| screen(m) != Sketch::Cpu);
-            if gpu_may_win
-                && self
-                    .page_locked
-                    .is_some_and(|f| inspect::host_is_pinned(job, f))
+            // GPU could win from some kind of host memory.
+            let screen = |mem| sketch(costs, &JobStats { mem, ..stats }, &sides);
+            let (pageable, decision) = screen(HostMemory::Pageable);
+            if pageable == Sketch::Cpu && screen(HostMemory::Pinned).0 == Sketch::Cpu {
+                return decision;
+            }
+            if self
+                .page_locked
+                .is_some_and(|f| inspect::host_is_pinned(job, f))
             {
                 stats.mem = HostMemory::Pinned;
             }
         }
-        decide_stats(model, op, &stats, &sides, || inspect::lengths(job))
+        decide_stats(costs, &stats, &sides, || inspect::lengths(job))
     }
 
     /// Runs `job` by `plan` whatever the model says: for tests and

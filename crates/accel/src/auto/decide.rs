@@ -8,7 +8,7 @@
 //! inside a segment, where the op allows), by one walk over the lengths,
 //! and priced again exactly.
 
-use super::model::{CostModel, HostMemory};
+use super::model::{CostModel, CpuCost, HostMemory, LinearCost};
 use crate::cpu::DEFAULT_SPLIT_BYTES;
 use crate::job::{OpKind, MAX_SEGMENT_LEN};
 
@@ -119,17 +119,11 @@ fn cpu_cuts_inside(op: OpKind, threads: usize) -> bool {
 }
 
 /// CPU time of `segments` segments, `bytes` in all, the longest `largest`.
-fn cpu_time(
-    model: &CostModel,
-    op: OpKind,
-    bytes: u64,
-    segments: usize,
-    largest: u64,
-    threads: usize,
-) -> f64 {
+fn cpu_time(c: &OpCosts, bytes: u64, segments: usize, largest: u64, threads: usize) -> f64 {
     if segments == 0 {
         return 0.0;
     }
+    let op = c.op;
     let piece = DEFAULT_SPLIT_BYTES as u64;
     let (units, largest_unit) = if cpu_cuts_inside(op, threads) {
         // Each segment is at most ceil(len / piece) pieces: at most this many.
@@ -137,20 +131,60 @@ fn cpu_time(
     } else {
         (segments, largest)
     };
-    model.cpu_ns(op, bytes, segments, units, largest_unit, threads)
+    c.cpu.map_or(0.0, |m| {
+        m.predict_ns(bytes, segments, units, largest_unit, threads)
+    })
 }
 
-fn gpu_time(
-    model: &CostModel,
-    op: OpKind,
-    bytes: u64,
-    segments: usize,
-    mem: HostMemory,
-) -> Option<f64> {
+fn gpu_time(c: &OpCosts, bytes: u64, segments: usize, mem: HostMemory) -> Option<f64> {
     if segments == 0 {
         return Some(0.0);
     }
-    model.gpu_ns(op, bytes, segments, mem)
+    Some(c.gpu(mem)?.predict_ns(bytes, segments))
+}
+
+/// One op's costs, looked up once (the model keys ops by name).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpCosts {
+    op: OpKind,
+    cpu: Option<CpuCost>,
+    /// Indexed by [`mem_index`].
+    gpu: [Option<LinearCost>; 3],
+}
+
+fn mem_index(mem: HostMemory) -> usize {
+    match mem {
+        HostMemory::Device => 0,
+        HostMemory::Pinned => 1,
+        HostMemory::Pageable => 2,
+    }
+}
+
+impl OpCosts {
+    pub(crate) fn of(model: &CostModel, op: OpKind) -> OpCosts {
+        let line = |mem| model.gpu_cost(op, mem);
+        OpCosts {
+            op,
+            cpu: model.op(op).map(|m| m.cpu),
+            gpu: [
+                line(HostMemory::Device),
+                line(HostMemory::Pinned),
+                line(HostMemory::Pageable),
+            ],
+        }
+    }
+
+    /// Every op of `model`, in [`OpKind::ALL`] order.
+    pub(crate) fn all(model: &CostModel) -> Vec<OpCosts> {
+        OpKind::ALL
+            .iter()
+            .map(|&op| OpCosts::of(model, op))
+            .collect()
+    }
+
+    fn gpu(&self, mem: HostMemory) -> Option<LinearCost> {
+        self.gpu[mem_index(mem)]
+    }
 }
 
 /// One part of a split: what the GPU takes.
@@ -163,8 +197,7 @@ struct GpuPart {
 /// Predicted finish of a split: both parts run at once. The CPU part's
 /// longest segment is taken to be the job's (it may be less).
 fn split_finish(
-    model: &CostModel,
-    op: OpKind,
+    c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
     gpu: GpuPart,
@@ -172,16 +205,15 @@ fn split_finish(
 ) -> f64 {
     let cpu_bytes = stats.bytes - gpu.bytes.min(stats.bytes);
     let cpu_segments = stats.segments - gpu.segments.min(stats.segments) + usize::from(cut_inside);
-    let g = gpu_time(model, op, gpu.bytes, gpu.segments, stats.mem).unwrap_or(f64::INFINITY);
-    let c = cpu_time(
-        model,
-        op,
+    let g = gpu_time(c, gpu.bytes, gpu.segments, stats.mem).unwrap_or(f64::INFINITY);
+    let cpu = cpu_time(
+        c,
         cpu_bytes,
         cpu_segments,
         stats.largest.min(cpu_bytes),
         sides.cpu_threads,
     );
-    (sides.gpu_queued_ns + g).max(sides.cpu_queued_ns + c) + SPLIT_OVERHEAD_NS
+    (sides.gpu_queued_ns + g).max(sides.cpu_queued_ns + cpu) + SPLIT_OVERHEAD_NS
 }
 
 /// Outcome of pricing a job from its totals.
@@ -198,23 +230,18 @@ pub(crate) enum Sketch {
 
 /// The single backends' finish times and the best whole-job candidate,
 /// priced from the totals alone: O(1) in the number of segments.
-pub(crate) fn sketch(
-    model: &CostModel,
-    op: OpKind,
-    stats: &JobStats,
-    sides: &Sides,
-) -> (Sketch, Decision) {
+pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, Decision) {
+    let op = c.op;
     let cpu_finish = sides.cpu_queued_ns
         + cpu_time(
-            model,
-            op,
+            c,
             stats.bytes,
             stats.segments,
             stats.largest,
             sides.cpu_threads,
         );
     let gpu_finish = if sides.gpu && stats.segments > 0 {
-        gpu_time(model, op, stats.bytes, stats.segments, stats.mem).map(|t| sides.gpu_queued_ns + t)
+        gpu_time(c, stats.bytes, stats.segments, stats.mem).map(|t| sides.gpu_queued_ns + t)
     } else {
         None
     };
@@ -250,13 +277,11 @@ pub(crate) fn sketch(
         };
         GpuPart { bytes, segments }
     };
-    let price = |f: f64| split_finish(model, op, stats, sides, part(f), cuttable(op));
+    let price = |f: f64| split_finish(c, stats, sides, part(f), cuttable(op));
     let mut shares: Vec<f64> = (1..SHARE_GRID)
         .map(|k| k as f64 / SHARE_GRID as f64)
         .collect();
-    shares.push(balance_point(
-        model, op, stats, sides, cpu_finish, gpu_finish,
-    ));
+    shares.push(balance_point(c, stats, sides, cpu_finish, gpu_finish));
     let (f, finish) = shares
         .into_iter()
         .filter(|f| *f > 0.0 && *f < 1.0)
@@ -281,15 +306,14 @@ pub(crate) fn sketch(
 /// if each were linear in its share:
 ///   Qg + Fg + f·Vg = Qc + Fc + (1 − f)·Vc.
 fn balance_point(
-    model: &CostModel,
-    op: OpKind,
+    c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
     cpu_finish: f64,
     gpu_finish: f64,
 ) -> f64 {
-    let fixed_g = gpu_time(model, op, 0, 1, stats.mem).unwrap_or(0.0);
-    let fixed_c = cpu_time(model, op, 0, 1, 0, sides.cpu_threads);
+    let fixed_g = gpu_time(c, 0, 1, stats.mem).unwrap_or(0.0);
+    let fixed_c = cpu_time(c, 0, 1, 0, sides.cpu_threads);
     let var_g = (gpu_finish - sides.gpu_queued_ns - fixed_g).max(0.0);
     let var_c = (cpu_finish - sides.cpu_queued_ns - fixed_c).max(0.0);
     if var_g + var_c <= 0.0 {
@@ -339,20 +363,20 @@ fn cut_points(
 /// Chooses CPU, GPU or a split for one job, by predicted finish time.
 /// `lengths` is walked only when a split is worth placing.
 pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
-    model: &CostModel,
-    op: OpKind,
+    c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
     lengths: impl FnOnce() -> I,
 ) -> Decision {
-    let (sketch, best) = sketch(model, op, stats, sides);
+    let op = c.op;
+    let (sketch, best) = sketch(c, stats, sides);
     let gpu_bytes = match sketch {
         Sketch::Cpu | Sketch::Gpu => return best,
         Sketch::Split { gpu_bytes, .. } => gpu_bytes,
     };
     let split = cut_points(op, lengths(), stats.segments, gpu_bytes)
         .into_iter()
-        .map(|(p, g)| (p, split_finish(model, op, stats, sides, g, p.offset > 0)))
+        .map(|(p, g)| (p, split_finish(c, stats, sides, g, p.offset > 0)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
     match split {
         Some((p, finish)) if finish < best.plan_finish_ns * (1.0 - SPLIT_MARGIN) => Decision {
@@ -367,7 +391,7 @@ pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
 /// Chooses CPU, GPU or a split for one job, by predicted finish time.
 pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decision {
     let stats = JobStats::of_lengths(shape.lengths, shape.mem);
-    decide_stats(model, shape.op, &stats, sides, || {
+    decide_stats(&OpCosts::of(model, shape.op), &stats, sides, || {
         shape.lengths.iter().copied()
     })
 }
@@ -391,12 +415,13 @@ pub fn crossover(
     cpu_threads: usize,
     mem: HostMemory,
 ) -> Crossover {
-    let Some(g) = model.gpu_cost(op, mem) else {
+    let c = &OpCosts::of(model, op);
+    let Some(g) = c.gpu(mem) else {
         return Crossover::NoGpu;
     };
     let n = segments.max(1);
     let gpu_wins = |size: u64| {
-        let cpu = cpu_time(model, op, size * n as u64, n, size, cpu_threads);
+        let cpu = cpu_time(c, size * n as u64, n, size, cpu_threads);
         g.predict_ns(size * n as u64, n) < cpu
     };
     let (lo, hi) = (512u64, 1u64 << 30);
@@ -606,7 +631,8 @@ mod tests {
     /// Exact price of every candidate at segment granularity.
     fn brute_force(m: &CostModel, op: OpKind, lengths: &[u64], sides: &Sides) -> f64 {
         let stats = JobStats::of_lengths(lengths, HostMemory::Pageable);
-        let (_, d) = sketch(m, op, &stats, sides);
+        let c = OpCosts::of(m, op);
+        let (_, d) = sketch(&c, &stats, sides);
         let single = d
             .cpu_finish_ns
             .min(d.gpu_finish_ns.unwrap_or(f64::INFINITY));
@@ -616,7 +642,7 @@ mod tests {
                     bytes: lengths[..k].iter().sum(),
                     segments: k,
                 };
-                split_finish(m, op, &stats, sides, g, false)
+                split_finish(&c, &stats, sides, g, false)
             })
             .fold(single, f64::min)
     }
@@ -734,10 +760,11 @@ mod tests {
         };
         let (pinned, pageable) = (at(HostMemory::Pinned), at(HostMemory::Pageable));
         assert!(pinned < pageable, "{pinned} {pageable}");
+        let c = OpCosts::of(&m, OpKind::Sha256);
         let t = |s: u64| {
             (
-                cpu_time(&m, OpKind::Sha256, s, 1, s, 1),
-                gpu_time(&m, OpKind::Sha256, s, 1, HostMemory::Pinned).expect("gpu"),
+                cpu_time(&c, s, 1, s, 1),
+                gpu_time(&c, s, 1, HostMemory::Pinned).expect("gpu"),
             )
         };
         let (c, g) = t(pinned);

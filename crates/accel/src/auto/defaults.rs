@@ -94,6 +94,7 @@ pub fn shipped(identity: Identity) -> CostModel {
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::HostMemory;
     use super::*;
 
     #[test]
@@ -107,6 +108,13 @@ mod tests {
         m.validate().expect("valid");
         for op in OpKind::ALL {
             assert!(m.op(op).is_some_and(|o| o.gpu.is_some()), "{op}");
+        }
+        // Pageable host data is priced slower than pinned, pinned slower
+        // than device-resident, for large jobs of every op.
+        for op in OpKind::ALL {
+            let t = |mem| m.gpu_ns(op, 1 << 30, 64, mem).expect("gpu");
+            assert!(t(HostMemory::Pageable) > t(HostMemory::Pinned), "{op}");
+            assert!(t(HostMemory::Pinned) >= t(HostMemory::Device), "{op}");
         }
         let no_gpu = shipped(Identity::default());
         assert!(no_gpu.link.is_none());

@@ -211,4 +211,48 @@ mod tests {
             matches!(&src, ModelSource::Defaults { reason } if reason.starts_with("no calibration"))
         );
     }
+
+    #[test]
+    fn a_format_1_file_falls_back_to_defaults_naming_its_version() {
+        let dir = std::env::temp_dir().join(format!("gvault-auto-v1-{}", std::process::id()));
+        let path = dir.join("cost-model.json");
+        std::fs::create_dir_all(&dir).expect("dir");
+        // The shape version 1 wrote: one `host` figure per GPU op.
+        let v1 = r#"{"format_version": 1, "identity": {"gvault_version": "1.2.3",
+            "cpu_cores": 8, "gpu_name": "H200", "driver_version": 13000}, "link": null,
+            "ops": {"sha256": {"cpu": {"one_thread": {"fixed_ns": 1.0, "ns_per_byte": 1.0,
+            "ns_per_segment": 1.0}, "threads": 8, "speedup": 7.0}, "gpu": {"kernel":
+            {"fixed_ns": 1.0, "ns_per_byte": 0.1, "ns_per_segment": 1.0}, "host": null}}}}"#;
+        std::fs::write(&path, v1).expect("write");
+        let (model, src) = load(Some(&path), &ident(Some("H200")));
+        assert!(
+            matches!(&src, ModelSource::Defaults { reason } if reason.contains("format version 1")),
+            "{src}"
+        );
+        assert_eq!(model, shipped(ident(Some("H200"))));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn before_the_gpu_opens_only_the_host_is_checked() {
+        let dir = std::env::temp_dir().join(format!("gvault-auto-pre-{}", std::process::id()));
+        let path = dir.join("cost-model.json");
+        let model = shipped(ident(Some("H200")));
+        write(&path, &model).expect("written");
+        // The host matches; the GPU is not known yet: the file is used.
+        let (loaded, src) = load_before_gpu(Some(&path), &ident(None));
+        assert_eq!(src, ModelSource::File(path.clone()));
+        assert_eq!(loaded, model);
+        // Other core count: stale even before the GPU opens.
+        let other = Identity {
+            cpu_cores: 16,
+            ..ident(None)
+        };
+        let (_, src) = load_before_gpu(Some(&path), &other);
+        assert!(matches!(&src, ModelSource::Defaults { reason } if reason.contains("stale")));
+        // No file: defaults that still price a GPU (it may exist).
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let (loaded, _) = load_before_gpu(Some(&path), &ident(None));
+        assert!(loaded.ops.values().all(|o| o.gpu.is_some()));
+    }
 }
