@@ -40,7 +40,8 @@ fn model(gpu_fixed_ns: f64, gpu_ns_per_byte: f64) -> CostModel {
                 },
                 gpu: Some(GpuCost {
                     kernel: gpu,
-                    host: Some(gpu),
+                    pinned: Some(gpu),
+                    pageable: Some(gpu),
                 }),
             };
             (op.name().to_string(), m)
@@ -542,4 +543,112 @@ fn reserved_cores_are_not_used() {
     assert_eq!(auto.cpu_threads(), 1);
     let auto = AutoBackend::with_cpu_threads(CpuThreads::Count(1));
     assert_eq!(auto.cpu_threads(), 1);
+}
+
+/// A GPU that opens only when asked: counts its starts, and can fail.
+fn lazy_auto(
+    starts: &'static AtomicUsize,
+    fail: bool,
+    gpu_fixed_ns: f64,
+    gpu_ns_per_byte: f64,
+) -> AutoBackend {
+    let starter: gvault_accel::auto::GpuStarter = Box::new(move || {
+        starts.fetch_add(1, Ordering::SeqCst);
+        if fail {
+            Err("no device (test)".to_string())
+        } else {
+            Ok(Box::new(CpuBackend::with_threads(1)) as Box<dyn Backend>)
+        }
+    });
+    AutoBackend::from_starter(
+        CpuBackend::with_threads(2),
+        Some(starter),
+        model(gpu_fixed_ns, gpu_ns_per_byte),
+        synthetic(),
+    )
+}
+
+fn digest_job(data: &[u8]) -> Job<'_> {
+    Job::Digest {
+        algo: DigestAlgo::Sha256,
+        segments: vec![Data::from(data)],
+    }
+}
+
+#[test]
+fn the_gpu_opens_on_the_first_job_sent_to_it_and_not_before() {
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    // GPU: 1 ms to launch, 50 GB/s; the CPU wins below ~2 MB.
+    let auto = lazy_auto(&STARTS, false, 1e6, 0.02);
+    let small = random_bytes(4096, 1);
+    for _ in 0..100 {
+        auto.run(&mut digest_job(&small)).unwrap();
+    }
+    assert_eq!(STARTS.load(Ordering::SeqCst), 0, "small jobs never open it");
+    assert!(auto.has_gpu() && !auto.gpu_started());
+    let big = random_bytes(16 << 20, 2);
+    assert_eq!(auto.decide(&digest_job(&big)).plan, Plan::Gpu);
+    let want = CpuBackend::new().run(&mut digest_job(&big)).unwrap();
+    assert_eq!(auto.run(&mut digest_job(&big)).unwrap(), want);
+    assert_eq!(auto.run(&mut digest_job(&big)).unwrap(), want);
+    assert_eq!(STARTS.load(Ordering::SeqCst), 1, "opened once");
+    assert!(auto.gpu_started());
+}
+
+#[test]
+fn a_gpu_that_fails_to_open_leaves_every_job_to_the_cpu() {
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let auto = lazy_auto(&STARTS, true, 1e6, 0.02);
+    let keys = keys();
+    let reference = CpuBackend::with_threads(1);
+    let big = vec![random_bytes(8 << 20, 3), random_bytes(8 << 20, 4)];
+    for op in [OpKind::Sha256, OpKind::AesGcmSeal, OpKind::AesCtr] {
+        let (got, got_bufs) = run_op(op, &keys, &big, &|j| auto.run(j));
+        let (want, want_bufs) = run_op(op, &keys, &big, &|j| reference.run(j));
+        assert_eq!(got, want, "{op}");
+        assert!(got_bufs == want_bufs, "{op}");
+    }
+    assert_eq!(STARTS.load(Ordering::SeqCst), 1, "tried once");
+    assert!(!auto.has_gpu());
+    assert_eq!(auto.decide(&digest_job(&big[0])).plan, Plan::Cpu);
+}
+
+/// Buffers whose first byte is 0xA5 stand for page-locked memory.
+fn marked_pinned(b: &[u8]) -> bool {
+    b.first() == Some(&0xA5)
+}
+
+#[test]
+fn pinned_host_data_is_priced_at_the_pinned_rate() {
+    // Pinned: 20 µs + 50 GB/s; pageable: 20 µs + 0.5 GB/s (slower than the
+    // 2 GB/s of the CPU side).
+    let mut m = model(20_000.0, 0.02);
+    for op in m.ops.values_mut() {
+        if let Some(g) = op.gpu.as_mut() {
+            g.pageable = Some(LinearCost {
+                fixed_ns: 20_000.0,
+                ns_per_byte: 2.0,
+                ns_per_segment: 10.0,
+            });
+        }
+    }
+    let auto = AutoBackend::from_parts(
+        CpuBackend::with_threads(2),
+        Some(Box::new(CpuBackend::with_threads(1))),
+        m,
+        synthetic(),
+    )
+    .with_page_locked_check(marked_pinned);
+    let mut pinned = random_bytes(8 << 20, 5);
+    pinned[0] = 0xA5;
+    let mut pageable = pinned.clone();
+    pageable[0] = 0;
+    assert_eq!(auto.decide(&digest_job(&pinned)).plan, Plan::Gpu);
+    assert_eq!(auto.decide(&digest_job(&pageable)).plan, Plan::Cpu);
+    // A job counts as pinned only if every sampled segment is.
+    let mixed = Job::Digest {
+        algo: DigestAlgo::Sha256,
+        segments: vec![Data::from(&pinned), Data::from(&pageable)],
+    };
+    assert_ne!(auto.decide(&mixed).plan, Plan::Gpu);
 }

@@ -2,7 +2,7 @@
 //! machine; tests shrink the sizes to exercise flushes and compactions.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use gvault_accel::Backend;
 
@@ -56,8 +56,10 @@ pub struct Options {
     /// Encryption at rest: required to open an encrypted store, and creates
     /// one when the store does not exist yet. `None`: CRC32C only.
     pub encryption: Option<Encryption>,
-    /// The accelerator that seals and opens blocks (`None`: a CPU backend
-    /// shared by the process). Seals go one job per group commit or table.
+    /// The accelerator that seals and opens blocks. Default: an auto
+    /// backend shared by the process (CPU or GPU per job; the GPU opens only
+    /// for a job worth it). `None`: a CPU backend shared by the process.
+    /// Seals go one job per group commit or table.
     pub crypto_backend: Option<Arc<dyn Backend>>,
     /// Sees every (data-key id, nonce) pair before it seals a block.
     pub seal_observer: Option<SealObserver>,
@@ -90,11 +92,19 @@ impl Default for Options {
             fs: Arc::new(OsFs),
             warning_sink: Arc::new(|msg: &str| eprintln!("gvault-store warning: {msg}")),
             encryption: None,
-            crypto_backend: None,
+            crypto_backend: Some(shared_auto_backend()),
             seal_observer: None,
             reencrypt_bytes_per_sec: 32 << 20,
         }
     }
+}
+
+/// The default accelerator, one per process. Building it opens nothing
+/// (no thread pool, no GPU, no model file) until a store seals a block.
+fn shared_auto_backend() -> Arc<dyn Backend> {
+    static AUTO: OnceLock<Arc<gvault_accel::AutoBackend>> = OnceLock::new();
+    AUTO.get_or_init(|| Arc::new(gvault_accel::AutoBackend::new()))
+        .clone()
 }
 
 impl fmt::Debug for Options {

@@ -1,20 +1,28 @@
 //! [`AutoBackend`]: the backend callers use by default. Per job it predicts
 //! the finish time on the CPU and on the GPU (work already queued on each
 //! included) and runs the job on the sooner one, or splits it so that both
-//! finish together. Without a GPU it is the CPU backend plus one check.
+//! finish together. Nothing is opened up front: the model loads on the
+//! first job and the GPU on the first job the model sends to it, so a
+//! machine without a GPU (or a process of small jobs) pays only a check of
+//! whether CUDA's libraries exist, once.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-use super::decide::{decide, Decision, JobShape, Plan, Sides, SplitPoint, SPLIT_OVERHEAD_NS};
+use super::decide::{
+    decide_stats, sketch, Decision, JobStats, OpCosts, Plan, Sides, Sketch, SplitPoint,
+    SPLIT_OVERHEAD_NS,
+};
 use super::file::{self, ModelSource};
-use super::model::{CostModel, Identity};
+use super::inspect;
+use super::model::{CostModel, HostMemory, Identity};
 use super::split::{merge, split};
 use crate::backend::Backend;
 use crate::cpu::CpuBackend;
 use crate::error::BackendError;
 use crate::gpu::GpuBackend;
-use crate::job::{Data, DataMut, Job, OpKind, SegmentResult};
+use crate::job::{Job, OpKind, SegmentResult};
 
 /// How many cores the CPU side may use; the rest are left to the
 /// application (seed 001 §4.3: offloading frees cores for it).
@@ -117,11 +125,59 @@ impl Drop for Enqueued<'_> {
     }
 }
 
-pub struct AutoBackend {
-    cpu: CpuBackend,
-    gpu: Option<Box<dyn Backend>>,
+/// CPU jobs predicted shorter than this are not counted on the CPU queue:
+/// they barely move a large job's choice, and four atomic updates on a
+/// shared line would cost a 4 KiB block read a noticeable share.
+const CPU_QUEUE_MIN_NS: f64 = 50_000.0;
+
+/// A model, where it came from, and its costs per op looked up once.
+struct Loaded {
     model: CostModel,
     source: ModelSource,
+    costs: Vec<OpCosts>,
+}
+
+impl Loaded {
+    fn new(model: CostModel, source: ModelSource) -> Loaded {
+        let costs = OpCosts::all(&model);
+        Loaded {
+            model,
+            source,
+            costs,
+        }
+    }
+}
+
+/// What the first job loads: the model and whether a GPU may exist.
+struct Setup {
+    loaded: Loaded,
+    gpu_possible: bool,
+}
+
+/// The GPU side once started, with the model re-checked against it when
+/// the GPU it was measured with could not be known before.
+struct GpuSide {
+    backend: Box<dyn Backend>,
+    model: Option<Loaded>,
+}
+
+/// Starts the GPU side: opens the devices, or says why not.
+pub type GpuStarter = Box<dyn FnOnce() -> Result<Box<dyn Backend>, String> + Send>;
+
+type SideStarter = Box<dyn FnOnce() -> Result<GpuSide, String> + Send>;
+
+pub struct AutoBackend {
+    cpu_threads: usize,
+    /// Its thread pool is built by the first job.
+    cpu: OnceLock<CpuBackend>,
+    /// Loaded by the first job (`new` only records what to load).
+    setup: OnceLock<Setup>,
+    /// Started by the first job the model sends (part of) to the GPU;
+    /// `None` inside once starting failed.
+    gpu: OnceLock<Option<GpuSide>>,
+    starter: Mutex<Option<SideStarter>>,
+    /// Whether host memory is page-locked, where that can be asked.
+    page_locked: Option<fn(&[u8]) -> bool>,
     /// One bit per [`OpKind::ALL`] index: ops the GPU has refused.
     refused: AtomicU32,
     cpu_queue: Queue,
@@ -150,27 +206,58 @@ fn driver_version() -> Option<i32> {
     (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(v)
 }
 
+/// The model to decide with until the GPU is open: checked against the
+/// host only where CUDA's libraries are present (the GPU is checked when
+/// it opens), fully where they are not (then no job goes to a GPU).
+fn machine_setup() -> Setup {
+    let gpu_possible = crate::gpu::probe_libraries().is_ok();
+    let host = machine_identity(None);
+    let path = file::default_path();
+    let (model, source) = if gpu_possible {
+        file::load_before_gpu(path.as_deref(), &host)
+    } else {
+        file::load(path.as_deref(), &host)
+    };
+    // A missing file is reported once the GPU opens (it matters then).
+    file::warn_once(&source, false);
+    Setup {
+        loaded: Loaded::new(model, source),
+        gpu_possible,
+    }
+}
+
+/// Opens every visible GPU and checks the model against it.
+fn start_machine_gpu() -> Result<GpuSide, String> {
+    let gpu = GpuBackend::probe()?;
+    let identity = machine_identity(Some(&gpu));
+    let (model, source) = file::load(file::default_path().as_deref(), &identity);
+    file::warn_once(&source, true);
+    Ok(GpuSide {
+        backend: Box::new(gpu),
+        model: Some(Loaded::new(model, source)),
+    })
+}
+
 impl AutoBackend {
     /// All cores unless `GVAULT_CPU_THREADS` says otherwise, every visible
     /// GPU, the calibrated model (or the shipped defaults, with a warning).
+    /// Cheap: the model loads on the first job, and the GPU opens on the
+    /// first job the model sends to it.
     pub fn new() -> Self {
         Self::with_cpu_threads(CpuThreads::from_env())
     }
 
     /// As [`AutoBackend::new`], with the CPU side limited to `threads`.
     pub fn with_cpu_threads(threads: CpuThreads) -> Self {
-        let gpu = GpuBackend::probe().ok();
-        let identity = machine_identity(gpu.as_ref());
-        let cores = identity.cpu_cores;
-        let (model, source) = file::load(file::default_path().as_deref(), &identity);
-        file::warn_once(&source, gpu.is_some());
-        let cpu = CpuBackend::with_threads(threads.resolve(cores));
-        Self::from_parts(
-            cpu,
-            gpu.map(|g| Box::new(g) as Box<dyn Backend>),
-            model,
-            source,
-        )
+        let cores = crate::sysinfo::cpu_info().logical_cores;
+        let mut auto = Self::build(
+            threads.resolve(cores),
+            OnceLock::new(),
+            OnceLock::new(),
+            Some(Box::new(start_machine_gpu)),
+        );
+        auto.page_locked = Some(crate::gpu::host_page_locked);
+        auto
     }
 
     /// From explicit parts: tests and benchmarks pass a stand-in GPU and a
@@ -181,31 +268,133 @@ impl AutoBackend {
         model: CostModel,
         source: ModelSource,
     ) -> Self {
+        let starter = gpu.map(|g| Box::new(move || Ok(g)) as GpuStarter);
+        Self::from_starter(cpu, starter, model, source)
+    }
+
+    /// As [`AutoBackend::from_parts`], with a GPU that is started (or fails
+    /// to start) by the first job sent to it.
+    pub fn from_starter(
+        cpu: CpuBackend,
+        starter: Option<GpuStarter>,
+        model: CostModel,
+        source: ModelSource,
+    ) -> Self {
+        let setup = Setup {
+            loaded: Loaded::new(model, source),
+            gpu_possible: starter.is_some(),
+        };
+        let starter = starter.map(|start| {
+            Box::new(move || {
+                start().map(|backend| GpuSide {
+                    backend,
+                    model: None,
+                })
+            }) as SideStarter
+        });
+        Self::build(
+            cpu.threads(),
+            OnceLock::from(cpu),
+            OnceLock::from(setup),
+            starter,
+        )
+    }
+
+    /// Tells a stand-in GPU's auto backend how to recognise page-locked
+    /// host memory (the real one asks the CUDA driver).
+    pub fn with_page_locked_check(mut self, is_locked: fn(&[u8]) -> bool) -> Self {
+        self.page_locked = Some(is_locked);
+        self
+    }
+
+    fn build(
+        cpu_threads: usize,
+        cpu: OnceLock<CpuBackend>,
+        setup: OnceLock<Setup>,
+        starter: Option<SideStarter>,
+    ) -> Self {
         Self {
+            cpu_threads,
             cpu,
-            gpu,
-            model,
-            source,
+            setup,
+            gpu: OnceLock::new(),
+            starter: Mutex::new(starter),
+            page_locked: None,
             refused: AtomicU32::new(0),
             cpu_queue: Queue::default(),
             gpu_queue: Queue::default(),
         }
     }
 
+    fn cpu(&self) -> &CpuBackend {
+        self.cpu
+            .get_or_init(|| CpuBackend::with_threads(self.cpu_threads))
+    }
+
+    fn setup(&self) -> &Setup {
+        self.setup.get_or_init(machine_setup)
+    }
+
+    /// The GPU side, started on first use; `None` when there is none or it
+    /// failed to start (reported once, then every job runs on the CPU).
+    fn gpu_side(&self) -> Option<&GpuSide> {
+        self.gpu
+            .get_or_init(|| {
+                let start = self
+                    .starter
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()?;
+                match start() {
+                    Ok(side) => Some(side),
+                    Err(why) => {
+                        eprintln!(
+                            "gvault: warning: auto backend: the GPU did not start ({why}); \
+                             running every job on the CPU"
+                        );
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The model in use: the one checked against the open GPU, once open.
+    fn loaded(&self) -> &Loaded {
+        match self
+            .gpu
+            .get()
+            .and_then(Option::as_ref)
+            .and_then(|g| g.model.as_ref())
+        {
+            Some(l) => l,
+            None => &self.setup().loaded,
+        }
+    }
+
     pub fn model(&self) -> &CostModel {
-        &self.model
+        &self.loaded().model
     }
 
     pub fn model_source(&self) -> &ModelSource {
-        &self.source
+        &self.loaded().source
     }
 
     pub fn cpu_threads(&self) -> usize {
-        self.cpu.threads()
+        self.cpu_threads
     }
 
+    /// Whether a GPU is open or may still be opened for a job.
     pub fn has_gpu(&self) -> bool {
-        self.gpu.is_some()
+        match self.gpu.get() {
+            Some(side) => side.is_some(),
+            None => self.setup().gpu_possible,
+        }
+    }
+
+    /// Whether the GPU has been opened (by a job that needed it).
+    pub fn gpu_started(&self) -> bool {
+        self.gpu.get().is_some_and(Option::is_some)
     }
 
     /// Predicted nanoseconds and bytes in flight on (CPU, GPU).
@@ -219,8 +408,12 @@ impl AutoBackend {
         (q(&self.cpu_queue), q(&self.gpu_queue))
     }
 
+    fn op_index(op: OpKind) -> usize {
+        OpKind::ALL.iter().position(|o| *o == op).unwrap_or(0)
+    }
+
     fn op_bit(op: OpKind) -> u32 {
-        1 << OpKind::ALL.iter().position(|o| *o == op).unwrap_or(0)
+        1 << Self::op_index(op)
     }
 
     /// Whether the GPU has refused `op` (it is then never tried again).
@@ -228,22 +421,39 @@ impl AutoBackend {
         self.refused.load(Ordering::Relaxed) & Self::op_bit(op) != 0
     }
 
+    /// Whether `op` may go to the GPU: O(1), so that a machine without one
+    /// pays nothing more per job.
+    fn gpu_usable(&self, op: OpKind) -> bool {
+        self.has_gpu() && !self.gpu_refused(op)
+    }
+
     /// What `run` would do with `job` now.
     pub fn decide(&self, job: &Job<'_>) -> Decision {
         let op = job.op();
-        let (lengths, resident) = shape_of(job);
+        let costs = &self.loaded().costs[Self::op_index(op)];
         let sides = Sides {
-            cpu_threads: self.cpu.threads(),
-            gpu: self.gpu.is_some() && !self.gpu_refused(op),
+            cpu_threads: self.cpu_threads,
+            gpu: self.gpu_usable(op),
             cpu_queued_ns: self.cpu_queue.ns.load(Ordering::Relaxed) as f64,
             gpu_queued_ns: self.gpu_queue.ns.load(Ordering::Relaxed) as f64,
         };
-        let shape = JobShape {
-            op,
-            lengths: &lengths,
-            resident,
-        };
-        decide(&self.model, &shape, &sides)
+        let mut stats = inspect::stats(job);
+        if stats.mem != HostMemory::Device && sides.gpu {
+            // Asking the driver about the memory is worth it only where the
+            // GPU could win from some kind of host memory.
+            let screen = |mem| sketch(costs, &JobStats { mem, ..stats }, &sides);
+            let (pageable, decision) = screen(HostMemory::Pageable);
+            if pageable == Sketch::Cpu && screen(HostMemory::Pinned).0 == Sketch::Cpu {
+                return decision;
+            }
+            if self
+                .page_locked
+                .is_some_and(|f| inspect::host_is_pinned(job, f))
+            {
+                stats.mem = HostMemory::Pinned;
+            }
+        }
+        decide_stats(costs, &stats, &sides, || inspect::lengths(job))
     }
 
     /// Runs `job` by `plan` whatever the model says: for tests and
@@ -258,21 +468,21 @@ impl AutoBackend {
     }
 
     fn execute(&self, job: &mut Job<'_>, d: Decision) -> Result<Vec<SegmentResult>, BackendError> {
-        let bytes = job.bytes();
         let (cpu_q, gpu_q) = self.queued();
         match d.plan {
             Plan::Cpu => {
-                let _q = self
-                    .cpu_queue
-                    .enqueue(d.cpu_finish_ns - cpu_q.0 as f64, bytes);
-                self.cpu.run(job)
+                let own = d.cpu_finish_ns - cpu_q.0 as f64;
+                let _q =
+                    (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, job.bytes()));
+                self.cpu().run(job)
             }
             Plan::Gpu => {
                 let own = d.gpu_finish_ns.unwrap_or(0.0) - gpu_q.0 as f64;
-                let _q = self.gpu_queue.enqueue(own, bytes);
+                let _q = self.gpu_queue.enqueue(own, job.bytes());
                 self.on_gpu(job)
             }
             Plan::Split(at) => {
+                let bytes = job.bytes();
                 let finish = d.plan_finish_ns - SPLIT_OVERHEAD_NS;
                 let _qc = self.cpu_queue.enqueue(finish - cpu_q.0 as f64, bytes / 2);
                 let _qg = self.gpu_queue.enqueue(finish - gpu_q.0 as f64, bytes / 2);
@@ -284,18 +494,18 @@ impl AutoBackend {
     /// Runs on the GPU; an op it does not implement runs on the CPU and is
     /// remembered, so the GPU is not asked again.
     fn on_gpu(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
-        let Some(gpu) = &self.gpu else {
-            return self.cpu.run(job);
+        let Some(gpu) = self.gpu_side() else {
+            return self.cpu().run(job);
         };
         if self.gpu_refused(job.op()) {
-            return self.cpu.run(job);
+            return self.cpu().run(job);
         }
-        match gpu.run(job) {
+        match gpu.backend.run(job) {
             // Both are returned before any data is touched.
             Err(BackendError::Unsupported { .. } | BackendError::Unavailable { .. }) => {
                 self.refused
                     .fetch_or(Self::op_bit(job.op()), Ordering::Relaxed);
-                self.cpu.run(job)
+                self.cpu().run(job)
             }
             other => other,
         }
@@ -310,7 +520,7 @@ impl AutoBackend {
         let (gn, cn) = (g.len(), c.len());
         let (gr, cr) = std::thread::scope(|s| {
             let gpu_part = s.spawn(|| self.on_gpu(&mut g));
-            let cr = self.cpu.run(&mut c);
+            let cr = self.cpu().run(&mut c);
             let gr = gpu_part.join().unwrap_or_else(|_| {
                 Err(BackendError::Device(
                     "the GPU part of a split job panicked".into(),
@@ -336,34 +546,22 @@ impl Default for AutoBackend {
     }
 }
 
-/// Segment lengths and whether any segment is in device memory.
-fn shape_of(job: &Job<'_>) -> (Vec<u64>, bool) {
-    let dm = |d: &DataMut<'_>| (d.len() as u64, matches!(d, DataMut::Device(_)));
-    let d = |d: &Data<'_>| (d.len() as u64, matches!(d, Data::Device(_)));
-    let pairs: Vec<(u64, bool)> = match job {
-        Job::Seal { segments, .. } => segments.iter().map(|s| dm(&s.data)).collect(),
-        Job::Open { segments, .. } => segments.iter().map(|s| dm(&s.data)).collect(),
-        Job::Ctr { segments, .. } => segments.iter().map(|s| dm(&s.data)).collect(),
-        Job::Digest { segments, .. }
-        | Job::Chunk { segments, .. }
-        | Job::ChunkDigest { segments, .. } => segments.iter().map(d).collect(),
-        Job::RsaPrivate { segments, .. } => {
-            segments.iter().map(|s| (s.len() as u64, false)).collect()
-        }
-    };
-    let resident = pairs.iter().any(|p| p.1);
-    (pairs.into_iter().map(|p| p.0).collect(), resident)
-}
-
 impl Backend for AutoBackend {
     fn name(&self) -> &'static str {
         "auto"
     }
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
-        if self.gpu.is_none() || job.is_empty() {
-            return self.cpu.run(job);
+        if job.is_empty() || !self.gpu_usable(job.op()) {
+            return self.cpu().run(job);
         }
+        let first = self.decide(job);
+        if first.plan == Plan::Cpu || self.gpu.get().is_some() {
+            return self.execute(job, first);
+        }
+        // The first job for the GPU opens it, which may replace the model
+        // (checked against the real GPU) or fail: decide again after.
+        self.gpu_side();
         let d = self.decide(job);
         self.execute(job, d)
     }

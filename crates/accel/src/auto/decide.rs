@@ -1,7 +1,14 @@
 //! The choice, as pure functions of a cost model, a job's shape and the work
 //! already queued: CPU, GPU, or a split with both finishing together.
+//!
+//! Every whole-job candidate (all CPU, all GPU, the GPU taking a share of
+//! the bytes) is priced from the job's totals alone (bytes, segments,
+//! largest segment), which costs the same for 1 segment as for 100 000;
+//! only a split that wins is then placed on real segment boundaries (or
+//! inside a segment, where the op allows), by one walk over the lengths,
+//! and priced again exactly.
 
-use super::model::CostModel;
+use super::model::{CostModel, CpuCost, HostMemory, LinearCost};
 use crate::cpu::DEFAULT_SPLIT_BYTES;
 use crate::job::{OpKind, MAX_SEGMENT_LEN};
 
@@ -15,15 +22,41 @@ pub const SPLIT_MARGIN: f64 = 0.05;
 /// Segments are cut inside only at multiples of this (an AES block; two
 /// blocks of the 64-bit ciphers), with the counter advanced to match.
 pub const CUT_ALIGN: u64 = 16;
+/// GPU shares of the bytes priced besides the balance point: a split's
+/// finish time is not linear in the share (CPU parallelism is a step
+/// function of the segments left), so the grid catches what the balance
+/// point misses.
+const SHARE_GRID: usize = 16;
 
-/// What the decision needs to know about a job.
+/// What the decision needs to know about a job: totals, one pass to gather.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JobStats {
+    pub bytes: u64,
+    pub segments: usize,
+    /// Length of the longest segment.
+    pub largest: u64,
+    pub mem: HostMemory,
+}
+
+impl JobStats {
+    pub fn of_lengths(lengths: &[u64], mem: HostMemory) -> JobStats {
+        JobStats {
+            bytes: lengths.iter().sum(),
+            segments: lengths.len(),
+            largest: lengths.iter().copied().max().unwrap_or(0),
+            mem,
+        }
+    }
+}
+
+/// A job as the pure decision sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct JobShape<'a> {
     pub op: OpKind,
     /// Length of every segment, in order.
     pub lengths: &'a [u64],
-    /// Some segment lives in device memory (only the GPU can read it).
-    pub resident: bool,
+    /// Where its data lives (device memory: only the GPU can read it).
+    pub mem: HostMemory,
 }
 
 /// The two sides as they stand now.
@@ -31,7 +64,7 @@ pub struct JobShape<'a> {
 pub struct Sides {
     /// Threads the CPU side may use.
     pub cpu_threads: usize,
-    /// The GPU is present and has not refused this op.
+    /// The GPU is present (or may be started) and has not refused this op.
     pub gpu: bool,
     /// Predicted nanoseconds of work already queued on each side.
     pub cpu_queued_ns: f64,
@@ -69,10 +102,10 @@ pub fn cuttable(op: OpKind) -> bool {
     matches!(op, OpKind::AesCtr | OpKind::TeaCtr | OpKind::BlowfishCtr)
 }
 
-/// Independent pieces the CPU backend makes of these segments: it cuts
-/// large segments of CTR, BLAKE3 and CRC jobs across cores.
-fn cpu_units(op: OpKind, lengths: impl Iterator<Item = u64>, threads: usize) -> usize {
-    let cuts_inside = threads > 1
+/// Whether the CPU backend cuts large segments of `op` across its threads
+/// (CTR, BLAKE3 and CRC jobs).
+fn cpu_cuts_inside(op: OpKind, threads: usize) -> bool {
+    threads > 1
         && matches!(
             op,
             OpKind::AesCtr
@@ -82,96 +115,133 @@ fn cpu_units(op: OpKind, lengths: impl Iterator<Item = u64>, threads: usize) -> 
                 | OpKind::Blake3Keyed
                 | OpKind::Crc32
                 | OpKind::Crc32c
-        );
-    lengths
-        .map(|len| {
-            if cuts_inside {
-                len.div_ceil(DEFAULT_SPLIT_BYTES as u64).max(1) as usize
-            } else {
-                1
-            }
-        })
-        .sum()
+        )
 }
 
-/// The lengths of the two parts of a split.
-fn parts(lengths: &[u64], at: SplitPoint) -> (Vec<u64>, Vec<u64>) {
-    let mut gpu: Vec<u64> = lengths[..at.segment].to_vec();
-    let mut cpu = Vec::new();
-    if at.segment < lengths.len() {
-        let len = lengths[at.segment];
-        if at.offset > 0 {
-            gpu.push(at.offset);
-            cpu.push(len - at.offset);
-        } else {
-            cpu.push(len);
-        }
-        cpu.extend_from_slice(&lengths[at.segment + 1..]);
-    }
-    (gpu, cpu)
-}
-
-fn cpu_time(model: &CostModel, op: OpKind, lengths: &[u64], threads: usize) -> f64 {
-    if lengths.is_empty() {
+/// CPU time of `segments` segments, `bytes` in all, the longest `largest`.
+fn cpu_time(c: &OpCosts, bytes: u64, segments: usize, largest: u64, threads: usize) -> f64 {
+    if segments == 0 {
         return 0.0;
     }
-    let bytes = lengths.iter().sum();
-    let units = cpu_units(op, lengths.iter().copied(), threads);
-    model.cpu_ns(op, bytes, lengths.len(), units, threads)
+    let op = c.op;
+    let piece = DEFAULT_SPLIT_BYTES as u64;
+    let (units, largest_unit) = if cpu_cuts_inside(op, threads) {
+        // Each segment is at most ceil(len / piece) pieces: at most this many.
+        (segments + (bytes / piece) as usize, largest.min(piece))
+    } else {
+        (segments, largest)
+    };
+    c.cpu.map_or(0.0, |m| {
+        m.predict_ns(bytes, segments, units, largest_unit, threads)
+    })
 }
 
-fn gpu_time(model: &CostModel, op: OpKind, lengths: &[u64], resident: bool) -> Option<f64> {
-    if lengths.is_empty() {
+fn gpu_time(c: &OpCosts, bytes: u64, segments: usize, mem: HostMemory) -> Option<f64> {
+    if segments == 0 {
         return Some(0.0);
     }
-    model.gpu_ns(op, lengths.iter().sum(), lengths.len(), resident)
+    Some(c.gpu(mem)?.predict_ns(bytes, segments))
 }
 
-/// Predicted finish of a split: both parts run at once.
-fn split_finish(model: &CostModel, shape: &JobShape<'_>, sides: &Sides, at: SplitPoint) -> f64 {
-    let (g, c) = parts(shape.lengths, at);
-    let gpu = gpu_time(model, shape.op, &g, false).unwrap_or(f64::INFINITY);
-    let cpu = cpu_time(model, shape.op, &c, sides.cpu_threads);
-    (sides.gpu_queued_ns + gpu).max(sides.cpu_queued_ns + cpu) + SPLIT_OVERHEAD_NS
+/// One op's costs, looked up once (the model keys ops by name).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpCosts {
+    op: OpKind,
+    cpu: Option<CpuCost>,
+    /// Indexed by [`mem_index`].
+    gpu: [Option<LinearCost>; 3],
 }
 
-/// Cut points around byte `target` of the concatenated segments.
-fn candidates(shape: &JobShape<'_>, target: u64) -> Vec<SplitPoint> {
-    let mut out = Vec::new();
-    let mut before = 0u64;
-    for (i, &len) in shape.lengths.iter().enumerate() {
-        if target < before + len || i + 1 == shape.lengths.len() {
-            out.push(SplitPoint {
-                segment: i,
-                offset: 0,
-            });
-            out.push(SplitPoint {
-                segment: i + 1,
-                offset: 0,
-            });
-            let inside = (target.saturating_sub(before) / CUT_ALIGN) * CUT_ALIGN;
-            if cuttable(shape.op) && inside > 0 && inside < len && len <= MAX_SEGMENT_LEN {
-                out.push(SplitPoint {
-                    segment: i,
-                    offset: inside,
-                });
-            }
-            break;
-        }
-        before += len;
+fn mem_index(mem: HostMemory) -> usize {
+    match mem {
+        HostMemory::Device => 0,
+        HostMemory::Pinned => 1,
+        HostMemory::Pageable => 2,
     }
-    // A split gives both sides something.
-    let n = shape.lengths.len();
-    out.retain(|p| (p.segment > 0 || p.offset > 0) && p.segment < n);
-    out
 }
 
-/// Chooses CPU, GPU or a split for one job, by predicted finish time.
-pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decision {
-    let op = shape.op;
-    let cpu_finish = sides.cpu_queued_ns + cpu_time(model, op, shape.lengths, sides.cpu_threads);
-    let gpu_finish = if sides.gpu {
-        gpu_time(model, op, shape.lengths, shape.resident).map(|t| sides.gpu_queued_ns + t)
+impl OpCosts {
+    pub(crate) fn of(model: &CostModel, op: OpKind) -> OpCosts {
+        let line = |mem| model.gpu_cost(op, mem);
+        OpCosts {
+            op,
+            cpu: model.op(op).map(|m| m.cpu),
+            gpu: [
+                line(HostMemory::Device),
+                line(HostMemory::Pinned),
+                line(HostMemory::Pageable),
+            ],
+        }
+    }
+
+    /// Every op of `model`, in [`OpKind::ALL`] order.
+    pub(crate) fn all(model: &CostModel) -> Vec<OpCosts> {
+        OpKind::ALL
+            .iter()
+            .map(|&op| OpCosts::of(model, op))
+            .collect()
+    }
+
+    fn gpu(&self, mem: HostMemory) -> Option<LinearCost> {
+        self.gpu[mem_index(mem)]
+    }
+}
+
+/// One part of a split: what the GPU takes.
+#[derive(Clone, Copy, Debug)]
+struct GpuPart {
+    bytes: u64,
+    segments: usize,
+}
+
+/// Predicted finish of a split: both parts run at once. The CPU part's
+/// longest segment is taken to be the job's (it may be less).
+fn split_finish(
+    c: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    gpu: GpuPart,
+    cut_inside: bool,
+) -> f64 {
+    let cpu_bytes = stats.bytes - gpu.bytes.min(stats.bytes);
+    let cpu_segments = stats.segments - gpu.segments.min(stats.segments) + usize::from(cut_inside);
+    let g = gpu_time(c, gpu.bytes, gpu.segments, stats.mem).unwrap_or(f64::INFINITY);
+    let cpu = cpu_time(
+        c,
+        cpu_bytes,
+        cpu_segments,
+        stats.largest.min(cpu_bytes),
+        sides.cpu_threads,
+    );
+    (sides.gpu_queued_ns + g).max(sides.cpu_queued_ns + cpu) + SPLIT_OVERHEAD_NS
+}
+
+/// Outcome of pricing a job from its totals.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Sketch {
+    Cpu,
+    Gpu,
+    /// A split giving the GPU about this many bytes.
+    Split {
+        gpu_bytes: u64,
+        finish_ns: f64,
+    },
+}
+
+/// The single backends' finish times and the best whole-job candidate,
+/// priced from the totals alone: O(1) in the number of segments.
+pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, Decision) {
+    let op = c.op;
+    let cpu_finish = sides.cpu_queued_ns
+        + cpu_time(
+            c,
+            stats.bytes,
+            stats.segments,
+            stats.largest,
+            sides.cpu_threads,
+        );
+    let gpu_finish = if sides.gpu && stats.segments > 0 {
+        gpu_time(c, stats.bytes, stats.segments, stats.mem).map(|t| sides.gpu_queued_ns + t)
     } else {
         None
     };
@@ -182,37 +252,131 @@ pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decisio
         plan_finish_ns: finish,
     };
     let Some(gpu_finish) = gpu_finish else {
-        return single(Plan::Cpu, cpu_finish);
+        return (Sketch::Cpu, single(Plan::Cpu, cpu_finish));
     };
-    if shape.resident {
+    if stats.mem == HostMemory::Device {
         // Only the GPU can read device memory.
-        return single(Plan::Gpu, gpu_finish);
+        return (Sketch::Gpu, single(Plan::Gpu, gpu_finish));
     }
     let best = if gpu_finish < cpu_finish {
-        single(Plan::Gpu, gpu_finish)
+        (Sketch::Gpu, single(Plan::Gpu, gpu_finish))
     } else {
-        single(Plan::Cpu, cpu_finish)
+        (Sketch::Cpu, single(Plan::Cpu, cpu_finish))
     };
-    let bytes: u64 = shape.lengths.iter().sum();
-    if bytes < MIN_SPLIT_BYTES || (shape.lengths.len() < 2 && !cuttable(op)) {
+    if stats.bytes < MIN_SPLIT_BYTES || (stats.segments < 2 && !cuttable(op)) {
         return best;
     }
-    // Both sides linear in the GPU's share f of the bytes:
-    //   Qg + Fg + f·Vg = Qc + Fc + (1 − f)·Vc.
-    let fixed_g = gpu_time(model, op, &[0], false).unwrap_or(0.0);
-    let fixed_c = cpu_time(model, op, &[0], sides.cpu_threads);
+    // Segments taken to be of even size: a share f of the bytes is about
+    // f of the segments. The walk in `place_split` corrects this.
+    let part = |f: f64| {
+        let bytes = (f * stats.bytes as f64) as u64;
+        let segments = if cuttable(op) {
+            ((f * stats.segments as f64).ceil() as usize).max(1)
+        } else {
+            ((f * stats.segments as f64).round() as usize).clamp(1, stats.segments - 1)
+        };
+        GpuPart { bytes, segments }
+    };
+    let price = |f: f64| split_finish(c, stats, sides, part(f), cuttable(op));
+    let mut shares: Vec<f64> = (1..SHARE_GRID)
+        .map(|k| k as f64 / SHARE_GRID as f64)
+        .collect();
+    shares.push(balance_point(c, stats, sides, cpu_finish, gpu_finish));
+    let (f, finish) = shares
+        .into_iter()
+        .filter(|f| *f > 0.0 && *f < 1.0)
+        .map(|f| (f, price(f)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((0.0, f64::INFINITY));
+    if finish < best.1.plan_finish_ns * (1.0 - SPLIT_MARGIN) {
+        let gpu_bytes = (f * stats.bytes as f64) as u64;
+        (
+            Sketch::Split {
+                gpu_bytes,
+                finish_ns: finish,
+            },
+            best.1,
+        )
+    } else {
+        best
+    }
+}
+
+/// The GPU's share of the bytes at which both sides would finish together
+/// if each were linear in its share:
+///   Qg + Fg + f·Vg = Qc + Fc + (1 − f)·Vc.
+fn balance_point(
+    c: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    cpu_finish: f64,
+    gpu_finish: f64,
+) -> f64 {
+    let fixed_g = gpu_time(c, 0, 1, stats.mem).unwrap_or(0.0);
+    let fixed_c = cpu_time(c, 0, 1, 0, sides.cpu_threads);
     let var_g = (gpu_finish - sides.gpu_queued_ns - fixed_g).max(0.0);
     let var_c = (cpu_finish - sides.cpu_queued_ns - fixed_c).max(0.0);
     if var_g + var_c <= 0.0 {
-        return best;
+        return 0.5;
     }
-    let f = ((sides.cpu_queued_ns + fixed_c + var_c - sides.gpu_queued_ns - fixed_g)
-        / (var_g + var_c))
-        .clamp(0.0, 1.0);
-    let target = (f * bytes as f64) as u64;
-    let split = candidates(shape, target)
+    ((sides.cpu_queued_ns + fixed_c + var_c - sides.gpu_queued_ns - fixed_g) / (var_g + var_c))
+        .clamp(0.0, 1.0)
+}
+
+/// Real cut points around byte `target` of the concatenated segments: the
+/// boundaries before and after the segment holding it, and a block-aligned
+/// cut inside it where the op allows; each with what the GPU part holds.
+fn cut_points(
+    op: OpKind,
+    lengths: impl Iterator<Item = u64>,
+    segments: usize,
+    target: u64,
+) -> Vec<(SplitPoint, GpuPart)> {
+    let mut out = Vec::new();
+    let mut before = 0u64;
+    for (i, len) in lengths.enumerate() {
+        if target < before + len || i + 1 == segments {
+            let at = |segment, offset, bytes, segs| {
+                (
+                    SplitPoint { segment, offset },
+                    GpuPart {
+                        bytes,
+                        segments: segs,
+                    },
+                )
+            };
+            out.push(at(i, 0, before, i));
+            out.push(at(i + 1, 0, before + len, i + 1));
+            let inside = (target.saturating_sub(before) / CUT_ALIGN) * CUT_ALIGN;
+            if cuttable(op) && inside > 0 && inside < len && len <= MAX_SEGMENT_LEN {
+                out.push(at(i, inside, before + inside, i + 1));
+            }
+            break;
+        }
+        before += len;
+    }
+    // A split gives both sides something.
+    out.retain(|(p, _)| (p.segment > 0 || p.offset > 0) && p.segment < segments);
+    out
+}
+
+/// Chooses CPU, GPU or a split for one job, by predicted finish time.
+/// `lengths` is walked only when a split is worth placing.
+pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
+    c: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    lengths: impl FnOnce() -> I,
+) -> Decision {
+    let op = c.op;
+    let (sketch, best) = sketch(c, stats, sides);
+    let gpu_bytes = match sketch {
+        Sketch::Cpu | Sketch::Gpu => return best,
+        Sketch::Split { gpu_bytes, .. } => gpu_bytes,
+    };
+    let split = cut_points(op, lengths(), stats.segments, gpu_bytes)
         .into_iter()
-        .map(|p| (p, split_finish(model, shape, sides, p)))
+        .map(|(p, g)| (p, split_finish(c, stats, sides, g, p.offset > 0)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
     match split {
         Some((p, finish)) if finish < best.plan_finish_ns * (1.0 - SPLIT_MARGIN) => Decision {
@@ -222,6 +386,14 @@ pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decisio
         },
         _ => best,
     }
+}
+
+/// Chooses CPU, GPU or a split for one job, by predicted finish time.
+pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decision {
+    let stats = JobStats::of_lengths(shape.lengths, shape.mem);
+    decide_stats(&OpCosts::of(model, shape.op), &stats, sides, || {
+        shape.lengths.iter().copied()
+    })
 }
 
 /// Crossing point of CPU and GPU for one op, jobs of `segments` segments.
@@ -235,15 +407,22 @@ pub enum Crossover {
 }
 
 /// Smallest segment size (512 B to 1 GiB) at which the GPU's predicted
-/// time beats the CPU's, for idle backends and host data.
-pub fn crossover(model: &CostModel, op: OpKind, segments: usize, cpu_threads: usize) -> Crossover {
-    if model.op(op).and_then(|m| m.gpu).is_none() {
+/// time beats the CPU's, for idle backends and data in `mem`.
+pub fn crossover(
+    model: &CostModel,
+    op: OpKind,
+    segments: usize,
+    cpu_threads: usize,
+    mem: HostMemory,
+) -> Crossover {
+    let c = &OpCosts::of(model, op);
+    let Some(g) = c.gpu(mem) else {
         return Crossover::NoGpu;
-    }
+    };
+    let n = segments.max(1);
     let gpu_wins = |size: u64| {
-        let lengths = vec![size; segments.max(1)];
-        let cpu = cpu_time(model, op, &lengths, cpu_threads);
-        gpu_time(model, op, &lengths, false).is_some_and(|g| g < cpu)
+        let cpu = cpu_time(c, size * n as u64, n, size, cpu_threads);
+        g.predict_ns(size * n as u64, n) < cpu
     };
     let (lo, hi) = (512u64, 1u64 << 30);
     if gpu_wins(lo) {
@@ -270,9 +449,15 @@ mod tests {
     use super::super::model::{CpuCost, GpuCost, Identity, LinearCost, OpModel};
     use super::*;
 
-    /// CPU: 1 GB/s a core, 8 cores at 8×, 2 µs to start; GPU: 20 µs fixed and
-    /// `gpu_gbps` through the link, 100 GB/s resident.
-    fn model(gpu_gbps: f64) -> CostModel {
+    /// CPU: 1 GB/s a core, `threads` cores at full speed-up, 2 µs to start;
+    /// GPU: 20 µs fixed, `gpu_gbps` from host memory (pinned and pageable
+    /// alike), 100 GB/s resident.
+    fn model_with(threads: usize, cpu_gbps: f64, pinned: f64, pageable: f64) -> CostModel {
+        let host = |gbps: f64| LinearCost {
+            fixed_ns: 20_000.0,
+            ns_per_byte: 1.0 / gbps,
+            ns_per_segment: 10.0,
+        };
         let ops = OpKind::ALL
             .iter()
             .map(|op| {
@@ -280,23 +465,16 @@ mod tests {
                     cpu: CpuCost {
                         one_thread: LinearCost {
                             fixed_ns: 2_000.0,
-                            ns_per_byte: 1.0,
+                            ns_per_byte: 1.0 / cpu_gbps,
                             ns_per_segment: 100.0,
                         },
-                        threads: 8,
-                        speedup: 8.0,
+                        threads,
+                        speedup: threads as f64,
                     },
                     gpu: Some(GpuCost {
-                        kernel: LinearCost {
-                            fixed_ns: 20_000.0,
-                            ns_per_byte: 0.01,
-                            ns_per_segment: 10.0,
-                        },
-                        host: Some(LinearCost {
-                            fixed_ns: 20_000.0,
-                            ns_per_byte: 1.0 / gpu_gbps,
-                            ns_per_segment: 10.0,
-                        }),
+                        kernel: host(100.0),
+                        pinned: Some(host(pinned)),
+                        pageable: Some(host(pageable)),
                     }),
                 };
                 (op.name().to_string(), m)
@@ -308,6 +486,10 @@ mod tests {
             link: None,
             ops,
         }
+    }
+
+    fn model(gpu_gbps: f64) -> CostModel {
+        model_with(8, 1.0, gpu_gbps, gpu_gbps)
     }
 
     fn idle(cpu_threads: usize) -> Sides {
@@ -323,8 +505,25 @@ mod tests {
         JobShape {
             op,
             lengths,
-            resident: false,
+            mem: HostMemory::Pageable,
         }
+    }
+
+    /// The GPU part and CPU part lengths of a split.
+    fn parts(lengths: &[u64], at: SplitPoint) -> (Vec<u64>, Vec<u64>) {
+        let mut gpu: Vec<u64> = lengths[..at.segment].to_vec();
+        let mut cpu = Vec::new();
+        if at.segment < lengths.len() {
+            let len = lengths[at.segment];
+            if at.offset > 0 {
+                gpu.push(at.offset);
+                cpu.push(len - at.offset);
+            } else {
+                cpu.push(len);
+            }
+            cpu.extend_from_slice(&lengths[at.segment + 1..]);
+        }
+        (gpu, cpu)
     }
 
     #[test]
@@ -338,9 +537,7 @@ mod tests {
 
     #[test]
     fn large_jobs_go_to_a_faster_gpu() {
-        // GPU at 50 GB/s vs 8 GB/s of CPU: a split would give the CPU ~14%
-        // and gain less than the margin only for some shapes; with the CPU
-        // reserved down to one thread the GPU alone must win.
+        // With the CPU reserved down to one thread the GPU alone must win.
         let m = model(50.0);
         let lengths = vec![16u64 << 20; 16];
         let d = decide(&m, &shape(OpKind::Sha256, &lengths), &idle(1));
@@ -386,6 +583,92 @@ mod tests {
         // One huge digest segment is not cut.
         let d = decide(&m, &shape(OpKind::Sha256, &lengths), &idle(8));
         assert!(!matches!(d.plan, Plan::Split(_)), "{d:?}");
+    }
+
+    /// The H200 host's GCM case: 32 cores at 4.5 GB/s each, GPU at 45 GB/s
+    /// from pinned memory and 9.8 GB/s from pageable. Four 16 MiB segments
+    /// keep only 4 cores busy; giving the GPU some of them leaves the CPU
+    /// as long as before, so no split can win.
+    #[test]
+    fn four_unsplittable_segments_pick_the_better_single_backend() {
+        let m = model_with(32, 4.5, 45.0, 9.8);
+        let lengths = vec![16u64 << 20; 4];
+        let op = OpKind::AesGcmSeal;
+        let pageable = decide(&m, &shape(op, &lengths), &idle(32));
+        assert_eq!(pageable.plan, Plan::Cpu, "{pageable:?}");
+        let pinned = JobShape {
+            mem: HostMemory::Pinned,
+            ..shape(op, &lengths)
+        };
+        let d = decide(&m, &pinned, &idle(32));
+        assert_eq!(d.plan, Plan::Gpu, "{d:?}");
+        // Large pinned jobs use the GPU, and with many segments the CPU
+        // too; pageable ones of many segments stay on the 32 cores.
+        let big = vec![256u64 << 20; 4];
+        let d = decide(
+            &m,
+            &JobShape {
+                mem: HostMemory::Pinned,
+                ..shape(op, &big)
+            },
+            &idle(32),
+        );
+        assert_ne!(d.plan, Plan::Cpu, "{d:?}");
+        let many = vec![1u64 << 20; 1024];
+        let d = decide(&m, &shape(op, &many), &idle(32));
+        assert!(matches!(d.plan, Plan::Cpu | Plan::Split(_)), "{d:?}");
+        let d = decide(
+            &m,
+            &JobShape {
+                mem: HostMemory::Pinned,
+                ..shape(op, &many)
+            },
+            &idle(32),
+        );
+        assert!(matches!(d.plan, Plan::Split(_)), "{d:?}");
+    }
+
+    /// Exact price of every candidate at segment granularity.
+    fn brute_force(m: &CostModel, op: OpKind, lengths: &[u64], sides: &Sides) -> f64 {
+        let stats = JobStats::of_lengths(lengths, HostMemory::Pageable);
+        let c = OpCosts::of(m, op);
+        let (_, d) = sketch(&c, &stats, sides);
+        let single = d
+            .cpu_finish_ns
+            .min(d.gpu_finish_ns.unwrap_or(f64::INFINITY));
+        (1..lengths.len())
+            .map(|k| {
+                let g = GpuPart {
+                    bytes: lengths[..k].iter().sum(),
+                    segments: k,
+                };
+                split_finish(&c, &stats, sides, g, false)
+            })
+            .fold(single, f64::min)
+    }
+
+    #[test]
+    fn the_plan_is_as_good_as_every_candidate_priced() {
+        let op = OpKind::Sha256;
+        for (threads, cpu, gpu) in [
+            (8, 1.0, 8.0),
+            (32, 2.0, 45.0),
+            (2, 1.0, 3.0),
+            (16, 1.5, 9.8),
+        ] {
+            let m = model_with(threads, cpu, gpu, gpu);
+            for n in [2usize, 3, 5, 17, 40, 333] {
+                for size in [64u64 << 10, 1 << 20, 5 << 20] {
+                    let lengths = vec![size; n];
+                    let d = decide(&m, &shape(op, &lengths), &idle(threads));
+                    let best = brute_force(&m, op, &lengths, &idle(threads));
+                    assert!(
+                        d.plan_finish_ns <= best * (1.0 + SPLIT_MARGIN) + SPLIT_OVERHEAD_NS,
+                        "{threads} threads, {n} x {size}: {d:?}, best {best}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
@@ -439,7 +722,7 @@ mod tests {
         let m = model(0.1);
         let lengths = [512u64];
         let s = JobShape {
-            resident: true,
+            mem: HostMemory::Device,
             ..shape(OpKind::AesCtr, &lengths)
         };
         assert_eq!(decide(&m, &s, &idle(8)).plan, Plan::Gpu);
@@ -469,27 +752,34 @@ mod tests {
     }
 
     #[test]
-    fn crossover_is_where_the_gpu_starts_winning() {
-        let m = model(50.0);
-        let Crossover::At(size) = crossover(&m, OpKind::Sha256, 1, 1) else {
-            panic!("expected a crossing")
+    fn crossover_is_where_the_gpu_starts_winning_per_memory_kind() {
+        let m = model_with(1, 1.0, 50.0, 5.0);
+        let at = |mem| match crossover(&m, OpKind::Sha256, 1, 1, mem) {
+            Crossover::At(size) => size,
+            other => panic!("expected a crossing, got {other:?}"),
         };
+        let (pinned, pageable) = (at(HostMemory::Pinned), at(HostMemory::Pageable));
+        assert!(pinned < pageable, "{pinned} {pageable}");
+        let c = OpCosts::of(&m, OpKind::Sha256);
         let t = |s: u64| {
             (
-                cpu_time(&m, OpKind::Sha256, &[s], 1),
-                gpu_time(&m, OpKind::Sha256, &[s], false).expect("gpu"),
+                cpu_time(&c, s, 1, s, 1),
+                gpu_time(&c, s, 1, HostMemory::Pinned).expect("gpu"),
             )
         };
-        let (c, g) = t(size);
+        let (c, g) = t(pinned);
         assert!(g < c);
-        let (c, g) = t(size - 32);
+        let (c, g) = t(pinned - 32);
         assert!(g >= c);
         assert_eq!(
-            crossover(&model(0.01), OpKind::Sha256, 1, 8),
+            crossover(&model(0.01), OpKind::Sha256, 1, 8, HostMemory::Pageable),
             Crossover::GpuNeverFaster
         );
         let mut no_gpu = m.clone();
         no_gpu.ops.values_mut().for_each(|o| o.gpu = None);
-        assert_eq!(crossover(&no_gpu, OpKind::Sha256, 1, 8), Crossover::NoGpu);
+        assert_eq!(
+            crossover(&no_gpu, OpKind::Sha256, 1, 8, HostMemory::Pinned),
+            Crossover::NoGpu
+        );
     }
 }

@@ -3,6 +3,8 @@
 //! and SHA-NI (DESIGN.md's table); GPU figures are an H200 over PCIe 5
 //! (55 GB/s pinned). They only need to be right to within a factor of two to
 //! send small jobs to the CPU and large hashing jobs to the GPU.
+//! Pageable host data is staged by a CPU copy, so it gets its own, slower
+//! end-to-end rate.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +37,12 @@ const RATES: [(OpKind, f64, f64, f64, f64); 14] = [
 /// a synchronisation.
 const CPU_FIXED_NS: f64 = 3_000.0;
 const GPU_FIXED_NS: f64 = 30_000.0;
+/// The link from page-locked memory (PCIe 5), and the end-to-end rate from
+/// pageable memory, which a CPU copy into pinned slots limits (9.8 GB/s
+/// measured for AES-GCM on an H200 host).
+const LINK_FIXED_NS: f64 = 10_000.0;
+const PINNED_GBPS: f64 = 55.0;
+const PAGEABLE_GBPS: f64 = 10.0;
 /// Of the ideal speed-up, what many segments on all cores achieve.
 const CPU_EFFICIENCY: f64 = 0.85;
 
@@ -55,13 +63,20 @@ pub fn shipped(identity: Identity) -> CostModel {
                 threads: cores,
                 speedup: (cores as f64 * CPU_EFFICIENCY).max(1.0),
             };
+            let kernel = LinearCost {
+                fixed_ns: GPU_FIXED_NS,
+                ns_per_byte: gpu_b,
+                ns_per_segment: gpu_s,
+            };
             let gpu = has_gpu.then_some(GpuCost {
-                kernel: LinearCost {
-                    fixed_ns: GPU_FIXED_NS,
-                    ns_per_byte: gpu_b,
+                kernel,
+                // Pinned: kernel ⊕ link (below).
+                pinned: None,
+                pageable: Some(LinearCost {
+                    fixed_ns: GPU_FIXED_NS + LINK_FIXED_NS,
+                    ns_per_byte: gpu_b.max(1.0 / PAGEABLE_GBPS),
                     ns_per_segment: gpu_s,
-                },
-                host: None,
+                }),
             });
             (op.name().to_string(), OpModel { cpu, gpu })
         })
@@ -70,8 +85,8 @@ pub fn shipped(identity: Identity) -> CostModel {
         format_version: FORMAT_VERSION,
         identity,
         link: has_gpu.then_some(LinkCost {
-            fixed_ns: 10_000.0,
-            ns_per_byte: 1.0 / 55.0,
+            fixed_ns: LINK_FIXED_NS,
+            ns_per_byte: 1.0 / PINNED_GBPS,
         }),
         ops,
     }
@@ -79,6 +94,7 @@ pub fn shipped(identity: Identity) -> CostModel {
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::HostMemory;
     use super::*;
 
     #[test]
@@ -92,6 +108,13 @@ mod tests {
         m.validate().expect("valid");
         for op in OpKind::ALL {
             assert!(m.op(op).is_some_and(|o| o.gpu.is_some()), "{op}");
+        }
+        // Pageable host data is priced slower than pinned, pinned slower
+        // than device-resident, for large jobs of every op.
+        for op in OpKind::ALL {
+            let t = |mem| m.gpu_ns(op, 1 << 30, 64, mem).expect("gpu");
+            assert!(t(HostMemory::Pageable) > t(HostMemory::Pinned), "{op}");
+            assert!(t(HostMemory::Pinned) >= t(HostMemory::Device), "{op}");
         }
         let no_gpu = shipped(Identity::default());
         assert!(no_gpu.link.is_none());

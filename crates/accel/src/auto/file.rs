@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use super::defaults::shipped;
-use super::model::{CostModel, Identity};
+use super::model::{CostModel, Identity, FORMAT_VERSION};
 
 /// Where the model in use came from, for `gvault doctor`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,10 +42,34 @@ pub fn default_path() -> Option<PathBuf> {
 
 /// Reads and checks a model file against the machine it will run on.
 pub fn read(path: &Path, current: &Identity) -> Result<CostModel, String> {
+    read_checking(path, current, true)
+}
+
+/// As [`read`]; the GPU and driver are checked only when `check_gpu`.
+fn read_checking(path: &Path, current: &Identity, check_gpu: bool) -> Result<CostModel, String> {
+    /// The one field every format version has.
+    #[derive(serde::Deserialize)]
+    struct Version {
+        format_version: u32,
+    }
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    // The version first: a file of another version is not corrupt, only
+    // not ours to read (its fields may differ).
+    let v: Version = serde_json::from_str(&text).map_err(|e| format!("corrupt: {e}"))?;
+    if v.format_version != FORMAT_VERSION {
+        return Err(format!(
+            "of format version {} (this gvault reads {FORMAT_VERSION})",
+            v.format_version
+        ));
+    }
     let model: CostModel = serde_json::from_str(&text).map_err(|e| format!("corrupt: {e}"))?;
     model.validate().map_err(|e| format!("corrupt: {e}"))?;
-    if let Some(why) = model.identity.mismatch(current) {
+    let stale = if check_gpu {
+        model.identity.mismatch(current)
+    } else {
+        model.identity.host_mismatch(current)
+    };
+    if let Some(why) = stale {
         return Err(format!("stale: {why}"));
     }
     Ok(model)
@@ -66,6 +90,29 @@ pub fn write(path: &Path, model: &CostModel) -> Result<(), String> {
 /// The model for `current`: the file at `path` if it is usable, else the
 /// shipped defaults and the reason. Ops the file lacks come from defaults.
 pub fn load(path: Option<&Path>, current: &Identity) -> (CostModel, ModelSource) {
+    load_checking(path, current, true)
+}
+
+/// The model to decide with before the GPU is opened, on a machine whose
+/// CUDA libraries are present: `host` names no GPU yet, so the file's GPU
+/// is taken on trust (checked by [`load`] once the GPU is open), and the
+/// shipped defaults include their GPU figures.
+pub fn load_before_gpu(path: Option<&Path>, host: &Identity) -> (CostModel, ModelSource) {
+    let provisional = Identity {
+        gpu_name: Some(UNOPENED_GPU.into()),
+        ..host.clone()
+    };
+    load_checking(path, &provisional, false)
+}
+
+/// The GPU name of a model chosen before the GPU was opened.
+pub const UNOPENED_GPU: &str = "(not opened yet)";
+
+fn load_checking(
+    path: Option<&Path>,
+    current: &Identity,
+    check_gpu: bool,
+) -> (CostModel, ModelSource) {
     let defaults = shipped(current.clone());
     let Some(path) = path else {
         return (
@@ -82,7 +129,7 @@ pub fn load(path: Option<&Path>, current: &Identity) -> (CostModel, ModelSource)
         );
         return (defaults, ModelSource::Defaults { reason });
     }
-    match read(path, current) {
+    match read_checking(path, current, check_gpu) {
         Ok(mut m) => {
             m.fill_from(&defaults);
             (m, ModelSource::File(path.to_path_buf()))
@@ -163,5 +210,49 @@ mod tests {
         assert!(
             matches!(&src, ModelSource::Defaults { reason } if reason.starts_with("no calibration"))
         );
+    }
+
+    #[test]
+    fn a_format_1_file_falls_back_to_defaults_naming_its_version() {
+        let dir = std::env::temp_dir().join(format!("gvault-auto-v1-{}", std::process::id()));
+        let path = dir.join("cost-model.json");
+        std::fs::create_dir_all(&dir).expect("dir");
+        // The shape version 1 wrote: one `host` figure per GPU op.
+        let v1 = r#"{"format_version": 1, "identity": {"gvault_version": "1.2.3",
+            "cpu_cores": 8, "gpu_name": "H200", "driver_version": 13000}, "link": null,
+            "ops": {"sha256": {"cpu": {"one_thread": {"fixed_ns": 1.0, "ns_per_byte": 1.0,
+            "ns_per_segment": 1.0}, "threads": 8, "speedup": 7.0}, "gpu": {"kernel":
+            {"fixed_ns": 1.0, "ns_per_byte": 0.1, "ns_per_segment": 1.0}, "host": null}}}}"#;
+        std::fs::write(&path, v1).expect("write");
+        let (model, src) = load(Some(&path), &ident(Some("H200")));
+        assert!(
+            matches!(&src, ModelSource::Defaults { reason } if reason.contains("format version 1")),
+            "{src}"
+        );
+        assert_eq!(model, shipped(ident(Some("H200"))));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn before_the_gpu_opens_only_the_host_is_checked() {
+        let dir = std::env::temp_dir().join(format!("gvault-auto-pre-{}", std::process::id()));
+        let path = dir.join("cost-model.json");
+        let model = shipped(ident(Some("H200")));
+        write(&path, &model).expect("written");
+        // The host matches; the GPU is not known yet: the file is used.
+        let (loaded, src) = load_before_gpu(Some(&path), &ident(None));
+        assert_eq!(src, ModelSource::File(path.clone()));
+        assert_eq!(loaded, model);
+        // Other core count: stale even before the GPU opens.
+        let other = Identity {
+            cpu_cores: 16,
+            ..ident(None)
+        };
+        let (_, src) = load_before_gpu(Some(&path), &other);
+        assert!(matches!(&src, ModelSource::Defaults { reason } if reason.contains("stale")));
+        // No file: defaults that still price a GPU (it may exist).
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let (loaded, _) = load_before_gpu(Some(&path), &ident(None));
+        assert!(loaded.ops.values().all(|o| o.gpu.is_some()));
     }
 }

@@ -6,6 +6,7 @@
 //! - `defaults`: shipped figures, used until `gvault bench calibrate` runs.
 //! - `file`: the versioned model file in the user's config directory.
 //! - `decide`: the choice itself, pure functions of model, job and queues.
+//! - `inspect`: a job's totals, lengths and host-memory kind.
 //! - `split`: cutting a job in two and merging the results.
 //! - `backend`: [`AutoBackend`], with queue accounting.
 
@@ -13,17 +14,20 @@ mod backend;
 mod decide;
 mod defaults;
 mod file;
+mod inspect;
 mod model;
 mod split;
 
-pub use backend::{machine_identity, AutoBackend, CpuThreads};
+pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter};
 pub use decide::{
-    crossover, cuttable, decide, Crossover, Decision, JobShape, Plan, Sides, SplitPoint, CUT_ALIGN,
-    MIN_SPLIT_BYTES,
+    crossover, cuttable, decide, Crossover, Decision, JobShape, JobStats, Plan, Sides, SplitPoint,
+    CUT_ALIGN, MIN_SPLIT_BYTES,
 };
 pub use defaults::shipped;
-pub use file::{default_path, load, read, warn_once, write, ModelSource};
+pub use file::{
+    default_path, load, load_before_gpu, read, warn_once, write, ModelSource, UNOPENED_GPU,
+};
 pub use model::{
-    fit_linear, CostModel, CpuCost, GpuCost, Identity, LinearCost, LinkCost, OpModel,
+    fit_linear, CostModel, CpuCost, GpuCost, HostMemory, Identity, LinearCost, LinkCost, OpModel,
     FORMAT_VERSION,
 };

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::job::OpKind;
 
 /// Bumped whenever the file's meaning changes; other versions are ignored.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the GPU's end-to-end cost from page-locked and from pageable host
+/// memory apart (1 had one host figure, measured on pageable memory).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// fixed + bytes × ns_per_byte + segments × ns_per_segment, in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -55,21 +57,57 @@ impl CpuCost {
     }
 
     /// Time with `threads` threads for `units` independent pieces of work
-    /// (segments, or pieces of cuttable segments).
-    pub fn predict_ns(&self, bytes: u64, segments: usize, units: usize, threads: usize) -> f64 {
+    /// (segments, or pieces of cuttable segments), the largest of which is
+    /// `largest_unit` bytes: no thread count finishes before that one does.
+    pub fn predict_ns(
+        &self,
+        bytes: u64,
+        segments: usize,
+        units: usize,
+        largest_unit: u64,
+        threads: usize,
+    ) -> f64 {
         let par = self.speedup_at(threads).min(units.max(1) as f64).max(1.0);
         let c = &self.one_thread;
-        c.fixed_ns + (c.ns_per_byte * bytes as f64 + c.ns_per_segment * segments as f64) / par
+        let spread = (c.ns_per_byte * bytes as f64 + c.ns_per_segment * segments as f64) / par;
+        let longest = c.ns_per_byte * largest_unit.min(bytes) as f64 + c.ns_per_segment;
+        c.fixed_ns + spread.max(if segments > 0 { longest } else { 0.0 })
     }
 }
 
 /// One op on the GPU. `kernel` is device-resident data (no byte crosses the
-/// link); `host` is the measured end-to-end cost from host memory, when
-/// calibration measured it; otherwise host cost is kernel ⊕ link.
+/// link); `pinned` and `pageable` are measured end-to-end costs from host
+/// memory that is page-locked (DMA straight from it) or not (staged through
+/// pinned slots by a CPU copy), when calibration measured them. Without a
+/// figure, pinned is kernel ⊕ link, and pageable is pinned.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuCost {
     pub kernel: LinearCost,
-    pub host: Option<LinearCost>,
+    pub pinned: Option<LinearCost>,
+    pub pageable: Option<LinearCost>,
+}
+
+/// Where a job's data lives, as far as the GPU's cost is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostMemory {
+    /// In device memory: no byte crosses the link.
+    Device,
+    /// Page-locked host memory (the link's DMA engines read it directly).
+    Pinned,
+    /// Ordinary host memory.
+    Pageable,
+}
+
+impl HostMemory {
+    pub const HOST: [HostMemory; 2] = [HostMemory::Pinned, HostMemory::Pageable];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HostMemory::Device => "device",
+            HostMemory::Pinned => "pinned",
+            HostMemory::Pageable => "pageable",
+        }
+    }
 }
 
 /// The host↔device link, one direction, pinned memory.
@@ -97,6 +135,13 @@ pub struct Identity {
 impl Identity {
     /// Why a model measured on `self` does not describe `current`, if it does not.
     pub fn mismatch(&self, current: &Identity) -> Option<String> {
+        self.host_mismatch(current)
+            .or_else(|| self.gpu_mismatch(current))
+    }
+
+    /// As [`Identity::mismatch`], for the parts known before the GPU is
+    /// opened (the auto backend opens it only when a job needs it).
+    pub fn host_mismatch(&self, current: &Identity) -> Option<String> {
         if self.gvault_version != current.gvault_version {
             return Some(format!(
                 "measured by gvault {}, this is {}",
@@ -109,6 +154,11 @@ impl Identity {
                 self.cpu_cores, current.cpu_cores
             ));
         }
+        None
+    }
+
+    /// The GPU and driver parts of [`Identity::mismatch`].
+    pub fn gpu_mismatch(&self, current: &Identity) -> Option<String> {
         if self.gpu_name != current.gpu_name {
             return Some(format!(
                 "measured with GPU {}, now {}",
@@ -141,41 +191,53 @@ impl CostModel {
     }
 
     /// CPU time for a job of `bytes` in `segments` that the CPU can cut
-    /// into `units` independent pieces, on `threads` threads.
+    /// into `units` independent pieces (the largest `largest_unit` bytes),
+    /// on `threads` threads.
     pub fn cpu_ns(
         &self,
         op: OpKind,
         bytes: u64,
         segments: usize,
         units: usize,
+        largest_unit: u64,
         threads: usize,
     ) -> f64 {
         match self.op(op) {
-            Some(m) => m.cpu.predict_ns(bytes, segments, units, threads),
+            Some(m) => m
+                .cpu
+                .predict_ns(bytes, segments, units, largest_unit, threads),
             // An op the model does not know: assume the CPU, which runs everything.
             None => 0.0,
         }
     }
 
-    /// GPU time, or `None` where the model has no GPU figures for `op`.
-    pub fn gpu_ns(&self, op: OpKind, bytes: u64, segments: usize, resident: bool) -> Option<f64> {
+    /// The GPU's cost line for `op` on data in `mem`, or `None` where the
+    /// model has no GPU figures for `op`.
+    pub fn gpu_cost(&self, op: OpKind, mem: HostMemory) -> Option<LinearCost> {
         let g = self.op(op)?.gpu?;
-        if resident {
-            return Some(g.kernel.predict_ns(bytes, segments));
+        let pinned = || {
+            g.pinned.or_else(|| {
+                // Copies in, kernels and copies out overlap (pipelined), so
+                // the slower of link and kernel sets the per-byte rate.
+                let link = self.link?;
+                let k = g.kernel;
+                Some(LinearCost {
+                    fixed_ns: k.fixed_ns + link.fixed_ns,
+                    ns_per_byte: k.ns_per_byte.max(link.ns_per_byte),
+                    ns_per_segment: k.ns_per_segment,
+                })
+            })
+        };
+        match mem {
+            HostMemory::Device => Some(g.kernel),
+            HostMemory::Pinned => pinned(),
+            HostMemory::Pageable => g.pageable.or_else(pinned),
         }
-        if let Some(host) = g.host {
-            return Some(host.predict_ns(bytes, segments));
-        }
-        // Copies in, kernels and copies out overlap (pipelined), so the
-        // slower of link and kernel sets the per-byte rate.
-        let link = self.link?;
-        let k = g.kernel;
-        Some(
-            k.fixed_ns
-                + link.fixed_ns
-                + k.ns_per_byte.max(link.ns_per_byte) * bytes as f64
-                + k.ns_per_segment * segments as f64,
-        )
+    }
+
+    /// GPU time, or `None` where the model has no GPU figures for `op`.
+    pub fn gpu_ns(&self, op: OpKind, bytes: u64, segments: usize, mem: HostMemory) -> Option<f64> {
+        Some(self.gpu_cost(op, mem)?.predict_ns(bytes, segments))
     }
 
     /// Checks a model read from a file: known version and ops, sane numbers.
@@ -200,9 +262,11 @@ impl CostModel {
                 && m.cpu.threads >= 1
                 && m.cpu.speedup.is_finite()
                 && m.cpu.speedup > 0.0;
-            let gpu_ok = m
-                .gpu
-                .is_none_or(|g| g.kernel.is_valid() && g.host.is_none_or(|h| h.is_valid()));
+            let gpu_ok = m.gpu.is_none_or(|g| {
+                g.kernel.is_valid()
+                    && g.pinned.is_none_or(|h| h.is_valid())
+                    && g.pageable.is_none_or(|h| h.is_valid())
+            });
             if !cpu_ok || !gpu_ok {
                 return Err(format!("{name}: a cost is negative or not a number"));
             }

@@ -53,6 +53,16 @@ pub fn probe_libraries() -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `data` lies in page-locked host memory (the auto backend's
+/// pinned-or-pageable cost choice). False where the CUDA driver is absent
+/// or not initialised: memory can only be page-locked through it.
+pub(crate) fn host_page_locked(data: &[u8]) -> bool {
+    static DRIVER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // SAFETY: only tries to dlopen the driver; never panics.
+    *DRIVER.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
+        && runtime::is_page_locked(data.as_ptr(), data.len())
+}
+
 impl GpuBackend {
     /// Opens every visible GPU and compiles the kernels, or says why not.
     pub fn probe() -> Result<GpuBackend, String> {

@@ -1,6 +1,7 @@
 //! `gvault bench calibrate`: measures every op on the CPU (one core at a
 //! few job shapes, then all cores) and, where there is a GPU, end to end from
-//! host memory, on device-resident data, and the link; fits the auto
+//! pageable and from page-locked host memory, on device-resident data, and
+//! the link; fits the auto
 //! backend's cost model by least squares and stores it where `auto` loads it.
 
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use gvault_accel::auto::{
     self, crossover, fit_linear, machine_identity, CostModel, CpuCost, Crossover, GpuCost,
-    LinearCost, LinkCost, OpModel, FORMAT_VERSION,
+    HostMemory, LinearCost, LinkCost, OpModel, FORMAT_VERSION,
 };
 use gvault_accel::cpu::CpuBackend;
 use gvault_accel::gpu::GpuBackend;
@@ -160,7 +161,9 @@ fn calibrate_op(
     Ok(OpModel { cpu, gpu })
 }
 
-/// GPU costs of `op`, or `None` where the GPU backend does not run it.
+/// GPU costs of `op`, or `None` where the GPU backend does not run it: end
+/// to end from pageable and from page-locked host memory, and on
+/// device-resident data.
 fn calibrate_gpu(
     op: OpKind,
     keys: &Keys,
@@ -168,31 +171,58 @@ fn calibrate_gpu(
     g: &GpuBackend,
     min_time: Duration,
 ) -> Result<Option<GpuCost>, String> {
-    let mut host = Vec::new();
+    let mut pageable = Vec::new();
+    let mut pinned = Vec::new();
     for &(size, n) in shapes {
         match time_ns(g, op, keys, size, n, min_time) {
-            Ok(ns) => host.push(((size * n) as u64, n, ns)),
+            Ok(ns) => pageable.push(((size * n) as u64, n, ns)),
             Err(e) if e.contains("does not implement") => return Ok(None),
             Err(e) => return Err(e),
         }
+        pinned.push((
+            (size * n) as u64,
+            n,
+            time_pinned_ns(g, op, keys, size, n, min_time)?,
+        ));
     }
-    let host = fit_linear(&host).ok_or_else(|| format!("{op}: no usable GPU timings"))?;
+    let fit = |samples: &[(u64, usize, f64)], what: &str| {
+        fit_linear(samples).ok_or_else(|| format!("{op}: no usable GPU timings ({what})"))
+    };
+    let pageable = fit(&pageable, "pageable")?;
+    let pinned = fit(&pinned, "pinned")?;
     // Device-resident timings where the bench can place this op's input on
-    // the GPU; otherwise the host figure stands in (it can only be slower).
+    // the GPU; otherwise the pinned figure stands in (it can only be slower).
     let kernel = if gpu_supports(op) {
         let mut samples = Vec::new();
         for &(size, n) in shapes {
             let t = measure_device_resident(g, op, keys, size, n, min_time)?;
             samples.push(((size * n) as u64, n, t.as_nanos() as f64));
         }
-        fit_linear(&samples).unwrap_or(host)
+        fit_linear(&samples).unwrap_or(pinned)
     } else {
-        host
+        pinned
     };
     Ok(Some(GpuCost {
         kernel,
-        host: Some(host),
+        pinned: Some(pinned),
+        pageable: Some(pageable),
     }))
+}
+
+/// As [`time_ns`], with the segments in page-locked host memory.
+fn time_pinned_ns(
+    g: &GpuBackend,
+    op: OpKind,
+    keys: &Keys,
+    size: usize,
+    n: usize,
+    min_time: Duration,
+) -> Result<f64, String> {
+    let mut buf = g.alloc_pinned(size * n).map_err(|e| e.to_string())?;
+    let src = random(size * n);
+    buf.copy_from_slice(&src);
+    let mut views: Vec<&mut [u8]> = buf.chunks_mut(size.max(1)).take(n).collect();
+    Ok(measure_dyn(g, op, keys, &mut views, min_time)?.as_nanos() as f64)
 }
 
 /// RSA-2048 private operations: a cost per segment (key sizes differ by
@@ -293,7 +323,8 @@ fn approx_size(n: u64) -> String {
     }
 }
 
-/// The model as a table: CPU and GPU rates and the cross-over per op.
+/// The model as a table: CPU and GPU rates and the cross-overs per op, for
+/// host data in pinned and in pageable memory.
 pub fn print_model(model: &CostModel, cpu_threads: usize) {
     if let Some(l) = model.link {
         println!(
@@ -303,38 +334,51 @@ pub fn print_model(model: &CostModel, cpu_threads: usize) {
         );
     }
     println!(
-        "{:<16} {:>9} {:>10} {:>8} {:>9} {:>10} {:>10}  cross-over ({CROSSOVER_SEGMENTS}-segment jobs, host data, {cpu_threads} CPU threads)",
-        "op", "cpu µs", "cpu-1 GB/s", "speedup", "gpu µs", "gpu GB/s", "kernel GB/s"
+        "{:<16} {:>8} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11}  cross-over ({CROSSOVER_SEGMENTS}-segment jobs, {cpu_threads} CPU threads)",
+        "op", "cpu µs", "cpu-1 GB/s", "speedup", "gpu µs", "pinned", "pageable", "kernel GB/s"
     );
     for op in OpKind::ALL {
         let Some(m) = model.op(op) else { continue };
         let c = m.cpu.one_thread;
-        let (gpu_fixed, gpu_host, gpu_kernel) = match m.gpu {
-            Some(g) => {
-                let h = g.host.unwrap_or(g.kernel);
-                (
-                    format!("{:.1}", h.fixed_ns / 1e3),
-                    gbps(h.ns_per_byte),
-                    gbps(g.kernel.ns_per_byte),
-                )
-            }
-            None => ("-".into(), "-".into(), "-".into()),
+        let line = |mem| model.gpu_cost(op, mem);
+        let (gpu_fixed, pinned, pageable, kernel) = match m.gpu {
+            Some(_) => (
+                line(HostMemory::Pinned)
+                    .map(|h| format!("{:.1}", h.fixed_ns / 1e3))
+                    .unwrap_or_else(|| "-".into()),
+                line(HostMemory::Pinned).map_or("-".into(), |h| gbps(h.ns_per_byte)),
+                line(HostMemory::Pageable).map_or("-".into(), |h| gbps(h.ns_per_byte)),
+                line(HostMemory::Device).map_or("-".into(), |h| gbps(h.ns_per_byte)),
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
         };
         let cpu_rate = if op == OpKind::RsaPrivate {
             format!("{:.0}/s", 1e9 / c.ns_per_segment.max(1.0))
         } else {
             gbps(c.ns_per_byte)
         };
+        let crossovers = if m.gpu.is_none() {
+            describe(Crossover::NoGpu)
+        } else {
+            HostMemory::HOST
+                .iter()
+                .map(|&mem| {
+                    let c = crossover(model, op, CROSSOVER_SEGMENTS, cpu_threads, mem);
+                    format!("{}: {}", mem.name(), describe(c))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         println!(
-            "{:<16} {:>9.1} {:>10} {:>7.1}x {:>9} {:>10} {:>10}  {}",
+            "{:<16} {:>8.1} {:>10} {:>7.1}x {:>8} {:>10} {:>10} {:>11}  {crossovers}",
             op.name(),
             c.fixed_ns / 1e3,
             cpu_rate,
             m.cpu.speedup_at(cpu_threads),
             gpu_fixed,
-            gpu_host,
-            gpu_kernel,
-            describe(crossover(model, op, CROSSOVER_SEGMENTS, cpu_threads))
+            pinned,
+            pageable,
+            kernel,
         );
     }
 }

@@ -46,7 +46,8 @@ pub struct PrimitiveArgs {
     cpu_threads: Option<String>,
     /// Add a `gpu-pinned` column: the GPU end to end with the segments in
     /// page-locked host memory (`GpuBackend::alloc_pinned`), which the DMA
-    /// engines read and write directly, with no staging copy.
+    /// engines read and write directly, with no staging copy (and, with
+    /// `--backend auto`, an `auto-pinned` column on the same buffers).
     #[arg(long)]
     pinned: bool,
     /// Bytes per job (segments = total / segment size) [default: 32 MiB
@@ -216,6 +217,11 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                     };
                     let t = measure_dyn(g, op, &keys, &mut views, min_time)?;
                     results.insert("gpu-pinned".into(), gbps((size * nseg) as u64, t));
+                    if let Some(a) = &auto {
+                        // The auto backend prices page-locked data apart.
+                        let t = measure_dyn(a, op, &keys, &mut views, min_time)?;
+                        results.insert("auto-pinned".into(), gbps((size * nseg) as u64, t));
+                    }
                 }
                 let t = measure_device_resident(g, op, &keys, size, nseg, min_time)?;
                 results.insert("gpu-kernel".into(), gbps((size * nseg) as u64, t));
@@ -314,8 +320,11 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
         let best = cn.max(row.results.get("gpu").copied().unwrap_or(0.0));
         print!(" {a:>10.3} {:>8.2}x", a / best);
     }
-    if row.results.contains_key("gpu-pinned") {
-        print!(" gpu-pinned {}", col("gpu-pinned"));
+    if let Some(p) = row.results.get("gpu-pinned") {
+        print!(" gpu-pinned {p:.3}");
+        if let Some(a) = row.results.get("auto-pinned") {
+            print!(" auto-pinned {a:.3} ({:.2}x best)", a / cn.max(*p));
+        }
     }
     println!();
 }

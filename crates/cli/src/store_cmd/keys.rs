@@ -25,17 +25,18 @@ pub struct KeyArgs {
     /// with Argon2id).
     #[arg(long, value_name = "VAR")]
     passphrase_env: Option<String>,
-    /// Accelerator that seals and opens blocks: cpu, gpu (fails without a
-    /// usable GPU) or auto (the calibrated per-job choice).
-    #[arg(long, value_enum, default_value = "cpu")]
+    /// Accelerator that seals and opens blocks: auto (the calibrated
+    /// per-job choice; the GPU opens only for a job worth it), cpu, or gpu
+    /// (fails without a usable GPU).
+    #[arg(long, value_enum, default_value = "auto")]
     accel: Accel,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Accel {
-    #[default]
     Cpu,
     Gpu,
+    #[default]
     Auto,
 }
 
