@@ -98,8 +98,8 @@ fn create_temp(
 }
 
 /// Renames the finished temporary file over `path` if `still_live` (checked
-/// under whatever lock keeps the file from being dropped meanwhile), and
-/// makes the rename durable before returning, so keys can be retired after.
+/// under whatever lock keeps the file from being dropped meanwhile). The
+/// caller syncs the directory before any key is retired.
 fn install(inner: &DbInner, n: u64, path: &Path, still_live: bool) -> Result<bool> {
     let tmp = reseal_temp_path(&inner.dir, n);
     if !still_live {
@@ -110,27 +110,53 @@ fn install(inner: &DbInner, n: u64, path: &Path, still_live: bool) -> Result<boo
         .fs
         .rename(&tmp, path)
         .ctx(|| format!("renaming {} over {}", tmp.display(), path.display()))?;
-    inner
-        .fs
-        .sync_dir(&inner.dir)
-        .ctx(|| format!("syncing directory {}", inner.dir.display()))?;
     Ok(true)
 }
 
+/// A re-sealed value-log file written to its temporary name, not yet
+/// synced nor installed: [`finish_log`] does both, on another thread, while
+/// the next file is read and sealed.
+pub(crate) struct WrittenLog {
+    n: u64,
+    out: Box<dyn WritableFile>,
+}
+
+/// Syncs a re-sealed value-log file and renames it over the old one.
+/// False when GC dropped the file meanwhile.
+pub(crate) fn finish_log(inner: &DbInner, w: WrittenLog) -> Result<bool> {
+    let WrittenLog { n, mut out } = w;
+    let tmp = reseal_temp_path(&inner.dir, n);
+    let synced = out.sync().ctx(|| format!("syncing {}", tmp.display()));
+    drop(out);
+    if let Err(e) = synced {
+        let _ = inner.fs.remove(&tmp);
+        return Err(e);
+    }
+    // GC drops value-log files under the log lock: holding it, the file
+    // cannot be dropped between this check and the rename.
+    let installed = {
+        let _log = inner.log.lock();
+        let live = inner.state.lock().current.logs.contains_key(&n);
+        install(inner, n, &vlog_path(&inner.dir, n), live)
+    };
+    inner.vlog.forget(n);
+    installed
+}
+
 /// Re-seals sealed value-log file `n` (`end` bytes and `blocks` frames, as
-/// the manifest records) under `to_key`. False when the file was dropped by
-/// GC meanwhile or already uses `to_key`.
+/// the manifest records) under `to_key` into its temporary file. None when
+/// it already uses `to_key`.
 pub(crate) fn reseal_log(
     inner: &DbInner,
     n: u64,
     (end, blocks): (u64, u32),
     to_key: u32,
     throttle: &mut Throttle,
-) -> Result<bool> {
+) -> Result<Option<WrittenLog>> {
     let path = vlog_path(&inner.dir, n);
     let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.codec)?;
     if file.key_id == to_key {
-        return Ok(false);
+        return Ok(None);
     }
     let out = create_temp(inner, n, FileKind::ValueLog, to_key)?;
     let result = std::thread::scope(|scope| {
@@ -156,19 +182,13 @@ pub(crate) fn reseal_log(
         let written = writer.join().expect("writer thread panicked");
         read.and(crypto).and(written)
     });
-    if let Err(e) = result {
-        let _ = inner.fs.remove(&reseal_temp_path(&inner.dir, n));
-        return Err(e);
+    match result {
+        Ok(out) => Ok(Some(WrittenLog { n, out })),
+        Err(e) => {
+            let _ = inner.fs.remove(&reseal_temp_path(&inner.dir, n));
+            Err(e)
+        }
     }
-    // GC drops value-log files under the log lock: holding it, the file
-    // cannot be dropped between this check and the rename.
-    let installed = {
-        let _log = inner.log.lock();
-        let live = inner.state.lock().current.logs.contains_key(&n);
-        install(inner, n, &path, live)
-    };
-    inner.vlog.forget(n);
-    installed
 }
 
 /// Reader stage: batches of whole frames, checked for sequence and bounds
@@ -284,18 +304,18 @@ fn read_at(
     })
 }
 
-/// Writer stage: appends batches, hands buffers back, syncs at the end.
+/// Writer stage: appends batches and hands buffers back to the reader.
 fn write_batches(
     mut out: Box<dyn WritableFile>,
     batches: Receiver<Batch>,
     free: SyncSender<Vec<u8>>,
-) -> Result<()> {
+) -> Result<Box<dyn WritableFile>> {
     for b in batches {
         out.append(&b.buf[..b.used])
             .ctx(|| "writing a re-sealed file".to_string())?;
         let _ = free.send(b.buf); // the reader may be done
     }
-    out.sync().ctx(|| "syncing a re-sealed file".to_string())
+    Ok(out)
 }
 
 /// Re-seals table `f` under `to_key` in one batch. The caller holds the

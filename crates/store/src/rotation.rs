@@ -188,24 +188,55 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
         log.file_number()
     };
 
-    // 2. Sealed value-log files.
+    // 2. Sealed value-log files. Each is synced and installed on a second
+    //    thread while the next one is read and sealed.
     let logs: Vec<(u64, Option<(u64, u32)>)> = {
         let v = inner.state.lock().current.clone();
         v.logs.values().map(|m| (m.number, m.sealed)).collect()
     };
-    for (n, sealed) in logs {
-        if stopping() {
-            return Ok(report);
+    let installed = std::thread::scope(|scope| -> Result<(u64, u64)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(reseal::WrittenLog, u64)>(1);
+        let finisher = scope.spawn(move || -> Result<(u64, u64)> {
+            let (mut files, mut bytes) = (0, 0);
+            for (w, size) in rx {
+                if reseal::finish_log(inner, w)? {
+                    files += 1;
+                    bytes += size;
+                }
+            }
+            Ok((files, bytes))
+        });
+        let mut sealing = Ok(());
+        for (n, sealed) in logs {
+            // Every file but the head is sealed; one that is not stays
+            // under its key, which then is not retired.
+            let (Some(sealed), false) = (sealed, n == head) else {
+                continue;
+            };
+            if stopping() {
+                break;
+            }
+            match reseal::reseal_log(inner, n, sealed, current, &mut throttle) {
+                Ok(Some(w)) => {
+                    if tx.send((w, sealed.0)).is_err() {
+                        break; // the finisher failed; join reports why
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    sealing = Err(e);
+                    break;
+                }
+            }
         }
-        // Every file but the head is sealed; one that is not stays under
-        // its key, which then is not retired.
-        let (Some(sealed), false) = (sealed, n == head) else {
-            continue;
-        };
-        if reseal::reseal_log(inner, n, sealed, current, &mut throttle)? {
-            report.bytes_read += sealed.0;
-            report.logs_rewritten += 1;
-        }
+        drop(tx);
+        let finished = finisher.join().expect("finisher thread panicked");
+        sealing.and(finished)
+    })?;
+    report.logs_rewritten += installed.0;
+    report.bytes_read += installed.1;
+    if stopping() {
+        return Ok(report);
     }
 
     // 3. Tables, every level, one at a time under the compaction lock so
@@ -230,6 +261,12 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
             }
         }
     }
+
+    // Renames are durable before any key is retired.
+    inner
+        .fs
+        .sync_dir(&inner.dir)
+        .ctx(|| format!("syncing directory {}", inner.dir.display()))?;
 
     // 4. The manifest (and with it the pointer file).
     {
