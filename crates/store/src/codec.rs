@@ -271,4 +271,34 @@ mod tests {
         assert!(codec.open(&ctx(0), flipped).is_err());
         assert!(codec.open(&ctx(0), vec![1, 2]).is_err());
     }
+
+    #[test]
+    fn crc_reseal_rebinds_and_checks() {
+        let codec = Crc32cCodec;
+        let mut batch = vec![(ctx(0), b"hello".to_vec())];
+        codec.seal_batch(&mut batch).unwrap();
+        let mut buf = batch[0].1.clone();
+        let to = BlockContext {
+            offset: 999,
+            ..ctx(0)
+        };
+        let mut blocks = [Reseal {
+            from: ctx(0),
+            to,
+            sealed: &mut buf,
+        }];
+        codec.reseal_batch(&mut blocks).unwrap();
+        assert_eq!(codec.open(&to, buf.clone()).unwrap(), b"hello");
+        assert!(codec.open(&ctx(0), buf.clone()).is_err());
+        // Sealed under `to` now, so re-sealing from ctx(0) again fails.
+        let mut blocks = [Reseal {
+            from: ctx(0),
+            to,
+            sealed: &mut buf,
+        }];
+        assert!(matches!(
+            codec.reseal_batch(&mut blocks),
+            Err(ResealError::Open { block: 0, .. })
+        ));
+    }
 }

@@ -357,4 +357,61 @@ mod tests {
         assert!(c.open(&unknown, batch[0].1.clone()).is_err());
         assert!(c.open(&ctx(0), vec![1, 2]).is_err());
     }
+
+    #[test]
+    fn reseal_moves_blocks_to_another_key_in_place() {
+        let c = GcmCodec::new(
+            [1; 16],
+            1,
+            vec![
+                (1, Aes256Key::from_bytes([9; 32])),
+                (2, Aes256Key::from_bytes([7; 32])),
+            ],
+            shared_cpu_backend(),
+            None,
+        );
+        let payloads: Vec<Vec<u8>> = vec![b"one".to_vec(), vec![5; 70_000], Vec::new()];
+        let mut batch: Vec<_> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (ctx(i as u32), p.clone()))
+            .collect();
+        c.seal_batch(&mut batch).unwrap();
+        let to = |i: u32| BlockContext {
+            key_id: 2,
+            ..ctx(i)
+        };
+        let mut bufs: Vec<Vec<u8>> = batch.iter().map(|(_, s)| s.clone()).collect();
+        let mut blocks: Vec<Reseal<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Reseal {
+                from: ctx(i as u32),
+                to: to(i as u32),
+                sealed: b.as_mut_slice(),
+            })
+            .collect();
+        c.reseal_batch(&mut blocks).unwrap();
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(b.len(), batch[i].1.len());
+            assert_eq!(c.open(&to(i as u32), b.clone()).unwrap(), payloads[i]);
+            assert!(c.open(&ctx(i as u32), b.clone()).is_err());
+        }
+        // A damaged block is named, and nothing is sealed under the new key.
+        let mut bufs: Vec<Vec<u8>> = batch.iter().map(|(_, s)| s.clone()).collect();
+        bufs[1][100] ^= 1;
+        let mut blocks: Vec<Reseal<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Reseal {
+                from: ctx(i as u32),
+                to: to(i as u32),
+                sealed: b.as_mut_slice(),
+            })
+            .collect();
+        match c.reseal_batch(&mut blocks) {
+            Err(ResealError::Open { block: 1, .. }) => {}
+            other => panic!("expected block 1 to fail, got {other:?}"),
+        }
+    }
 }
