@@ -81,6 +81,24 @@ impl fmt::Display for OpenError {
     }
 }
 
+/// Why a batch could not be re-sealed: block `block` of the batch would not
+/// open, or the new seals could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResealError {
+    Open { block: usize, reason: OpenError },
+    Seal(SealError),
+}
+
+/// One block to re-seal in place: `sealed` holds payload ‖ seal under
+/// `from`; afterwards it holds the same payload sealed under `to`. The
+/// length does not change (a codec's overhead is fixed), so a file can be
+/// re-sealed with every offset where it was.
+pub struct Reseal<'a> {
+    pub from: BlockContext,
+    pub to: BlockContext,
+    pub sealed: &'a mut [u8],
+}
+
 /// Why a batch could not be sealed (the accelerator refused the job).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealError(pub String);
@@ -110,6 +128,29 @@ pub trait BlockCodec: Send + Sync + fmt::Debug {
 
     /// Checks and strips the seal of one block.
     fn open(&self, ctx: &BlockContext, sealed: Vec<u8>) -> Result<Vec<u8>, OpenError>;
+
+    /// Re-seals a batch in place (key rotation). This default copies each
+    /// block; codecs override it to run one open job and one seal job over
+    /// the caller's buffer.
+    fn reseal_batch(&self, blocks: &mut [Reseal<'_>]) -> Result<(), ResealError> {
+        let mut batch = Vec::with_capacity(blocks.len());
+        for (i, b) in blocks.iter().enumerate() {
+            let payload = self
+                .open(&b.from, b.sealed.to_vec())
+                .map_err(|reason| ResealError::Open { block: i, reason })?;
+            batch.push((b.to, payload));
+        }
+        self.seal_batch(&mut batch).map_err(ResealError::Seal)?;
+        for (b, (_, sealed)) in blocks.iter_mut().zip(batch) {
+            if sealed.len() != b.sealed.len() {
+                return Err(ResealError::Seal(SealError(
+                    "a re-sealed block changed length".into(),
+                )));
+            }
+            b.sealed.copy_from_slice(&sealed);
+        }
+        Ok(())
+    }
 }
 
 /// Integrity without secrecy: a masked CRC32C over context and payload.
@@ -172,6 +213,30 @@ impl BlockCodec for Crc32cCodec {
         }
         Ok(sealed)
     }
+
+    fn reseal_batch(&self, blocks: &mut [Reseal<'_>]) -> Result<(), ResealError> {
+        for (i, b) in blocks.iter_mut().enumerate() {
+            let short = || ResealError::Open {
+                block: i,
+                reason: OpenError(format!("block of {} bytes is too short", b.sealed.len())),
+            };
+            let n = b.sealed.len().checked_sub(4).ok_or_else(short)?;
+            let (payload, crc) = b.sealed.split_at_mut(n);
+            if u32::from_le_bytes((&*crc).try_into().expect("4 bytes"))
+                != block_crc(&b.from, payload)
+            {
+                return Err(ResealError::Open {
+                    block: i,
+                    reason: OpenError(format!(
+                        "checksum mismatch for {:?} block (damaged, moved or swapped)",
+                        b.from.kind
+                    )),
+                });
+            }
+            crc.copy_from_slice(&block_crc(&b.to, payload).to_le_bytes());
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -205,5 +270,35 @@ mod tests {
         flipped[2] ^= 0x10;
         assert!(codec.open(&ctx(0), flipped).is_err());
         assert!(codec.open(&ctx(0), vec![1, 2]).is_err());
+    }
+
+    #[test]
+    fn crc_reseal_rebinds_and_checks() {
+        let codec = Crc32cCodec;
+        let mut batch = vec![(ctx(0), b"hello".to_vec())];
+        codec.seal_batch(&mut batch).unwrap();
+        let mut buf = batch[0].1.clone();
+        let to = BlockContext {
+            offset: 999,
+            ..ctx(0)
+        };
+        let mut blocks = [Reseal {
+            from: ctx(0),
+            to,
+            sealed: &mut buf,
+        }];
+        codec.reseal_batch(&mut blocks).unwrap();
+        assert_eq!(codec.open(&to, buf.clone()).unwrap(), b"hello");
+        assert!(codec.open(&ctx(0), buf.clone()).is_err());
+        // Sealed under `to` now, so re-sealing from ctx(0) again fails.
+        let mut blocks = [Reseal {
+            from: ctx(0),
+            to,
+            sealed: &mut buf,
+        }];
+        assert!(matches!(
+            codec.reseal_batch(&mut blocks),
+            Err(ResealError::Open { block: 0, .. })
+        ));
     }
 }

@@ -16,7 +16,9 @@ use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
 use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 use parking_lot::RwLock;
 
-use crate::codec::{BlockCodec, BlockContext, OpenError, SealError, CONTEXT_LEN};
+use crate::codec::{
+    BlockCodec, BlockContext, OpenError, Reseal, ResealError, SealError, CONTEXT_LEN,
+};
 
 pub const TAG_LEN: usize = 16;
 pub const STORE_ID_LEN: usize = 16;
@@ -90,6 +92,23 @@ impl GcmCodec {
         self.keys.read().keys.get(&id).cloned()
     }
 
+    /// The key every context of a batch names (a batch is one job, under
+    /// one key).
+    fn batch_key<'a>(
+        &self,
+        mut ids: impl Iterator<Item = &'a BlockContext>,
+    ) -> Result<Option<Arc<Aes256Key>>, String> {
+        let Some(first) = ids.next().map(|c| c.key_id) else {
+            return Ok(None);
+        };
+        if ids.any(|c| c.key_id != first) {
+            return Err("a batch must use one data key".into());
+        }
+        self.key(first)
+            .map(Some)
+            .ok_or_else(|| format!("data key {first} is not in the key registry"))
+    }
+
     fn aad(&self, ctx: &BlockContext) -> [u8; AAD_LEN] {
         let mut a = [0u8; AAD_LEN];
         a[..CONTEXT_LEN].copy_from_slice(&ctx.bound_bytes());
@@ -156,6 +175,94 @@ impl BlockCodec for GcmCodec {
                 .tag()
                 .ok_or_else(|| SealError("seal job returned no tag".into()))?;
             payload.extend_from_slice(&tag.0);
+        }
+        Ok(())
+    }
+
+    /// One open job over every block, then one seal job, both in place in
+    /// the caller's buffers: no copy of the payloads.
+    fn reseal_batch(&self, blocks: &mut [Reseal<'_>]) -> Result<(), ResealError> {
+        let seal_err = |e: String| ResealError::Seal(SealError(e));
+        let from_key = self.batch_key(blocks.iter().map(|b| &b.from));
+        let to_key = self.batch_key(blocks.iter().map(|b| &b.to));
+        let (Some(from_key), Some(to_key)) =
+            (from_key.map_err(seal_err)?, to_key.map_err(seal_err)?)
+        else {
+            return Ok(());
+        };
+        for (i, b) in blocks.iter().enumerate() {
+            if b.sealed.len() < TAG_LEN {
+                return Err(ResealError::Open {
+                    block: i,
+                    reason: OpenError(format!("block of {} bytes is too short", b.sealed.len())),
+                });
+            }
+        }
+        let from_aads: Vec<[u8; AAD_LEN]> = blocks.iter().map(|b| self.aad(&b.from)).collect();
+        let to_aads: Vec<[u8; AAD_LEN]> = blocks.iter().map(|b| self.aad(&b.to)).collect();
+        let refused = |e: gvault_accel::BackendError| {
+            seal_err(format!(
+                "accelerator {} refused a re-seal job: {e}",
+                self.backend.name()
+            ))
+        };
+        let segments: Vec<OpenSegment<'_>> = blocks
+            .iter_mut()
+            .zip(&from_aads)
+            .map(|(b, aad)| {
+                let (data, tag) = b.sealed.split_at_mut(b.sealed.len() - TAG_LEN);
+                OpenSegment {
+                    nonce: Nonce96::from_parts(b.from.file_number, b.from.block_number),
+                    aad,
+                    tag: Tag::try_from_slice(tag).expect("16 bytes"),
+                    data: DataMut::Host(data),
+                }
+            })
+            .collect();
+        let mut job = Job::Open {
+            key: &from_key,
+            segments,
+        };
+        let opened = self.backend.run(&mut job).map_err(refused)?;
+        drop(job);
+        if let Some(i) = opened.iter().position(|r| r.is_err()) {
+            return Err(ResealError::Open {
+                block: i,
+                reason: OpenError(format!(
+                    "authentication failed for {:?} block (damaged, moved, swapped or from another store)",
+                    blocks[i].from.kind
+                )),
+            });
+        }
+        let segments: Vec<SealSegment<'_>> = blocks
+            .iter_mut()
+            .zip(&to_aads)
+            .map(|(b, aad)| {
+                let nonce = Nonce96::from_parts(b.to.file_number, b.to.block_number);
+                if let Some(obs) = &self.observer {
+                    obs(b.to.key_id, nonce.0);
+                }
+                let n = b.sealed.len() - TAG_LEN;
+                SealSegment {
+                    nonce,
+                    aad,
+                    data: DataMut::Host(&mut b.sealed[..n]),
+                }
+            })
+            .collect();
+        let mut job = Job::Seal {
+            key: &to_key,
+            segments,
+        };
+        let sealed = self.backend.run(&mut job).map_err(refused)?;
+        drop(job);
+        for (b, r) in blocks.iter_mut().zip(sealed) {
+            let tag = r
+                .map_err(|e| seal_err(format!("sealing a block: {}", e.kind)))?
+                .tag()
+                .ok_or_else(|| seal_err("seal job returned no tag".into()))?;
+            let n = b.sealed.len() - TAG_LEN;
+            b.sealed[n..].copy_from_slice(&tag.0);
         }
         Ok(())
     }
@@ -249,5 +356,62 @@ mod tests {
         unknown.key_id = 5;
         assert!(c.open(&unknown, batch[0].1.clone()).is_err());
         assert!(c.open(&ctx(0), vec![1, 2]).is_err());
+    }
+
+    #[test]
+    fn reseal_moves_blocks_to_another_key_in_place() {
+        let c = GcmCodec::new(
+            [1; 16],
+            1,
+            vec![
+                (1, Aes256Key::from_bytes([9; 32])),
+                (2, Aes256Key::from_bytes([7; 32])),
+            ],
+            shared_cpu_backend(),
+            None,
+        );
+        let payloads: Vec<Vec<u8>> = vec![b"one".to_vec(), vec![5; 70_000], Vec::new()];
+        let mut batch: Vec<_> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (ctx(i as u32), p.clone()))
+            .collect();
+        c.seal_batch(&mut batch).unwrap();
+        let to = |i: u32| BlockContext {
+            key_id: 2,
+            ..ctx(i)
+        };
+        let mut bufs: Vec<Vec<u8>> = batch.iter().map(|(_, s)| s.clone()).collect();
+        let mut blocks: Vec<Reseal<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Reseal {
+                from: ctx(i as u32),
+                to: to(i as u32),
+                sealed: b.as_mut_slice(),
+            })
+            .collect();
+        c.reseal_batch(&mut blocks).unwrap();
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(b.len(), batch[i].1.len());
+            assert_eq!(c.open(&to(i as u32), b.clone()).unwrap(), payloads[i]);
+            assert!(c.open(&ctx(i as u32), b.clone()).is_err());
+        }
+        // A damaged block is named, and nothing is sealed under the new key.
+        let mut bufs: Vec<Vec<u8>> = batch.iter().map(|(_, s)| s.clone()).collect();
+        bufs[1][100] ^= 1;
+        let mut blocks: Vec<Reseal<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| Reseal {
+                from: ctx(i as u32),
+                to: to(i as u32),
+                sealed: b.as_mut_slice(),
+            })
+            .collect();
+        match c.reseal_batch(&mut blocks) {
+            Err(ResealError::Open { block: 1, .. }) => {}
+            other => panic!("expected block 1 to fail, got {other:?}"),
+        }
     }
 }

@@ -274,6 +274,9 @@ pub enum FileType {
     Lock,
     KeyRegistry,
     KeyRegistryTemp,
+    /// A file being re-sealed under a new data key; renamed over the file
+    /// of the same number when complete, removed at open if left behind.
+    ResealTemp,
 }
 
 pub const POINTER_FILE: &str = "CURRENT";
@@ -286,6 +289,10 @@ pub fn table_path(dir: &Path, n: u64) -> PathBuf {
 
 pub fn vlog_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("{n:06}.vlog"))
+}
+
+pub fn reseal_temp_path(dir: &Path, n: u64) -> PathBuf {
+    dir.join(format!("{n:06}.reseal"))
 }
 
 pub fn manifest_path(dir: &Path, n: u64) -> PathBuf {
@@ -316,6 +323,9 @@ pub fn parse_file_name(name: &str) -> Option<(FileType, u64)> {
     }
     if let Some(n) = name.strip_suffix(".vlog") {
         return Some((FileType::ValueLog, number(n)?));
+    }
+    if let Some(n) = name.strip_suffix(".reseal") {
+        return Some((FileType::ResealTemp, number(n)?));
     }
     None
 }

@@ -57,24 +57,6 @@ pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
     Ok(report)
 }
 
-/// Empties value-log file `n` (behind the replay pointer) whatever its
-/// garbage ratio: its live values go to the head, the file is dropped.
-pub fn drop_file(inner: &DbInner, n: u64) -> Result<GcReport> {
-    let mut report = GcReport::default();
-    let sealed = inner
-        .state
-        .lock()
-        .current
-        .logs
-        .get(&n)
-        .and_then(|m| m.sealed.map(|s| s.0));
-    let (pointers, _) = scan(inner, n, sealed)?;
-    let live = live_values(inner, pointers)?;
-    rewrite_and_drop(inner, n, live, true, &mut report)?;
-    inner.delete_obsolete_files();
-    Ok(report)
-}
-
 /// Every value pointer the file's commit records hold, and the bytes of
 /// value frames in it.
 fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>, u64)> {

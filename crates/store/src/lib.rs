@@ -64,6 +64,7 @@ mod manifest;
 mod memtable;
 pub mod options;
 mod recovery;
+mod reseal;
 mod rotation;
 mod table_builder;
 mod table_cache;
@@ -143,7 +144,7 @@ impl Store {
     /// Safe to interrupt: a later call resumes.
     pub fn reencrypt(&self) -> Result<ReencryptReport> {
         let rate = self.inner().opts.reencrypt_bytes_per_sec;
-        rotation::reencrypt(self.inner(), &|| self.flush(), rate)
+        rotation::reencrypt(self.inner(), rate)
     }
 
     /// Runs [`Store::reencrypt`] on a background thread.

@@ -64,7 +64,8 @@ pub struct Options {
     /// Sees every (data-key id, nonce) pair before it seals a block.
     pub seal_observer: Option<SealObserver>,
     /// Byte-rate limit of the background re-encryption pass after a data
-    /// key rotation (bytes read plus written per second).
+    /// key rotation (bytes of old files read per second; each is written
+    /// once more).
     pub reencrypt_bytes_per_sec: u64,
 }
 

@@ -447,7 +447,8 @@ fn unfinished_init_leftovers(opts: &Options, dir: &Path, names: &[String]) -> Re
                 FileType::Manifest
                     | FileType::PointerTemp
                     | FileType::KeyRegistry
-                    | FileType::KeyRegistryTemp,
+                    | FileType::KeyRegistryTemp
+                    | FileType::ResealTemp,
                 _
             ))
         );
@@ -510,7 +511,7 @@ fn remove_orphans(opts: &Options, dir: &Path, names: &[String], v: &Version, man
             FileType::Table => !tables.contains(&n),
             FileType::ValueLog => !v.logs.contains_key(&n),
             FileType::Manifest => n != manifest,
-            FileType::PointerTemp | FileType::KeyRegistryTemp => true,
+            FileType::PointerTemp | FileType::KeyRegistryTemp | FileType::ResealTemp => true,
             FileType::Pointer | FileType::Lock | FileType::KeyRegistry => false,
         };
         if orphan {

@@ -1,23 +1,21 @@
 //! Online key rotation. `rotate_data_key` adds a data key that every new
 //! file uses; the re-encryption pass then rewrites each live file still under
-//! an older key (value-log head rolled over, older value-log files emptied
-//! by GC, tables rewritten, manifest rewritten) at a bounded byte rate, and
-//! retires keys no file names any more. Every step is one manifest edit, so
-//! a crash leaves the store consistent and the next pass resumes where this
-//! one stopped (files already rewritten are under the current key).
+//! an older key (value-log head rolled over, older value-log files and
+//! tables re-sealed in place, manifest rewritten) at a bounded byte rate, and
+//! retires keys no file names any more. Every step replaces one file
+//! atomically (a rename, or one manifest edit), so a crash leaves the store
+//! consistent and the next pass resumes where this one stopped (files
+//! already rewritten are under the current key).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::codec::BlockCodec;
-use crate::compaction::{self, Compaction, OutputWriter};
 use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{manifest_path, table_path, vlog_path, FileHeader, HEADER_LEN};
-use crate::iterator::InternalIterator;
 use crate::keys::{keys_path, Encryption, KeyState};
-use crate::table_reader::TableIterator;
-use crate::version::VersionEdit;
+use crate::reseal;
 
 /// Which live files use which data key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -147,14 +145,14 @@ pub fn rotate_master_key(inner: &DbInner, new: &Encryption) -> Result<()> {
 }
 
 /// Sleeps as needed to keep `bytes` since `start` under `rate` bytes/s.
-struct Throttle {
+pub(crate) struct Throttle {
     start: Instant,
     bytes: u64,
     rate: u64,
 }
 
 impl Throttle {
-    fn charge(&mut self, bytes: u64) {
+    pub(crate) fn charge(&mut self, bytes: u64) {
         self.bytes += bytes;
         let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
         if let Some(wait) = due.checked_sub(self.start.elapsed()) {
@@ -163,16 +161,10 @@ impl Throttle {
     }
 }
 
-fn file_size(inner: &DbInner, p: &std::path::Path) -> u64 {
-    inner.fs.open_read(p).and_then(|f| f.len()).unwrap_or(0)
-}
-
-/// The re-encryption pass; `flush` flushes the memtable (a `Store` method).
-pub fn reencrypt(
-    inner: &DbInner,
-    flush: &dyn Fn() -> Result<()>,
-    rate: u64,
-) -> Result<ReencryptReport> {
+/// The re-encryption pass. Every file under an older key is re-sealed in
+/// place (crate::reseal): same number, same layout, so no manifest edit,
+/// value pointer or level changes, and each file is read and written once.
+pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
     let ks = key_state(inner)?;
     let current = ks.codec.key_id();
     let mut report = ReencryptReport::default();
@@ -183,9 +175,9 @@ pub fn reencrypt(
     };
     let stopping = || inner.state.lock().shutting_down;
 
-    // 1. The value-log head: start a new file, then flush so that every
-    //    older file lies behind the replay pointer.
-    {
+    // 1. The value-log head is still being appended to: start a new one, so
+    //    that every older file is sealed (immutable, its size recorded).
+    let head = {
         let mut guard = inner.log.lock();
         let log = guard
             .as_mut()
@@ -193,79 +185,64 @@ pub fn reencrypt(
         if header_key(inner, &vlog_path(&inner.dir, log.file_number()))? != current {
             inner.rotate_log(log)?;
         }
-    }
-    flush()?;
-    // A flush of an empty memtable moves nothing: with every entry already
-    // in tables, move the replay pointer to the head here, or the older
-    // file holding it would never be rewritten.
-    {
-        let guard = inner.log.lock();
-        let log = guard
-            .as_ref()
-            .ok_or_else(|| Error::Closed("store is closed".into()))?;
-        let idle = {
-            let st = inner.state.lock();
-            st.mem.is_empty() && st.imm.is_empty() && st.current.replay.file < log.file_number()
-        };
-        if idle {
-            inner.log_and_apply(VersionEdit {
-                replay: Some(log.position()),
-                ..Default::default()
-            })?;
-        }
-    }
-
-    // 2. Older value-log files: GC rewrites their live values at the head.
-    let old_logs: Vec<u64> = {
-        let v = inner.state.lock().current.clone();
-        v.logs
-            .keys()
-            .copied()
-            .filter(|n| *n < v.replay.file)
-            .collect()
+        log.file_number()
     };
-    for n in old_logs {
-        if stopping() {
-            return Ok(report);
+
+    // 2. Sealed value-log files. Each is synced and installed on a second
+    //    thread while the next one is read and sealed.
+    let logs: Vec<(u64, Option<(u64, u32)>)> = {
+        let v = inner.state.lock().current.clone();
+        v.logs.values().map(|m| (m.number, m.sealed)).collect()
+    };
+    let installed = std::thread::scope(|scope| -> Result<(u64, u64)> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(reseal::WrittenLog, u64)>(1);
+        let finisher = scope.spawn(move || -> Result<(u64, u64)> {
+            let (mut files, mut bytes) = (0, 0);
+            for (w, size) in rx {
+                if reseal::finish_log(inner, w)? {
+                    files += 1;
+                    bytes += size;
+                }
+            }
+            Ok((files, bytes))
+        });
+        let mut sealing = Ok(());
+        for (n, sealed) in logs {
+            // Every file but the head is sealed; one that is not stays
+            // under its key, which then is not retired.
+            let (Some(sealed), false) = (sealed, n == head) else {
+                continue;
+            };
+            if stopping() {
+                break;
+            }
+            match reseal::reseal_log(inner, n, sealed, current, &mut throttle) {
+                Ok(Some(w)) => {
+                    if tx.send((w, sealed.0)).is_err() {
+                        break; // the finisher failed; join reports why
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    sealing = Err(e);
+                    break;
+                }
+            }
         }
-        let p = vlog_path(&inner.dir, n);
-        if header_key(inner, &p)? == current {
-            continue;
-        }
-        throttle.charge(file_size(inner, &p));
-        report.bytes_read += file_size(inner, &p);
-        crate::gc::drop_file(inner, n)?;
-        report.logs_rewritten += 1;
+        drop(tx);
+        let finished = finisher.join().expect("finisher thread panicked");
+        sealing.and(finished)
+    })?;
+    report.logs_rewritten += installed.0;
+    report.bytes_read += installed.1;
+    if stopping() {
+        return Ok(report);
     }
 
-    // 3. Tables. Level 0 is ordered by file number, so its tables are not
-    //    rewritten one by one: the whole level is compacted into level 1.
-    {
-        let _guard = inner.compaction_lock.lock();
-        let v = inner.state.lock().current.clone();
-        let mut stale_l0 = false;
-        for f in &v.levels[0] {
-            stale_l0 |= header_key(inner, &table_path(&inner.dir, f.number))? != current;
-        }
-        if stale_l0 {
-            let first = v.levels[0].clone();
-            let (lo, hi) = compaction::key_range(&first);
-            let below = v.overlapping(1, Some(&lo), Some(&hi));
-            let bytes: u64 = first.iter().chain(&below).map(|f| f.size).sum();
-            throttle.charge(bytes);
-            report.bytes_read += bytes;
-            report.tables_rewritten += (first.len() + below.len()) as u64;
-            compaction::run(
-                inner,
-                &Compaction {
-                    level: 0,
-                    inputs: [first, below],
-                },
-            )?;
-        }
-    }
+    // 3. Tables, every level, one at a time under the compaction lock so
+    //    that compactions interleave and none drops a table mid-rewrite.
     let levels = inner.state.lock().current.levels.clone();
-    for (level, files) in levels.iter().enumerate().skip(1) {
+    for (level, files) in levels.iter().enumerate() {
         for f in files {
             if stopping() {
                 return Ok(report);
@@ -274,15 +251,22 @@ pub fn reencrypt(
             let still_live = inner.state.lock().current.levels[level]
                 .iter()
                 .any(|g| g.number == f.number);
-            if !still_live || header_key(inner, &table_path(&inner.dir, f.number))? == current {
+            if !still_live {
                 continue;
             }
             throttle.charge(f.size);
-            report.bytes_read += f.size;
-            rewrite_table(inner, level, f)?;
-            report.tables_rewritten += 1;
+            if reseal::reseal_table(inner, f, current)? {
+                report.bytes_read += f.size;
+                report.tables_rewritten += 1;
+            }
         }
     }
+
+    // Renames are durable before any key is retired.
+    inner
+        .fs
+        .sync_dir(&inner.dir)
+        .ctx(|| format!("syncing directory {}", inner.dir.display()))?;
 
     // 4. The manifest (and with it the pointer file).
     {
@@ -297,28 +281,6 @@ pub fn reencrypt(
     inner.delete_obsolete_files();
     report.keys_retired = retire_unused(inner)?;
     Ok(report)
-}
-
-/// Rewrites one table of level >= 1 in place: same entries, same level,
-/// new file number and key. Caller holds the compaction lock.
-fn rewrite_table(inner: &DbInner, level: usize, f: &crate::version::FileMeta) -> Result<()> {
-    let mut it = TableIterator::new(inner.tables.get(f)?);
-    let mut out = OutputWriter::new(inner);
-    it.seek_to_first();
-    while it.valid() {
-        out.add(it.key(), it.value());
-        it.next();
-    }
-    it.status()?;
-    let mut edit = VersionEdit::default();
-    edit.deleted_tables.push((level, f.number));
-    for t in out.finish()? {
-        edit.added_tables.push((level, t));
-    }
-    inner.log_and_apply(edit)?;
-    inner.state.lock().obsolete_tables.push(f.number);
-    inner.delete_obsolete_files();
-    Ok(())
 }
 
 /// Drops from the registry every key but the current one that no live file

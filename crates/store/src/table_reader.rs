@@ -28,6 +28,8 @@ pub struct Table {
     index: Arc<Block>,
     handles: Vec<BlockHandle>,
     filter: Vec<u8>,
+    /// Filter, index and footer handles, for [`Table::layout`].
+    meta_handles: [BlockHandle; 3],
     entries: u64,
 }
 
@@ -81,6 +83,11 @@ impl Table {
             index: Arc::new(Block::decode(vec![0, 0, 0, 0, 1, 0, 0, 0]).expect("empty block")),
             handles: Vec::new(),
             filter: Vec::new(),
+            meta_handles: [BlockHandle {
+                offset: 0,
+                len: 0,
+                block: 0,
+            }; 3],
             entries: 0,
         };
         let footer_h = BlockHandle {
@@ -136,7 +143,24 @@ impl Table {
         }
         t.index = Arc::new(index);
         t.handles = handles;
+        t.meta_handles = [filter_h, index_h, footer_h];
         Ok(t)
+    }
+
+    /// Every block of the file with its kind, in file order (data blocks,
+    /// filter, index, footer), as the index and footer name them.
+    pub fn layout(&self) -> Vec<(BlockHandle, BlockKind)> {
+        let [filter, index, footer] = self.meta_handles;
+        let mut out: Vec<(BlockHandle, BlockKind)> =
+            self.handles.iter().map(|h| (*h, BlockKind::Data)).collect();
+        out.push((filter, BlockKind::Filter));
+        out.push((index, BlockKind::Index));
+        out.push((footer, BlockKind::Footer));
+        out
+    }
+
+    pub fn key_id(&self) -> u32 {
+        self.key_id
     }
 
     pub fn path(&self) -> &Path {

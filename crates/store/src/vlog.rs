@@ -86,10 +86,13 @@ impl ValueLog {
             offset: ptr.frame.offset,
             kind: BlockKind::LogValue,
         };
-        let sealed = buf.split_off(FRAME_HEADER_LEN);
-        let payload = self
+        // Shift the sealed block to the front instead of copying it out: no
+        // second allocation of a value-sized buffer per read.
+        buf.copy_within(FRAME_HEADER_LEN.., 0);
+        buf.truncate(ptr.frame.len as usize);
+        let mut payload = self
             .codec
-            .open(&ctx, sealed)
+            .open(&ctx, buf)
             .map_err(|e| Error::corruption(&path, &loc, e.0))?;
         let Some((k, v)) = decode_value_frame(&payload) else {
             return Err(Error::corruption(&path, &loc, "malformed value frame"));
@@ -101,7 +104,10 @@ impl ValueLog {
                 "value frame belongs to another key",
             ));
         }
-        Ok(v.to_vec())
+        // The value is the payload's tail: keep the buffer, drop the key.
+        let start = payload.len() - v.len();
+        payload.drain(..start);
+        Ok(payload)
     }
 
     pub fn forget(&self, n: u64) {
