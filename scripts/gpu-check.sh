@@ -77,6 +77,12 @@ if has fused; then
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
+if has group4g; then
+  # The fused job with 4 GiB groups (4 x 1 GiB), which hit an illegal
+  # address with the earlier host-resolved chunker.
+  GVAULT_FUSED_GROUP_BYTES=4294967296 $P --ops fastcdc-blake3 --sizes 1G 2>&1 | tee "$OUT/group4g.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 if has many; then
   # SHA-256 and MD5 over many 1 MiB segments (one thread per segment).
   $P --pinned --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee "$OUT/hashes-many.txt"

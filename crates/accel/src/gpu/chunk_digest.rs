@@ -18,8 +18,20 @@ use crate::types::Blake3Key;
 /// candidate bitmaps and their index, and 1/32 for chaining values). 1 GiB:
 /// a 4 GiB group (4 x 1 GiB segments) hit an illegal address on an H200
 /// (2026-11-22, not yet found; 4 x 256 MiB passed), so groups stay small
-/// until that is understood.
+/// until that is understood. `GVAULT_FUSED_GROUP_BYTES` (64 MiB..=16 GiB)
+/// overrides it, for that investigation.
 const GROUP_BYTES: usize = 1 << 30;
+
+fn group_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var("GVAULT_FUSED_GROUP_BYTES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|b| ((64 << 20)..=(16 << 30)).contains(b))
+            .unwrap_or(GROUP_BYTES)
+    })
+}
 
 /// Chunks and digests of each input, in order.
 pub(crate) fn run(
@@ -45,7 +57,7 @@ pub(crate) fn groups<'a, 'b>(inputs: &'a [Input<'b>]) -> impl Iterator<Item = &'
         }
         let mut end = start;
         let mut bytes = 0usize;
-        while end < inputs.len() && (end == start || bytes + inputs[end].len() <= GROUP_BYTES) {
+        while end < inputs.len() && (end == start || bytes + inputs[end].len() <= group_bytes()) {
             bytes += inputs[end].len();
             end += 1;
         }
