@@ -155,6 +155,8 @@ pub(crate) fn hash_all(
         .lock()
         .map_err(|_| "slot lock poisoned".to_string())?[0]
         .stream;
+    let mut trace = super::runtime::Trace::new("blake3", stream);
+    trace.mark("host pieces");
     if !dev_descs.is_empty() {
         let base = rebase(&mut dev_descs);
         let buf = dev.alloc(std::mem::size_of_val(dev_descs.as_slice()))?;
@@ -172,6 +174,7 @@ pub(crate) fn hash_all(
         )?;
         super::runtime::sync(stream)?;
     }
+    trace.mark("device chunks");
     reduce(
         dev,
         key_buf.ptr,
@@ -182,6 +185,7 @@ pub(crate) fn hash_all(
         digests.ptr,
         stream,
     )?;
+    trace.mark("reduce");
     let mut out = vec![0u8; inputs.len() * 32];
     download(&mut out, digests.ptr)?;
     Ok(out

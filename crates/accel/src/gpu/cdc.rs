@@ -122,6 +122,7 @@ pub(crate) fn boundaries(
         .map_err(|_| "slot lock poisoned".to_string())?[0]
         .stream;
 
+    let mut trace = super::runtime::Trace::new("cdc", stream);
     // Candidate bitmaps (level 0) and their summaries, both masks, one buffer.
     let mut level_words = [words.max(1); LEVELS];
     for k in 1..LEVELS {
@@ -159,6 +160,7 @@ pub(crate) fn boundaries(
             )?
         };
     }
+    trace.mark("gear_candidates");
     for k in 1..LEVELS {
         let mut a = (
             lv_s[k - 1],
@@ -182,6 +184,7 @@ pub(crate) fn boundaries(
         };
     }
 
+    trace.mark("cdc_summarize");
     // The walk.
     let cap = list_cap(params, section);
     let job = CdcJob {
@@ -245,6 +248,7 @@ pub(crate) fn boundaries(
                 &mut kernel_args!(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
             )?
         };
+        trace.mark(kernel);
     }
     sync(stream)?;
     let mut overflow = [0u8; 4];
@@ -270,8 +274,11 @@ pub(crate) fn boundaries(
             pad: w[3],
         })
         .collect();
+    trace.mark("downloads");
     let lens: Vec<usize> = segs.iter().map(|s| s.len).collect();
-    assemble(&lens, section, cap, &secs, &words_of(&list_bytes))
+    let spans = assemble(&lens, section, cap, &secs, &words_of(&list_bytes));
+    trace.mark("assemble");
+    spans
 }
 
 /// The chunk spans of each segment from the resolved section lists:

@@ -73,8 +73,12 @@ fn run_group(
     key: &Blake3Key,
     inputs: &[Input<'_>],
 ) -> Result<Vec<Vec<DigestedChunk>>, DevError> {
+    let stream = dev.aux_stream;
+    let mut trace = super::runtime::Trace::new("fused", stream);
     let (placed, _resident) = place(dev, inputs)?;
+    trace.mark("place");
     let spans: Vec<Vec<ChunkSpan>> = boundaries(dev, params, &placed)?;
+    trace.mark("boundaries");
     // Every chunk of every segment is one BLAKE3 input, read in place.
     let chunk_inputs: Vec<Input<'_>> = placed
         .iter()
@@ -86,7 +90,9 @@ fn run_group(
             })
         })
         .collect();
+    trace.mark("chunk inputs");
     let mut digests = hash_all(dev, Some(key), &chunk_inputs)?.into_iter();
+    trace.mark("blake3 of chunks");
     Ok(spans
         .into_iter()
         .map(|spans| {

@@ -525,3 +525,40 @@ impl Drop for PinnedBuffer {
         }
     }
 }
+
+/// Phase timings of one GPU job, for diagnosis: with `GVAULT_GPU_TRACE=1`,
+/// each `mark` synchronises the stream and prints the wall time since the
+/// previous mark to stderr. Off (the default), marks cost nothing.
+pub(crate) struct Trace {
+    on: bool,
+    stream: CUstream,
+    what: &'static str,
+    last: std::time::Instant,
+}
+
+impl Trace {
+    pub(crate) fn new(what: &'static str, stream: CUstream) -> Trace {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let on = *ON.get_or_init(|| std::env::var_os("GVAULT_GPU_TRACE").is_some_and(|v| v == "1"));
+        Trace {
+            on,
+            stream,
+            what,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    pub(crate) fn mark(&mut self, phase: &str) {
+        if !self.on {
+            return;
+        }
+        let _ = sync(self.stream);
+        let now = std::time::Instant::now();
+        eprintln!(
+            "trace {} {phase}: {:.3} ms",
+            self.what,
+            (now - self.last).as_secs_f64() * 1e3
+        );
+        self.last = now;
+    }
+}
