@@ -33,7 +33,7 @@ cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
 # Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
-# hashes, fused, many, auto.
+# hashes, fused, group4g, many, trace, auto, lsm.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -95,12 +95,32 @@ if has many; then
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
+if has trace; then
+  # Phase timings of the fused job (GVAULT_GPU_TRACE), one 1 GiB segment.
+  GVAULT_GPU_TRACE=1 $P --min-ms 1 --ops fastcdc-blake3,fastcdc --sizes 1G --total 1G 2>&1 \
+    | tail -60 | tee "$OUT/trace.txt"
+  # and of GCM on device-resident data (the kernel column's job)
+  GVAULT_GPU_TRACE=1 $P --min-ms 1 --ops aes256gcm-seal --sizes 1G --total 4G 2>&1 \
+    | tail -30 | tee -a "$OUT/trace.txt"
+fi
 if has auto; then
   export GVAULT_COST_MODEL="$OUT/cost-model.json"
-  $B/gvault bench calibrate 2>&1 | tee "$OUT/calibrate.txt"
+  { time $B/gvault bench calibrate; } 2>&1 | tee "$OUT/calibrate.txt"
   $B/gvault doctor 2>&1 | tee "$OUT/doctor-model.txt"
-  $P --backend auto --ops aes256gcm-seal,sha256,blake3 --sizes 512,4K,64K,1M,16M,64M,256M,1G \
+  $P --pinned --backend auto --ops aes256gcm-seal,sha256,blake3 --sizes 512,4K,64K,1M,16M,64M,256M,1G \
     2>&1 | tee "$OUT/auto.txt"
+fi
+if has lsm; then
+  # Encryption at rest on this host (issue 7): db_bench workloads with and
+  # without encryption, then re-encryption against a disk copy.
+  D=${LSM_DIR:-/tmp/gvault-lsm}
+  mkdir -p "$D"
+  $B/gvault bench lsm --encrypt none,cpu,auto --value-sizes ${LSM_SIZES:-100,4K,64K} --sync off \
+    --max-bytes ${LSM_BYTES:-256M} --workloads fillseq,fillrandom,overwrite,readrandom,readseq \
+    --repeat ${LSM_REPEAT:-2} --dir "$D" 2>&1 | tee "$OUT/lsm.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  $B/gvault bench lsm --reencrypt ${LSM_REENCRYPT_GIB:-10} --dir "$D" 2>&1 | tee "$OUT/reencrypt.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 echo "gpu-check status: $status"
 exit $status

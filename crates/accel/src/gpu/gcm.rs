@@ -449,8 +449,10 @@ impl Pass {
                 &mut kernel_args!(a.0, a.1, a.2, a.3, a.4),
             )
         };
+        let mut trace = super::runtime::Trace::new("gcm", stream);
         if seal {
             ctr()?;
+            trace.mark("ctr");
         }
         let mut s = (rk, self.segs.ptr, n, p, self.work.ptr);
         dev.launch(
@@ -461,6 +463,7 @@ impl Pass {
             stream,
             &mut kernel_args!(s.0, s.1, s.2, s.3, s.4),
         )?;
+        trace.mark("gcm_setup");
         let pieces = self.ghash_blocks.div_ceil(p as u64).max(n as u64);
         let grid = pieces.div_ceil(256).clamp(1, 3 * sms as u64) as u32;
         let mut g = (self.segs.ptr, n, data, self.aad.ptr, p, self.work.ptr);
@@ -472,6 +475,7 @@ impl Pass {
             stream,
             &mut kernel_args!(g.0, g.1, g.2, g.3, g.4, g.5),
         )?;
+        trace.mark("gcm_ghash");
         let mut f = (rk, self.segs.ptr, n, self.work.ptr, self.tags.ptr);
         dev.launch(
             "gcm_finalize",
@@ -481,8 +485,10 @@ impl Pass {
             stream,
             &mut kernel_args!(f.0, f.1, f.2, f.3, f.4),
         )?;
+        trace.mark("gcm_finalize");
         if !seal {
             ctr()?;
+            trace.mark("ctr");
         }
         Ok(())
     }

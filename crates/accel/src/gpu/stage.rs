@@ -88,15 +88,43 @@ where
             }
             let (batch, used) =
                 next_batch(pieces, &mut next, max_batch, ordered, &mut taken_in, k)?;
-            let parts: Vec<(usize, &[u8])> =
-                batch.iter().map(|st| (st.off, pieces[st.idx])).collect();
+            // Page-locked pieces are copied by the DMA engine straight from
+            // the caller's memory; the rest are packed into the pinned slot.
+            let direct: Vec<bool> = batch.iter().map(|st| is_direct(pieces[st.idx])).collect();
+            let parts: Vec<(usize, &[u8])> = batch
+                .iter()
+                .zip(&direct)
+                .filter(|(_, &d)| !d)
+                .map(|(st, _)| (st.off, pieces[st.idx]))
+                .collect();
             pack(slot, &parts);
+            debug_assert!(used <= SLOT_BYTES);
             // SAFETY: the slot holds SLOT_BYTES >= used; its stream was
-            // synchronised before the host buffer was refilled.
+            // synchronised before the host buffer was refilled; direct
+            // pieces are page-locked memory borrowed until every stream is
+            // synchronised below.
             unsafe {
-                sys::cuMemcpyHtoDAsync_v2(slot.dev, slot.host as *const c_void, used, slot.stream)
+                for (from, to) in packed_ranges(&batch, &direct, pieces) {
+                    sys::cuMemcpyHtoDAsync_v2(
+                        slot.dev + from as u64,
+                        slot.host.add(from) as *const c_void,
+                        to - from,
+                        slot.stream,
+                    )
                     .result()
                     .map_err(|e| err("copy-in", e))?;
+                }
+                for (st, _) in batch.iter().zip(&direct).filter(|(_, &d)| d) {
+                    let p = pieces[st.idx];
+                    sys::cuMemcpyHtoDAsync_v2(
+                        slot.dev + st.off as u64,
+                        p.as_ptr() as *const c_void,
+                        p.len(),
+                        slot.stream,
+                    )
+                    .result()
+                    .map_err(|e| err("copy-in", e))?;
+                }
                 if ordered.is_some() && k > 0 {
                     cu::stream::wait_event(
                         slot.stream,
@@ -132,6 +160,33 @@ where
         let _ = cu::event::destroy(event);
     }
     result
+}
+
+/// Pieces at least this long in page-locked memory skip the staging copy
+/// (as in ctr.rs; shorter ones are cheaper to pack than to DMA one by one).
+const DIRECT_MIN: usize = 256 << 10;
+
+fn is_direct(piece: &[u8]) -> bool {
+    piece.len() >= DIRECT_MIN && super::runtime::is_page_locked(piece.as_ptr(), piece.len())
+}
+
+/// Slot byte ranges covering runs of consecutive packed (not direct) pieces.
+fn packed_ranges(batch: &[Staged], direct: &[bool], pieces: &[&[u8]]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let mut prev_packed = false;
+    for (st, &d) in batch.iter().zip(direct) {
+        if d {
+            prev_packed = false;
+            continue;
+        }
+        let end = st.off + pieces[st.idx].len();
+        match out.last_mut() {
+            Some(r) if prev_packed => r.1 = end,
+            _ => out.push((st.off, end)),
+        }
+        prev_packed = true;
+    }
+    out
 }
 
 /// The pieces from `*next` on that go into batch `k`: as many as fit one
@@ -256,7 +311,24 @@ pub(crate) fn upload_on(
 
 #[cfg(test)]
 mod tests {
-    use super::{next_batch, SLOT_BYTES};
+    use super::{next_batch, packed_ranges, Staged, SLOT_BYTES};
+
+    #[test]
+    fn packed_ranges_skip_direct_pieces() {
+        let a = [0u8; 10];
+        let pieces: Vec<&[u8]> = vec![&a, &a, &a, &a];
+        let batch: Vec<Staged> = (0..4)
+            .map(|i| Staged {
+                idx: i,
+                off: 16 * i,
+            })
+            .collect();
+        assert_eq!(
+            packed_ranges(&batch, &[false, false, true, false], &pieces),
+            vec![(0, 26), (48, 58)]
+        );
+        assert_eq!(packed_ranges(&batch, &[true; 4], &pieces), vec![]);
+    }
 
     #[test]
     fn ordered_batches_never_hold_two_pieces_of_a_segment() {
