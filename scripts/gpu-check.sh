@@ -95,12 +95,18 @@ if has many; then
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
+if has e2e; then
+  # Host end to end at 1 GiB next to the link, same run (pinned user memory).
+  $B/gvault bench link --quick 2>&1 | tee "$OUT/link-e2e.txt"
+  $P --pinned --ops blake3,aes256ctr,aes256gcm-seal,aes256gcm-open --sizes 1G 2>&1 | tee "$OUT/e2e.txt"
+fi
 if has trace; then
   # Phase timings of the fused job (GVAULT_GPU_TRACE), one 1 GiB segment.
-  GVAULT_GPU_TRACE=1 $P --min-ms 1 --ops fastcdc-blake3,fastcdc --sizes 1G --total 1G 2>&1 \
+  T="$B/gvault bench primitive --no-single-core --min-ms 1"
+  GVAULT_GPU_TRACE=1 $T --ops fastcdc-blake3,fastcdc --sizes 1G --total 1G 2>&1 \
     | tail -60 | tee "$OUT/trace.txt"
   # and of GCM on device-resident data (the kernel column's job)
-  GVAULT_GPU_TRACE=1 $P --min-ms 1 --ops aes256gcm-seal --sizes 1G --total 4G 2>&1 \
+  GVAULT_GPU_TRACE=1 $T --ops aes256gcm-seal --sizes 1G --total 4G 2>&1 \
     | tail -30 | tee -a "$OUT/trace.txt"
 fi
 if has auto; then
