@@ -102,6 +102,45 @@ pub fn cuttable(op: OpKind) -> bool {
     matches!(op, OpKind::AesCtr | OpKind::TeaCtr | OpKind::BlowfishCtr)
 }
 
+/// Ops the GPU runs one thread per segment (sequential hashes): its
+/// calibrated rate holds for jobs of many segments, not for the few of a
+/// split's part (on the H100, SHA-256 of 4 segments ran at 0.13 GB/s
+/// against 2 GB/s for 64), so they are never split.
+fn gpu_serial(op: OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Sha256 | OpKind::Md5 | OpKind::Crc32 | OpKind::Crc32c
+    )
+}
+
+/// CPU-thread nanoseconds per byte of a host staging copy (memcpy into or
+/// out of a pinned slot).
+const STAGE_NS_PER_BYTE: f64 = 0.1;
+
+/// Host copies per byte the GPU part of a split costs the CPU cores: the
+/// GPU backend stages pageable data (and in-place outputs) through pinned
+/// slots with copies that run on the same cores as the CPU part; only
+/// read-only jobs on page-locked memory are DMA'd straight from the caller.
+fn staging_copies(op: OpKind, mem: HostMemory) -> f64 {
+    let writes = !matches!(
+        op,
+        OpKind::Sha256
+            | OpKind::Md5
+            | OpKind::Crc32
+            | OpKind::Crc32c
+            | OpKind::Blake3
+            | OpKind::Blake3Keyed
+            | OpKind::Chunk
+            | OpKind::ChunkDigest
+    );
+    let copy_in = if mem == HostMemory::Pageable {
+        1.0
+    } else {
+        0.0
+    };
+    copy_in + if writes { 1.0 } else { 0.0 }
+}
+
 /// Whether the CPU backend cuts large segments of `op` across its threads
 /// (CTR, BLAKE3 and CRC jobs).
 fn cpu_cuts_inside(op: OpKind, threads: usize) -> bool {
@@ -136,11 +175,26 @@ fn cpu_time(c: &OpCosts, bytes: u64, segments: usize, largest: u64, threads: usi
     })
 }
 
+/// Largest job (bytes) that `gvault bench calibrate` times (16 MiB x 2):
+/// beyond it the pinned end-to-end line is extrapolated.
+pub const CALIBRATED_JOB_BYTES: u64 = 32 << 20;
+
 fn gpu_time(c: &OpCosts, bytes: u64, segments: usize, mem: HostMemory) -> Option<f64> {
     if segments == 0 {
         return Some(0.0);
     }
-    Some(c.gpu(mem)?.predict_ns(bytes, segments))
+    let line = c.gpu(mem)?;
+    match c.pinned_plateau_ns_per_byte {
+        // Page-locked copies overlap the kernels once the pipeline is
+        // full, which the calibrated sizes do not reach (H100: GCM 23 GB/s
+        // at 32 MiB, 47 GB/s at 4 GiB): past them, the slower of link
+        // and kernel sets the rate.
+        Some(rate) if mem == HostMemory::Pinned && bytes > CALIBRATED_JOB_BYTES => Some(
+            line.predict_ns(CALIBRATED_JOB_BYTES, segments)
+                + rate * (bytes - CALIBRATED_JOB_BYTES) as f64,
+        ),
+        _ => Some(line.predict_ns(bytes, segments)),
+    }
 }
 
 /// One op's costs, looked up once (the model keys ops by name).
@@ -150,6 +204,8 @@ pub(crate) struct OpCosts {
     cpu: Option<CpuCost>,
     /// Indexed by [`mem_index`].
     gpu: [Option<LinearCost>; 3],
+    /// Per-byte rate of large pinned jobs, where faster than the fitted one.
+    pinned_plateau_ns_per_byte: Option<f64>,
 }
 
 fn mem_index(mem: HostMemory) -> usize {
@@ -163,7 +219,19 @@ fn mem_index(mem: HostMemory) -> usize {
 impl OpCosts {
     pub(crate) fn of(model: &CostModel, op: OpKind) -> OpCosts {
         let line = |mem| model.gpu_cost(op, mem);
+        let plateau = match (
+            model.op(op).and_then(|m| m.gpu),
+            model.link,
+            line(HostMemory::Pinned),
+        ) {
+            (Some(g), Some(link), Some(pinned)) if !gpu_serial(op) => {
+                let rate = g.kernel.ns_per_byte.max(link.ns_per_byte);
+                (rate < pinned.ns_per_byte).then_some(rate)
+            }
+            _ => None,
+        };
         OpCosts {
+            pinned_plateau_ns_per_byte: plateau,
             op,
             cpu: model.op(op).map(|m| m.cpu),
             gpu: [
@@ -213,7 +281,12 @@ fn split_finish(
         stats.largest.min(cpu_bytes),
         sides.cpu_threads,
     );
-    (sides.gpu_queued_ns + g).max(sides.cpu_queued_ns + cpu) + SPLIT_OVERHEAD_NS
+    // The GPU part's staging copies take the CPU part's cores.
+    let staging = c.cpu.map_or(0.0, |m| {
+        gpu.bytes as f64 * staging_copies(c.op, stats.mem) * STAGE_NS_PER_BYTE
+            / m.speedup_at(sides.cpu_threads)
+    });
+    (sides.gpu_queued_ns + g).max(sides.cpu_queued_ns + cpu + staging) + SPLIT_OVERHEAD_NS
 }
 
 /// Outcome of pricing a job from its totals.
@@ -263,7 +336,7 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
     } else {
         (Sketch::Cpu, single(Plan::Cpu, cpu_finish))
     };
-    if stats.bytes < MIN_SPLIT_BYTES || (stats.segments < 2 && !cuttable(op)) {
+    if stats.bytes < MIN_SPLIT_BYTES || (stats.segments < 2 && !cuttable(op)) || gpu_serial(op) {
         return best;
     }
     // Segments taken to be of even size: a share f of the bytes is about
@@ -580,6 +653,10 @@ mod tests {
             p.offset > 0 && p.offset < lengths[0] && p.offset % CUT_ALIGN == 0,
             "{p:?}"
         );
+        // Serial digests (one GPU thread per segment) are never split.
+        let many = vec![1u64 << 20; 64];
+        let d = decide(&m, &shape(OpKind::Sha256, &many), &idle(8));
+        assert!(!matches!(d.plan, Plan::Split(_)), "{d:?}");
         // One huge digest segment is not cut.
         let d = decide(&m, &shape(OpKind::Sha256, &lengths), &idle(8));
         assert!(!matches!(d.plan, Plan::Split(_)), "{d:?}");
@@ -649,7 +726,8 @@ mod tests {
 
     #[test]
     fn the_plan_is_as_good_as_every_candidate_priced() {
-        let op = OpKind::Sha256;
+        // Not a serial digest: those are never split.
+        let op = OpKind::AesGcmOpen;
         for (threads, cpu, gpu) in [
             (8, 1.0, 8.0),
             (32, 2.0, 45.0),

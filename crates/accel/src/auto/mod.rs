@@ -14,6 +14,8 @@ mod backend;
 mod decide;
 mod defaults;
 mod file;
+#[cfg(test)]
+mod h100;
 mod inspect;
 mod model;
 mod split;
@@ -21,7 +23,7 @@ mod split;
 pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter};
 pub use decide::{
     crossover, cuttable, decide, Crossover, Decision, JobShape, JobStats, Plan, Sides, SplitPoint,
-    CUT_ALIGN, MIN_SPLIT_BYTES,
+    CALIBRATED_JOB_BYTES, CUT_ALIGN, MIN_SPLIT_BYTES,
 };
 pub use defaults::shipped;
 pub use file::{

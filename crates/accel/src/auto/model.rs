@@ -67,7 +67,10 @@ impl CpuCost {
         largest_unit: u64,
         threads: usize,
     ) -> f64 {
-        let par = self.speedup_at(threads).min(units.max(1) as f64).max(1.0);
+        // Only min(threads, units) threads are busy, each at the efficiency
+        // measured with all of them (memory bandwidth and clocks are
+        // shared): 4 segments on 16 cores run at speedup_at(4), not 4x.
+        let par = self.speedup_at(threads.min(units.max(1)));
         let c = &self.one_thread;
         let spread = (c.ns_per_byte * bytes as f64 + c.ns_per_segment * segments as f64) / par;
         let longest = c.ns_per_byte * largest_unit.min(bytes) as f64 + c.ns_per_segment;
@@ -427,5 +430,23 @@ mod tests {
         assert_eq!(c.speedup_at(1), 1.0);
         assert!((c.speedup_at(16) - 14.5).abs() < 1e-9);
         assert!(c.speedup_at(8) > 1.0 && c.speedup_at(8) < 14.5);
+    }
+
+    #[test]
+    fn few_units_run_at_the_busy_threads_speedup() {
+        let c = CpuCost {
+            one_thread: LinearCost {
+                fixed_ns: 0.0,
+                ns_per_byte: 1.0,
+                ns_per_segment: 0.0,
+            },
+            threads: 16,
+            speedup: 7.0,
+        };
+        // 4 segments of 1 MB on 16 threads: 4 busy threads at 16 threads'
+        // efficiency (speedup_at(4) = 2.2), not 4x.
+        let t = c.predict_ns(4_000_000, 4, 4, 1_000_000, 16);
+        assert!((t - 4_000_000.0 / c.speedup_at(4)).abs() < 1.0, "{t}");
+        assert!(t > 1_000_000.0 * 1.5);
     }
 }

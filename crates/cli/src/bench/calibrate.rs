@@ -388,6 +388,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_planner_knows_the_largest_calibrated_job() {
+        let largest = SHAPES.iter().map(|&(s, n)| (s * n) as u64).max();
+        assert_eq!(largest, Some(gvault_accel::auto::CALIBRATED_JOB_BYTES));
+    }
+
+    #[test]
     fn quick_calibration_writes_a_model_that_loads_back() {
         let dir = std::env::temp_dir().join(format!("gvault-calibrate-{}", std::process::id()));
         let path = dir.join("model.json");
