@@ -119,8 +119,39 @@ gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, 
     // 256 positions per thread: the 63-byte warm-up costs a quarter extra.
     const unsigned long long words = (len + 31ull) >> 5, spans = (words + 7ull) >> 3;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    // With 16-byte aligned data, a whole span away from the segment's ends
+    // is read with 16-byte loads (one load per 16 positions instead of one
+    // per byte: the byte loads, 32 lines per warp instruction, bounded the
+    // kernel at ~50 GB/s on an H100). Its warm-up then starts at start - 64:
+    // the extra byte is shifted out of the 64-bit hash by position start.
+    const bool aligned = ((unsigned long long)data & 15ull) == 0;
     for (unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; t < spans; t += stride) {
         const unsigned long long start = t << 8;
+        if (aligned && start >= 64ull && start + 256ull <= len) {
+            const uint4* q = (const uint4*)(data + start - 64ull);
+            unsigned long long h = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const uint4 v = q[i];
+                const unsigned int ws[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int k = 0; k < 16; ++k) h = (h << 1) + gear[(ws[k >> 2] >> (8 * (k & 3))) & 255u];
+            }
+            for (int w = 0; w < 8; ++w) {
+                const uint4 a = q[4 + 2 * w], b = q[5 + 2 * w];
+                const unsigned int ws[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+                unsigned int sb = 0, lb = 0;
+#pragma unroll
+                for (int k = 0; k < 32; ++k) {
+                    h = (h << 1) + gear[(ws[k >> 2] >> (8 * (k & 3))) & 255u];
+                    sb |= (unsigned int)((h & mask_s) == 0ull) << k;
+                    lb |= (unsigned int)((h & mask_l) == 0ull) << k;
+                }
+                hits_s[(t << 3) + w] = sb;
+                hits_l[(t << 3) + w] = lb;
+            }
+            continue;
+        }
         unsigned long long h = 0;
         for (unsigned long long q = start >= 63ull ? start - 63ull : 0ull; q < start; ++q) h = (h << 1) + gear[data[q]];
         for (unsigned long long w = t << 3; w < ((t + 1) << 3) && w < words; ++w) {
