@@ -381,17 +381,21 @@ mod tests {
             key_id: 2,
             ..ctx(i)
         };
+        // Re-seals every buffer from ctx(i) to to(i), in one batch.
+        let reseal_all = |bufs: &mut [Vec<u8>]| {
+            let mut blocks: Vec<Reseal<'_>> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| Reseal {
+                    from: ctx(i as u32),
+                    to: to(i as u32),
+                    sealed: b.as_mut_slice(),
+                })
+                .collect();
+            c.reseal_batch(&mut blocks)
+        };
         let mut bufs: Vec<Vec<u8>> = batch.iter().map(|(_, s)| s.clone()).collect();
-        let mut blocks: Vec<Reseal<'_>> = bufs
-            .iter_mut()
-            .enumerate()
-            .map(|(i, b)| Reseal {
-                from: ctx(i as u32),
-                to: to(i as u32),
-                sealed: b.as_mut_slice(),
-            })
-            .collect();
-        c.reseal_batch(&mut blocks).unwrap();
+        reseal_all(&mut bufs).unwrap();
         for (i, b) in bufs.iter().enumerate() {
             assert_eq!(b.len(), batch[i].1.len());
             assert_eq!(c.open(&to(i as u32), b.clone()).unwrap(), payloads[i]);
@@ -400,16 +404,7 @@ mod tests {
         // A damaged block is named, and nothing is sealed under the new key.
         let mut bufs: Vec<Vec<u8>> = batch.iter().map(|(_, s)| s.clone()).collect();
         bufs[1][100] ^= 1;
-        let mut blocks: Vec<Reseal<'_>> = bufs
-            .iter_mut()
-            .enumerate()
-            .map(|(i, b)| Reseal {
-                from: ctx(i as u32),
-                to: to(i as u32),
-                sealed: b.as_mut_slice(),
-            })
-            .collect();
-        match c.reseal_batch(&mut blocks) {
+        match reseal_all(&mut bufs) {
             Err(ResealError::Open { block: 1, .. }) => {}
             other => panic!("expected block 1 to fail, got {other:?}"),
         }

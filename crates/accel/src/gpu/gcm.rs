@@ -496,8 +496,10 @@ impl Pass {
 
 /// GHASH piece length P (blocks per thread), as kernels/README.md advises:
 /// enough pieces to fill the GPU, long enough to hide the power step.
-/// `GVAULT_GCM_PIECE_MAX` (a power of two, 16..=4096) raises the cap for
-/// measurements (`scripts/gpu-check.sh` sweeps it).
+/// The cap is 256 blocks: on an H100 (2026-11-22) caps of 128–512 gave
+/// 296–299 GB/s against 293–295 at 64 (the power step is amortised over
+/// longer pieces) and 1024 fell to 284. `GVAULT_GCM_PIECE_MAX` (a power of
+/// two, 16..=4096) overrides it (`scripts/gpu-check.sh` sweeps it).
 fn piece_blocks(total_blocks: u64) -> u32 {
     static CAP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let cap = *CAP.get_or_init(|| {
@@ -505,7 +507,7 @@ fn piece_blocks(total_blocks: u64) -> u32 {
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|v| v.is_power_of_two() && (16..=4096).contains(v))
-            .unwrap_or(64)
+            .unwrap_or(256)
     });
     piece_blocks_capped(total_blocks, cap)
 }
