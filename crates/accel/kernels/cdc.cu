@@ -334,19 +334,26 @@ __device__ bool cdc_join(const CdcJob* j, const unsigned long long* gear, const 
     for (unsigned int i = threadIdx.x; i < 256; i += blockDim.x) gear[i] = CDC_GEAR[i]; \
     __syncthreads();
 
+// One warp per upper word: lane b loads lower word 32u + b (coalesced) and
+// a ballot gathers the 32 "nonzero" bits. (A thread per upper word reading
+// its 32 lower words in turn fetched a 32-byte sector per 4-byte load once
+// L1 overflowed: 1.45 ms per GiB of data on an H100.) blockDim must be a
+// multiple of 32; any grid is correct.
 extern "C" __global__ void __launch_bounds__(256)
 cdc_summarize(const unsigned int* __restrict__ lo_s, const unsigned int* __restrict__ lo_l, unsigned long long n_lo,
               unsigned int* __restrict__ up_s, unsigned int* __restrict__ up_l) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned int lane = threadIdx.x & 31u;
+    const unsigned long long warps = ((unsigned long long)gridDim.x * blockDim.x) >> 5;
     const unsigned long long n_up = (n_lo + 31ull) >> 5;
-    for (unsigned long long u = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; u < n_up; u += stride) {
-        unsigned int s = 0, l = 0;
-        for (unsigned int b = 0; b < 32u && (u << 5) + b < n_lo; ++b) {
-            s |= (unsigned int)(lo_s[(u << 5) + b] != 0u) << b;
-            l |= (unsigned int)(lo_l[(u << 5) + b] != 0u) << b;
+    for (unsigned long long u = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < n_up;
+         u += warps) {
+        const unsigned long long i = (u << 5) + lane;
+        const bool hs = i < n_lo && lo_s[i] != 0u, hl = i < n_lo && lo_l[i] != 0u;
+        const unsigned int s = __ballot_sync(0xffffffffu, hs), l = __ballot_sync(0xffffffffu, hl);
+        if (lane == 0) {
+            up_s[u] = s;
+            up_l[u] = l;
         }
-        up_s[u] = s;
-        up_l[u] = l;
     }
 }
 

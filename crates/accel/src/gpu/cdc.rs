@@ -169,7 +169,8 @@ pub(crate) fn boundaries(
             lv_s[k],
             lv_l[k],
         );
-        let grid = dev.grid_for(level_words[k] as u64, BLOCK);
+        // a warp per upper word
+        let grid = dev.grid_for(level_words[k] as u64 * 32, BLOCK);
         // SAFETY: parameters match cdc_summarize; level k - 1 holds
         // level_words[k - 1] words, level k ceil(that / 32).
         unsafe {
