@@ -57,12 +57,12 @@ pub(crate) struct GcmItem<'a> {
 /// `Err(())`, the plaintext wiped).
 pub(crate) type GcmOutcome = Result<Option<[u8; 16]>, ()>;
 
-/// Rounds of at least this many slots (256 MiB) share one GHASH pass, which
-/// runs while the next round streams through the slots.
-const ROUND_SLOTS: usize = 4;
-/// Rounds are grouped while they fit in this many slots (2 GiB) of device
+/// Rounds of at least this many bytes share one GHASH pass, which runs
+/// while the next round streams through the slots.
+const ROUND_BYTES: usize = 4 * SLOT_BYTES;
+/// Rounds are grouped while they fit in this many bytes of device
 /// ciphertext buffer; groups run one after another.
-const GROUP_SLOTS: usize = 32;
+const GROUP_BYTES: usize = 32 * SLOT_BYTES;
 
 pub(crate) fn run(
     dev: &Device,
@@ -106,9 +106,9 @@ fn run_host(
     host: &[usize],
     out: &mut [GcmOutcome],
 ) -> Result<(), DevError> {
-    // Pieces in item order; remember which item each piece starts.
-    let mut pieces: Vec<Piece> = Vec::new();
-    let mut starts: Vec<Option<usize>> = Vec::new();
+    // Whole segments in item order; `pack` cuts them into batches.
+    let mut segments: Vec<Piece> = Vec::new();
+    let mut seg_item: Vec<usize> = Vec::new();
     let mut empty: Vec<usize> = Vec::new();
     for &i in host {
         let Loc::Host(ptr, len) = items[i].data else {
@@ -121,12 +121,8 @@ fn run_host(
         let mut iv = [0u8; 16];
         iv[..12].copy_from_slice(&items[i].nonce);
         iv[15] = 2;
-        // SAFETY: the job borrows the segment's `&mut [u8]` for the call.
-        let data = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-        let before = pieces.len();
-        ctr::pieces_of(data, iv, 16, &mut pieces);
-        starts.push(Some(i));
-        starts.extend(std::iter::repeat_n(None, pieces.len() - before - 1));
+        segments.push(Piece { ptr, len, iv });
+        seg_item.push(i);
     }
     if !empty.is_empty() {
         // Empty segments: a tag over their AAD alone; no data to stream.
@@ -136,32 +132,27 @@ fn run_host(
         let tags = pass.run_sync(dev, rk, ctr_kernel, seal, scratch.ptr, false)?;
         finish(dev, seal, items, &descs, &tags, out)?;
     }
-    if pieces.is_empty() {
+    if segments.is_empty() {
         return Ok(());
     }
-    let batches = ctr::pack(pieces, 16);
-    // Where each piece went: (batch, offset), in piece order.
-    let placed: Vec<(usize, usize)> = batches
-        .iter()
-        .enumerate()
-        .flat_map(|(k, b)| b.pieces.iter().map(move |(_, off)| (k, *off)))
-        .collect();
-    let mut first_piece_of_batch = Vec::with_capacity(batches.len() + 1);
-    let mut pi = 0;
-    for b in &batches {
-        first_piece_of_batch.push(pi);
-        pi += b.pieces.len();
-    }
-    first_piece_of_batch.push(pi);
-    // A cut between batches is clean where the next batch begins a segment.
-    let clean = |k: usize| starts[first_piece_of_batch[k]].is_some();
-    let rounds = cut(batches.len(), ROUND_SLOTS, &clean);
-    let groups = cut_groups(&rounds, GROUP_SLOTS);
+    let batches = ctr::pack(&segments, 16);
+    let areas: Vec<usize> = batches.iter().map(|b| b.area()).collect();
+    let clean: Vec<bool> = batches.iter().map(|b| b.starts_clean()).collect();
+    let rounds = cut(&areas, ROUND_BYTES, &|k| clean[k]);
+    let groups = cut_groups(&rounds, &areas, GROUP_BYTES);
     let mut batches = batches.into_iter();
     for group in groups {
         let first_batch = rounds[group.start].start;
         let last_batch = rounds[group.end - 1].end;
-        let group_bytes = (last_batch - first_batch) * SLOT_BYTES;
+        let round_batches: Vec<ctr::Batch> =
+            batches.by_ref().take(last_batch - first_batch).collect();
+        // Offset of each batch in the group's ciphertext buffer.
+        let mut at = Vec::with_capacity(round_batches.len());
+        let mut group_bytes = 0usize;
+        for b in &round_batches {
+            at.push(group_bytes);
+            group_bytes += b.area();
+        }
         let scratch = dev.scratch(group_bytes)?;
         let cbuf = scratch.as_ref().expect("scratch() fills it");
         // Every round's descriptors and buffers, ready before streaming
@@ -169,10 +160,10 @@ fn run_host(
         let mut passes = Vec::new();
         for r in &rounds[group.clone()] {
             let mut descs: Vec<(usize, u64)> = Vec::new();
-            for p in first_piece_of_batch[r.start]..first_piece_of_batch[r.end] {
-                if let Some(i) = starts[p] {
-                    let (k, off) = placed[p];
-                    descs.push((i, ((k - first_batch) * SLOT_BYTES + off) as u64));
+            for k in r.clone() {
+                let b = &round_batches[k - first_batch];
+                for pl in b.pieces.iter().filter(|pl| pl.at == 0) {
+                    descs.push((seg_item[pl.seg], (at[k - first_batch] + pl.off) as u64));
                 }
             }
             let pass = Pass::prepare(dev, items, &descs)?;
@@ -197,8 +188,6 @@ fn run_host(
             }
             Ok(())
         };
-        let round_batches: Vec<ctr::Batch> =
-            batches.by_ref().take(last_batch - first_batch).collect();
         let mirror = Mirror {
             base: cbuf.ptr,
             before_kernel: !seal,
@@ -221,31 +210,39 @@ fn run_host(
     Ok(())
 }
 
-/// Cuts `0..n` batches into runs of at least `min` (the last may be
-/// shorter), only at clean points.
-fn cut(n: usize, min: usize, clean: &dyn Fn(usize) -> bool) -> Vec<Range<usize>> {
+/// Cuts batches (of `areas` bytes) into rounds of at least `min` bytes (the
+/// last may be smaller), only before clean batches.
+fn cut(areas: &[usize], min: usize, clean: &dyn Fn(usize) -> bool) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut from = 0;
-    for k in 1..n {
-        if k - from >= min && clean(k) {
+    let mut bytes = 0;
+    for k in 1..areas.len() {
+        bytes += areas[k - 1];
+        if bytes >= min && clean(k) {
             out.push(from..k);
             from = k;
+            bytes = 0;
         }
     }
-    out.push(from..n);
+    out.push(from..areas.len());
     out
 }
 
-/// Groups consecutive rounds while their batches fit in `max` slots (a
-/// round longer than that is a group of its own).
-fn cut_groups(rounds: &[Range<usize>], max: usize) -> Vec<Range<usize>> {
+/// Groups consecutive rounds while their batches fit in `max` bytes (a
+/// round larger than that is a group of its own).
+fn cut_groups(rounds: &[Range<usize>], areas: &[usize], max: usize) -> Vec<Range<usize>> {
+    let bytes = |r: &Range<usize>| areas[r.clone()].iter().sum::<usize>();
     let mut out = Vec::new();
     let mut from = 0;
-    for r in 1..rounds.len() {
-        if rounds[r].end - rounds[from].start > max {
+    let mut sum = 0;
+    for (r, round) in rounds.iter().enumerate() {
+        let b = bytes(round);
+        if r > from && sum + b > max {
             out.push(from..r);
             from = r;
+            sum = 0;
         }
+        sum += b;
     }
     out.push(from..rounds.len());
     out
@@ -526,13 +523,19 @@ mod tests {
     fn rounds_cut_only_at_clean_points_and_cover_everything() {
         // Batches 3..=6 continue one long segment: no cut inside it.
         let clean = |k: usize| !(3..=6).contains(&k);
-        let rounds = cut(12, 2, &clean);
+        let ones = [1usize; 12];
+        let rounds = cut(&ones, 2, &clean);
         assert_eq!(rounds, vec![0..2, 2..7, 7..9, 9..11, 11..12]);
-        assert_eq!(cut(1, 4, &|_| true), vec![0..1]);
-        let groups = cut_groups(&rounds, 6);
+        assert_eq!(cut(&[1], 4, &|_| true), vec![0..1]);
+        let groups = cut_groups(&rounds, &ones, 6);
         assert_eq!(groups, vec![0..1, 1..2, 2..5]);
         // A round longer than a group's budget stands alone.
-        assert_eq!(cut_groups(&[0..10, 10..11], 4), vec![0..1, 1..2]);
+        assert_eq!(cut_groups(&[0..10, 10..11], &[1; 11], 4), vec![0..1, 1..2]);
+        // Rounds count bytes, not batches: small ramp batches join a round.
+        assert_eq!(
+            cut(&[1, 2, 4, 8, 8, 4, 2, 1], 8, &|_| true),
+            vec![0..4, 4..5, 5..8]
+        );
     }
 
     #[test]

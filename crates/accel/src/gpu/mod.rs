@@ -181,7 +181,11 @@ impl Backend for GpuBackend {
                     match &mut seg.data {
                         DataMut::Host(buf) => {
                             if !buf.is_empty() {
-                                ctr::pieces_of(buf, iv, unit, &mut host);
+                                host.push(ctr::Piece {
+                                    ptr: buf.as_mut_ptr(),
+                                    len: buf.len(),
+                                    iv,
+                                });
                             }
                             results.push(Ok(Output::Done));
                         }
@@ -204,7 +208,7 @@ impl Backend for GpuBackend {
                     ctr::run_device(dev, &kernel, unit, &resident).map_err(device_err)?;
                 }
                 if !host.is_empty() {
-                    ctr::run_host(dev, &kernel, unit, host).map_err(device_err)?;
+                    ctr::run_host(dev, &kernel, unit, &host).map_err(device_err)?;
                 }
                 Ok(results)
             }
