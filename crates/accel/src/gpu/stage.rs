@@ -121,16 +121,25 @@ where
                     .map_err(|e| err("copy-in", e))?;
                 }
                 for r in &runs {
+                    // Every field spelled out: the struct holds enums, for
+                    // which all-zero bytes are not a valid value.
                     let copy = sys::CUDA_MEMCPY2D {
+                        srcXInBytes: 0,
+                        srcY: 0,
                         srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
                         srcHost: pieces[batch[r.first].idx].as_ptr() as *const c_void,
+                        srcDevice: 0,
+                        srcArray: std::ptr::null_mut(),
                         srcPitch: r.src_pitch,
+                        dstXInBytes: 0,
+                        dstY: 0,
                         dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                        dstHost: std::ptr::null_mut(),
                         dstDevice: slot.dev + batch[r.first].off as u64,
+                        dstArray: std::ptr::null_mut(),
                         dstPitch: r.dst_pitch,
                         WidthInBytes: r.len,
                         Height: r.count,
-                        ..std::mem::zeroed()
                     };
                     sys::cuMemcpy2DAsync_v2(&copy, slot.stream)
                         .result()
