@@ -325,8 +325,12 @@ fn gcm_segments_longer_than_a_slot_and_jobs_of_several_rounds() {
     // 20 segments of 60 MiB: one per slot, five GHASH rounds overlapping
     // the stream of later slots.
     gcm_equal(g, &[60 << 20; 20], 25);
-    // 36 of them: more slots than one group's device buffer holds.
+    // 36 of them: three groups of rounds, the third reusing the first's
+    // device buffer while the second's GHASH may still run.
     gcm_equal(g, &[60 << 20; 36], 26);
+    // A segment larger than a group's budget (a group of its own), then
+    // two more groups: buffers of unequal sizes.
+    gcm_equal(g, &[(1536 << 20) + 5, 300 << 20, 3, 900 << 20, 17], 27);
 }
 
 #[test]

@@ -197,15 +197,15 @@ impl Batch {
 const DIRECT_MIN: usize = 256 << 10;
 
 /// Where each batch's ciphertext must also be left on the device (GCM keeps
-/// a job's ciphertext there for GHASH): the batches end to end from `base`,
-/// each taking `Batch::area` bytes. Copy-in goes straight there instead of the slot's device
+/// a job's ciphertext there for GHASH): batch `k` at `at[k]`, an area of
+/// `Batch::area` bytes. Copy-in goes straight there instead of the slot's device
 /// buffer. Seal (`before_kernel == false`) runs the kernel in place there
 /// and copies out from there; open reads the ciphertext there and writes
 /// the plaintext into the slot's device buffer (out of place), which is
 /// copied out. No device-to-device copy.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) struct Mirror {
-    pub base: u64,
+    pub at: Vec<u64>,
     pub before_kernel: bool,
 }
 
@@ -240,8 +240,6 @@ pub(crate) fn run_batches(
         .map_err(|_| "slot lock poisoned".to_string())?;
     let direct = |p: &Piece| p.len >= DIRECT_MIN && super::runtime::is_page_locked(p.ptr, p.len);
     let mut inflight: Vec<Option<(Batch, Vec<bool>)>> = (0..slots.len()).map(|_| None).collect();
-    // Batch k's area in the mirror: batches end to end (`pack`).
-    let mut mirror_off = 0u64;
     for (k, batch) in batches.into_iter().enumerate() {
         let s = k % slots.len();
         let slot = &slots[s];
@@ -273,8 +271,7 @@ pub(crate) fn run_batches(
                 std::mem::size_of_val(batch.descs.as_slice()),
             );
         }
-        let mirror_at = mirror.map(|m| (m.base + mirror_off, m.before_kernel));
-        mirror_off += batch.area() as u64;
+        let mirror_at = mirror.as_ref().map(|m| (m.at[k], m.before_kernel));
         enqueue(dev, slot, kernel, &batch, &is_direct, mirror_at)?;
         if let Some(f) = after.as_mut() {
             f(k, &slots)?;

@@ -61,8 +61,8 @@ pub(crate) type GcmOutcome = Result<Option<[u8; 16]>, ()>;
 /// while the next round streams through the slots.
 const ROUND_BYTES: usize = 4 * SLOT_BYTES;
 /// Rounds are grouped while they fit in this many bytes of device
-/// ciphertext buffer; groups run one after another.
-const GROUP_BYTES: usize = 32 * SLOT_BYTES;
+/// ciphertext buffer (two such buffers at most).
+const GROUP_BYTES: usize = 16 * SLOT_BYTES;
 
 pub(crate) fn run(
     dev: &Device,
@@ -94,9 +94,10 @@ pub(crate) fn run(
 }
 
 /// Host segments: one continuous pipeline through the slots; each round of
-/// slots, once queued, gets its GHASH pass on the auxiliary stream while
-/// later rounds keep both copy engines busy. Rounds live in one device
-/// ciphertext buffer per group of rounds (bounded device memory).
+/// batches, once queued, gets its GHASH pass on the auxiliary stream while
+/// later rounds keep both copy engines busy. Rounds live in a device
+/// ciphertext buffer per group of rounds; groups take turns in two buffers
+/// (bounded device memory, no drain between groups).
 fn run_host(
     dev: &Device,
     rk: u64,
@@ -140,74 +141,118 @@ fn run_host(
     let clean: Vec<bool> = batches.iter().map(|b| b.starts_clean()).collect();
     let rounds = cut(&areas, ROUND_BYTES, &|k| clean[k]);
     let groups = cut_groups(&rounds, &areas, GROUP_BYTES);
-    let mut batches = batches.into_iter();
-    for group in groups {
-        let first_batch = rounds[group.start].start;
-        let last_batch = rounds[group.end - 1].end;
-        let round_batches: Vec<ctr::Batch> =
-            batches.by_ref().take(last_batch - first_batch).collect();
-        // Offset of each batch in the group's ciphertext buffer.
-        let mut at = Vec::with_capacity(round_batches.len());
-        let mut group_bytes = 0usize;
-        for b in &round_batches {
-            at.push(group_bytes);
-            group_bytes += b.area();
+    // Groups alternate between two ciphertext buffers, so the next group
+    // streams in while the last GHASH pass of this one still reads; a
+    // group waits only for the one before it in the same buffer.
+    let group_of = |k: usize| groups.partition_point(|g| rounds[g.end - 1].end <= k);
+    // Buffer 0 holds the even groups, buffer 1 the odd ones.
+    let mut buf_bytes = [0usize; 2];
+    let mut at = vec![0usize; batches.len()];
+    for (i, g) in groups.iter().enumerate() {
+        let mut bytes = 0usize;
+        for k in rounds[g.start].start..rounds[g.end - 1].end {
+            at[k] = bytes;
+            bytes += areas[k];
         }
-        let scratch = dev.scratch(group_bytes)?;
-        let cbuf = scratch.as_ref().expect("scratch() fills it");
-        // Every round's descriptors and buffers, ready before streaming
-        // starts (allocation and upload mid-pipeline would stall it).
-        let mut passes = Vec::new();
-        for r in &rounds[group.clone()] {
-            let mut descs: Vec<(usize, u64)> = Vec::new();
-            for k in r.clone() {
-                let b = &round_batches[k - first_batch];
-                for pl in b.pieces.iter().filter(|pl| pl.at == 0) {
-                    descs.push((seg_item[pl.seg], (at[k - first_batch] + pl.off) as u64));
+        buf_bytes[i % 2] = buf_bytes[i % 2].max(bytes);
+    }
+    let scratch = dev.scratch(buf_bytes[0] + buf_bytes[1])?;
+    let cbuf = scratch.as_ref().expect("scratch() fills it");
+    let buf_base = |g: usize| cbuf.ptr + if g % 2 == 0 { 0 } else { buf_bytes[0] as u64 };
+    // Every round's descriptors and buffers, ready before streaming starts
+    // (allocation and upload mid-pipeline would stall it).
+    let mut passes = Vec::with_capacity(rounds.len());
+    for r in &rounds {
+        let mut descs: Vec<(usize, u64)> = Vec::new();
+        for k in r.clone() {
+            for pl in batches[k].pieces.iter().filter(|pl| pl.at == 0) {
+                descs.push((seg_item[pl.seg], (at[k] + pl.off) as u64));
+            }
+        }
+        let pass = Pass::prepare(dev, items, &descs)?;
+        passes.push((r.end - 1, group_of(r.start), descs, pass));
+    }
+    let mirror = Mirror {
+        at: (0..batches.len())
+            .map(|k| buf_base(group_of(k)) + at[k] as u64)
+            .collect(),
+        before_kernel: !seal,
+    };
+    let aux = dev.aux_stream;
+    let done = [BufferEvent::new()?, BufferEvent::new()?];
+    let mut next_pass = 0usize;
+    let mut after = |k: usize, slots: &[super::runtime::Slot]| -> Result<(), DevError> {
+        while next_pass < passes.len() && passes[next_pass].0 == k {
+            let (_, g, _, pass) = &passes[next_pass];
+            // SAFETY: streams are live; the GHASH kernels read the round's
+            // ciphertext, which the slot streams finish writing before the
+            // points aux waits for.
+            unsafe {
+                for slot in slots {
+                    wait_for(aux, slot.stream)?;
+                }
+                pass.launch(dev, rk, ctr_kernel, seal, buf_base(*g), false, aux)?;
+            }
+            next_pass += 1;
+        }
+        let g = group_of(k);
+        if k + 1 == rounds[groups[g].end - 1].end {
+            // the group's last pass is queued: mark its buffer free after it
+            done[g % 2].record(aux)?;
+            if g + 2 < groups.len() {
+                // group g + 2 reuses the buffer: every slot stream waits
+                for slot in slots {
+                    done[g % 2].wait(slot.stream)?;
                 }
             }
-            let pass = Pass::prepare(dev, items, &descs)?;
-            passes.push((r.end - first_batch - 1, descs, pass));
         }
-        let aux = dev.aux_stream;
-        let mut next_pass = 0usize;
-        let mut after = |k: usize, slots: &[super::runtime::Slot]| -> Result<(), DevError> {
-            while next_pass < passes.len() && passes[next_pass].0 == k {
-                // SAFETY: events and streams are live; the GHASH kernels read
-                // the round's ciphertext, which the slot streams finish
-                // writing before the recorded events.
-                unsafe {
-                    for slot in slots {
-                        wait_for(aux, slot.stream)?;
-                    }
-                    passes[next_pass]
-                        .2
-                        .launch(dev, rk, ctr_kernel, seal, cbuf.ptr, false, aux)?;
-                }
-                next_pass += 1;
-            }
-            Ok(())
-        };
-        let mirror = Mirror {
-            base: cbuf.ptr,
-            before_kernel: !seal,
-        };
-        ctr::run_batches(
-            dev,
-            ctr_kernel,
-            round_batches,
-            Some(mirror),
-            Some(&mut after),
-        )?;
-        sync(aux)?;
-        // Tags come back after the pipeline (a few bytes per segment; a
-        // pinned buffer per call cost more than the copies).
-        for (_, descs, pass) in &passes {
-            let tags = pass.download_tags()?;
-            finish(dev, seal, items, descs, &tags, out)?;
-        }
+        Ok(())
+    };
+    ctr::run_batches(dev, ctr_kernel, batches, Some(mirror), Some(&mut after))?;
+    sync(aux)?;
+    // Tags come back after the pipeline (a few bytes per segment; a pinned
+    // buffer per call cost more than the copies).
+    for (_, _, descs, pass) in &passes {
+        let tags = pass.download_tags()?;
+        finish(dev, seal, items, descs, &tags, out)?;
     }
     Ok(())
+}
+
+/// An event marking when a ciphertext buffer's GHASH passes are done.
+struct BufferEvent(cudarc::driver::sys::CUevent);
+
+impl BufferEvent {
+    fn new() -> Result<Self, DevError> {
+        use cudarc::driver::{result as cu, sys};
+        cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map(BufferEvent)
+            .map_err(|e| super::runtime::err("creating event", e))
+    }
+
+    fn record(&self, stream: CUstream) -> Result<(), DevError> {
+        // SAFETY: the event and the stream are live.
+        unsafe { cudarc::driver::result::event::record(self.0, stream) }
+            .map_err(|e| super::runtime::err("event record", e))
+    }
+
+    fn wait(&self, stream: CUstream) -> Result<(), DevError> {
+        use cudarc::driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT;
+        // SAFETY: the event and the stream are live.
+        unsafe { cudarc::driver::result::stream::wait_event(stream, self.0, CU_EVENT_WAIT_DEFAULT) }
+            .map_err(|e| super::runtime::err("stream wait", e))
+    }
+}
+
+impl Drop for BufferEvent {
+    fn drop(&mut self) {
+        // SAFETY: run_host synchronises every stream that used the event
+        // before it is dropped (or the device is being torn down by an
+        // error, when destroying a pending event is still allowed).
+        unsafe {
+            let _ = cudarc::driver::result::event::destroy(self.0);
+        }
+    }
 }
 
 /// Cuts batches (of `areas` bytes) into rounds of at least `min` bytes (the
