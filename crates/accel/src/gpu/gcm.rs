@@ -158,7 +158,7 @@ fn run_host(
     }
     let scratch = dev.scratch(buf_bytes[0] + buf_bytes[1])?;
     let cbuf = scratch.as_ref().expect("scratch() fills it");
-    let buf_base = |g: usize| cbuf.ptr + if g % 2 == 0 { 0 } else { buf_bytes[0] as u64 };
+    let buf_base = |g: usize| cbuf.ptr + (g % 2 * buf_bytes[0]) as u64;
     // Every round's descriptors and buffers, ready before streaming starts
     // (allocation and upload mid-pipeline would stall it).
     let mut passes = Vec::with_capacity(rounds.len());
