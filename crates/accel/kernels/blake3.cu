@@ -1,6 +1,8 @@
 // blake3.cu -- BLAKE3 (plain and keyed, 32-byte output) over many segments.
 //
-// Two kernels (extern "C", grid-stride, any grid size is correct):
+// Four kernels (extern "C", grid-stride, any grid size is correct): the two
+// below and their _crc32c variants, which also compute each segment's
+// CRC-32C from the same loads (see README.md):
 //   blake3_chunks(key, flags, data, pieces, npieces, total_chunks, cvs, digests)
 //       one thread per 1 KiB chunk, job-wide; writes each chunk's chaining
 //       value to cvs[first_chunk + j], or, for a segment that is a single
@@ -10,6 +12,8 @@
 //       tree level: merges them pairwise (the last odd one rises unchanged,
 //       which is BLAKE3's left-balanced tree) into cvs_out[first_out + k], or,
 //       when the group is the segment's whole level, into its root digest.
+//   blake3_chunks_crc32c(..., digests, crcs, crc_out)
+//   blake3_reduce_crc32c(..., digests, crc_in, crc_out, crc_final)
 // key: 8 little-endian words (the IV for plain hashing); flags: 0 or
 // KEYED_HASH (16). See README.md.
 //
