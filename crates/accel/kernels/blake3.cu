@@ -1,6 +1,8 @@
 // blake3.cu -- BLAKE3 (plain and keyed, 32-byte output) over many segments.
 //
-// Two kernels (extern "C", grid-stride, any grid size is correct):
+// Four kernels (extern "C", grid-stride, any grid size is correct): the two
+// below and their _crc32c variants, which also compute each segment's
+// CRC-32C from the same loads (see README.md):
 //   blake3_chunks(key, flags, data, pieces, npieces, total_chunks, cvs, digests)
 //       one thread per 1 KiB chunk, job-wide; writes each chunk's chaining
 //       value to cvs[first_chunk + j], or, for a segment that is a single
@@ -10,6 +12,8 @@
 //       tree level: merges them pairwise (the last odd one rises unchanged,
 //       which is BLAKE3's left-balanced tree) into cvs_out[first_out + k], or,
 //       when the group is the segment's whole level, into its root digest.
+//   blake3_chunks_crc32c(..., digests, crcs, crc_out)
+//   blake3_reduce_crc32c(..., digests, crc_in, crc_out, crc_final)
 // key: 8 little-endian words (the IV for plain hashing); flags: 0 or
 // KEYED_HASH (16). See README.md.
 //
@@ -29,6 +33,8 @@ struct B3Level {
     unsigned long long count;        // CVs of the segment at this level (>= 2)
     unsigned long long first_out;    // job-wide index of the segment's first group
     unsigned int seg;
+    unsigned int crc_full;           // CRC-32C x^(8 |node|) of a full node at this level (_crc32c only)
+    unsigned int crc_last;           // the same for the segment's last node at this level
     unsigned int pad;
 };
 
@@ -78,56 +84,163 @@ __device__ __forceinline__ void b3_compress(const unsigned int cv[8], const unsi
     out[4] = s4 ^ s12; out[5] = s5 ^ s13; out[6] = s6 ^ s14; out[7] = s7 ^ s15;
 }
 
-// Loads up to 64 bytes (zero padded) as 16 little-endian words.
-__device__ __forceinline__ void b3_load_block(const unsigned char* p, unsigned int n, unsigned int m[16]) {
-    if (n == 64u && ((unsigned long long)p & 15ull) == 0) {
-        const uint4* q = (const uint4*)p;
+// Loads a partial block of n < 64 bytes (zero padded) as 16 little-endian
+// words: once per chunk at most, so byte loads are fine. Every index into m
+// is a constant after unrolling: a byte loop writing m[i >> 2] would put m
+// in local memory for the whole chunk loop.
+__device__ __forceinline__ void b3_load_partial(const unsigned char* p, unsigned int n, unsigned int m[16]) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint4 v = q[i];
-            m[4 * i] = v.x; m[4 * i + 1] = v.y; m[4 * i + 2] = v.z; m[4 * i + 3] = v.w;
-        }
-    } else if (n == 64u && ((unsigned long long)p & 3ull) == 0) {
+    for (unsigned int i = 0; i < 16; ++i) {
+        unsigned int w = 0;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) m[i] = ((const unsigned int*)p)[i];
-    } else if (n == 64u) {
-        // A full block at an unaligned address (content-defined chunks):
-        // 17 aligned words, funnel-shifted. The last word holds the block's
-        // last byte, so it lies inside the allocation (allocations are
-        // whole aligned words; at most 3 bytes past the block are read).
-        const unsigned int sh = (unsigned int)((unsigned long long)p & 3ull) * 8u;
-        const unsigned int* q = (const unsigned int*)((unsigned long long)p & ~3ull);
-        unsigned int prev = q[0];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const unsigned int next = q[i + 1];
-            m[i] = __funnelshift_r(prev, next, sh);
-            prev = next;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) m[i] = 0;
-        for (unsigned int i = 0; i < n; ++i) m[i >> 2] |= (unsigned int)p[i] << (8 * (i & 3));
+        for (unsigned int k = 0; k < 4; ++k)
+            if (4u * i + k < n) w |= (unsigned int)p[4u * i + k] << (8u * k);
+        m[i] = w;
     }
 }
 
+// Reads the full 64-byte blocks of one chunk with 16-byte loads at any
+// alignment. Content-defined chunks start anywhere; 4-byte loads there
+// (17 per block) cost 4x the L1 wavefronts of 16-byte ones, because the
+// threads of a warp read 1 KiB apart and every warp-wide load touches 32
+// lines. A block at byte offset sh (1..15) in its 16-byte word spans 5
+// aligned words; the 5th is the next block's 1st, so it is carried: 4 loads
+// per block either way. The words read hold block bytes only at their
+// ends: an aligned 16-byte word never crosses a page, so it is mapped when
+// the byte it holds is (up to 15 bytes past the block are read).
+struct B3Reader {
+    const uint4* q;
+    unsigned int sh;
+    uint4 carry;
+};
+
+__device__ __forceinline__ void b3_reader_init(B3Reader& r, const unsigned char* p) {
+    r.q = (const uint4*)((unsigned long long)p & ~15ull);
+    r.sh = (unsigned int)((unsigned long long)p & 15ull);
+    if (r.sh) r.carry = r.q[0];
+}
+
+// m[i] = bytes 4i+sh .. 4i+sh+4 of the 20 words w, for a constant word shift K.
+template <int K>
+__device__ __forceinline__ void b3_extract(const unsigned int w[20], unsigned int bits, unsigned int m[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m[i] = __funnelshift_r(w[i + K], w[i + K + 1], bits);
+}
+
+__device__ __forceinline__ void b3_reader_next(B3Reader& r, unsigned int m[16]) {
+    if (r.sh == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint4 v = r.q[i];
+            m[4 * i] = v.x; m[4 * i + 1] = v.y; m[4 * i + 2] = v.z; m[4 * i + 3] = v.w;
+        }
+        r.q += 4;
+        return;
+    }
+    unsigned int w[20];
+    w[0] = r.carry.x; w[1] = r.carry.y; w[2] = r.carry.z; w[3] = r.carry.w;
+#pragma unroll
+    for (int i = 1; i < 5; ++i) {
+        const uint4 v = r.q[i];
+        w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+        if (i == 4) r.carry = v;
+    }
+    r.q += 4;
+    // sh is the same for every block of the chunk and, in the fused job,
+    // for every thread of a warp inside one content-defined chunk, so the
+    // switch rarely diverges.
+    const unsigned int bits = (r.sh & 3u) * 8u;
+    switch (r.sh >> 2) {
+        case 0: b3_extract<0>(w, bits, m); break;
+        case 1: b3_extract<1>(w, bits, m); break;
+        case 2: b3_extract<2>(w, bits, m); break;
+        default: b3_extract<3>(w, bits, m); break;
+    }
+}
+
+// CRC-32C (Castagnoli, reflected 0x82F63B78) tables for slicing by 8:
+// t[k][b] = the register change of byte b followed by k zero bytes. 8 KiB
+// of shared memory, built once per block; only the _crc32c kernels use them.
+#define B3_CRC_POLY 0x82F63B78u
+__device__ __forceinline__ void b3_crc_tables(unsigned int (*t)[256]) {
+    for (unsigned int i = threadIdx.x; i < 256; i += blockDim.x) {
+        unsigned int c = i;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (B3_CRC_POLY & (0u - (c & 1u)));
+        t[0][i] = c;
+    }
+    __syncthreads();
+    for (unsigned int i = threadIdx.x; i < 256; i += blockDim.x) {
+        unsigned int c = t[0][i];
+        for (int k = 1; k < 8; ++k) { c = (c >> 8) ^ t[0][c & 255u]; t[k][i] = c; }
+    }
+    __syncthreads();
+}
+
+// The CRC register over the 64 bytes of m (words already loaded for BLAKE3):
+// 8 slicing-by-8 steps, 8 table lookups and ~12 ALU ops per 8 bytes.
+__device__ __forceinline__ unsigned int b3_crc_block(const unsigned int (*t)[256], unsigned int c,
+                                                     const unsigned int m[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) {
+        const unsigned int a = c ^ m[i], b = m[i + 1];
+        c = t[7][a & 255u] ^ t[6][(a >> 8) & 255u] ^ t[5][(a >> 16) & 255u] ^ t[4][a >> 24] ^
+            t[3][b & 255u] ^ t[2][(b >> 8) & 255u] ^ t[1][(b >> 16) & 255u] ^ t[0][b >> 24];
+    }
+    return c;
+}
+
+// The CRC register over the first n < 64 bytes of m.
+__device__ __forceinline__ unsigned int b3_crc_partial(const unsigned int (*t)[256], unsigned int c,
+                                                       const unsigned int m[16], unsigned int n) {
+#pragma unroll
+    for (unsigned int i = 0; i < 16; ++i) {
+        if (4u * i + 4u <= n) {
+            const unsigned int a = c ^ m[i];
+            c = t[3][a & 255u] ^ t[2][(a >> 8) & 255u] ^ t[1][(a >> 16) & 255u] ^ t[0][a >> 24];
+        } else if (4u * i < n) {
+            for (unsigned int k = 0; k < n - 4u * i; ++k) c = (c >> 8) ^ t[0][(c ^ (m[i] >> (8u * k))) & 255u];
+        }
+    }
+    return c;
+}
+
 // Hashes one chunk of 0..=1024 bytes; returns its CV, or the root output
-// when `root` (a segment of one chunk).
+// when `root` (a segment of one chunk). With CRC, also runs the CRC-32C
+// register `crc` over the same bytes as they are loaded.
+template <bool CRC>
 __device__ __forceinline__ void b3_chunk(const unsigned int key[8], unsigned int flags, const unsigned char* p,
                                          unsigned int len, unsigned long long counter, bool root,
-                                         unsigned int cv[8]) {
+                                         unsigned int cv[8], const unsigned int (*crc_tbl)[256],
+                                         unsigned int& crc) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) cv[i] = key[i];
     const unsigned int nblocks = len == 0 ? 1u : (len + 63u) >> 6;
+    B3Reader reader;
+    if (len >= 64u) b3_reader_init(reader, p);
     unsigned int m[16];
     for (unsigned int b = 0; b < nblocks; ++b) {
         const unsigned int n = b + 1 < nblocks ? 64u : len - 64u * b;
-        b3_load_block(p + 64u * b, n, m);
+        if (n == 64u) b3_reader_next(reader, m);
+        else b3_load_partial(p + 64u * b, n, m);
+        if (CRC) crc = n == 64u ? b3_crc_block(crc_tbl, crc, m) : b3_crc_partial(crc_tbl, crc, m, n);
         unsigned int f = flags;
         if (b == 0) f |= B3_CHUNK_START;
         if (b + 1 == nblocks) f |= B3_CHUNK_END | (root ? B3_ROOT : 0u);
         b3_compress(cv, m, counter, n, f, cv);
     }
+}
+
+// a * b modulo the CRC-32C polynomial, reflected (x^0 is bit 31), as zlib's
+// multmodp: ~32 steps. crc(A || B) = b3_crc_mul(x^(8 |B|), crc(A)) ^ crc(B)
+// for raw registers (no final xor).
+__device__ __forceinline__ unsigned int b3_crc_mul(unsigned int a, unsigned int b) {
+    unsigned int p = 0;
+    for (unsigned int m = 1u << 31; m != 0u; m >>= 1) {
+        if (a & m) p ^= b;
+        b = (b >> 1) ^ (B3_CRC_POLY & (0u - (b & 1u)));
+    }
+    return p;
 }
 
 __device__ __forceinline__ void b3_parent(const unsigned int key[8], unsigned int flags, const unsigned int l[8],
@@ -154,41 +267,113 @@ __device__ __forceinline__ unsigned long long b3_chunks_of(unsigned long long le
     return len == 0 ? 1ull : (len + 1023ull) >> 10;
 }
 
+// The piece of chunk base + lane, for every lane of a warp at once (the
+// warp's chunks are base .. base + 32; all lanes must call it). A 32-way
+// search over the pieces' first chunks finds the piece of `base` in
+// log32(npieces) rounds (2 for 1 K pieces, 4 for 1 M) instead of a binary
+// search's log2 dependent loads per thread; the up to 31 pieces that start
+// inside the window are then one load per lane and a warp-wide OR. Returns
+// a piece index < npieces; inconsistent descriptors give a wrong piece,
+// which the caller's range check catches, never an out-of-range index.
+__device__ __forceinline__ unsigned int b3_find_piece(const B3Piece* __restrict__ pieces, unsigned int npieces,
+                                                      unsigned long long base) {
+    const unsigned int lane = threadIdx.x & 31u;
+    unsigned int lo = 0, hi = npieces;   // invariant: the piece of base is in [lo, hi)
+    while (hi - lo > 1u) {
+        const unsigned int step = (hi - lo + 31u) >> 5;
+        const unsigned int probe = lo + lane * step;
+        const bool le = probe < hi && __ldg(&pieces[probe].first_chunk) <= base;
+        const unsigned int below = __popc(__ballot_sync(0xFFFFFFFFu, le));
+        lo += (below > 0u ? below - 1u : 0u) * step;
+        hi = lo + step < hi ? lo + step : hi;
+    }
+    unsigned int starts = 0;   // bit k: a piece after lo starts at base + k
+    const unsigned int next = lo + 1u + lane;
+    if (next < npieces) {
+        const unsigned long long fc = __ldg(&pieces[next].first_chunk);
+        if (fc > base && fc - base < 32ull) starts = 1u << (unsigned int)(fc - base);
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) starts |= __shfl_xor_sync(0xFFFFFFFFu, starts, d);
+    const unsigned int piece = lo + __popc(starts & (0xFFFFFFFFu >> (31u - lane)));
+    return piece < npieces ? piece : npieces - 1u;
+}
+
+// Thread per 1 KiB chunk, warp-uniform grid-stride loop (block sizes are
+// multiples of 32). With CRC, also the chunk's raw CRC-32C register: from
+// 0xFFFFFFFF for a segment's first chunk (the init), from 0 otherwise, so
+// the reduce combines registers linearly and the final xor comes last.
+template <bool CRC>
+__device__ __forceinline__ void b3_chunks_body(const unsigned int* __restrict__ key_in, unsigned int flags,
+                                               const unsigned char* __restrict__ data,
+                                               const B3Piece* __restrict__ pieces, unsigned int npieces,
+                                               unsigned long long total_chunks, unsigned int* __restrict__ cvs,
+                                               unsigned int* __restrict__ digests, const unsigned int (*crc_tbl)[256],
+                                               unsigned int* __restrict__ crcs, unsigned int* __restrict__ crc_out) {
+    unsigned int key[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) key[i] = __ldg(key_in + i);
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x + (threadIdx.x & ~31u);
+         base < total_chunks; base += stride) {
+        const unsigned int piece = b3_find_piece(pieces, npieces, base);
+        const unsigned long long c = base + (threadIdx.x & 31u);
+        if (c >= total_chunks) continue;
+        const B3Piece* pc = pieces + piece;
+        const unsigned long long first = __ldg(&pc->first_chunk), len = __ldg(&pc->len);
+        if (c < first || c - first >= b3_chunks_of(len)) continue;   // inconsistent descriptors: touch nothing
+        const unsigned long long j = c - first;
+        const unsigned int n = (unsigned int)(len - 1024ull * j < 1024ull ? len - 1024ull * j : 1024ull);
+        const bool root = __ldg(&pc->root) != 0u;
+        const unsigned long long counter = __ldg(&pc->counter) + j;
+        unsigned int cv[8];
+        unsigned int crc = counter == 0ull ? 0xFFFFFFFFu : 0u;
+        b3_chunk<CRC>(key, flags, data + __ldg(&pc->offset) + 1024ull * j, n, counter, root, cv, crc_tbl, crc);
+        if (root) b3_store8(digests + 8ull * __ldg(&pc->seg), cv);
+        else b3_store8(cvs + 8ull * c, cv);
+        if (CRC) {
+            if (root) crc_out[__ldg(&pc->seg)] = crc ^ 0xFFFFFFFFu;
+            else crcs[c] = crc;
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 blake3_chunks(const unsigned int* __restrict__ key_in, unsigned int flags, const unsigned char* __restrict__ data,
               const B3Piece* __restrict__ pieces, unsigned int npieces, unsigned long long total_chunks,
               unsigned int* __restrict__ cvs, unsigned int* __restrict__ digests) {
     if (npieces == 0) return;
-    unsigned int key[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) key[i] = __ldg(key_in + i);
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; c < total_chunks;
-         c += stride) {
-        unsigned int lo = 0, hi = npieces;   // last piece with first_chunk <= c
-        while (hi - lo > 1u) {
-            const unsigned int mid = (lo + hi) >> 1;
-            if (__ldg(&pieces[mid].first_chunk) <= c) lo = mid; else hi = mid;
-        }
-        const B3Piece* pc = pieces + lo;
-        const unsigned long long j = c - __ldg(&pc->first_chunk), len = __ldg(&pc->len);
-        if (j >= b3_chunks_of(len)) continue;   // inconsistent descriptors: touch nothing
-        const unsigned int n = (unsigned int)(len - 1024ull * j < 1024ull ? len - 1024ull * j : 1024ull);
-        const bool root = __ldg(&pc->root) != 0u;
-        unsigned int cv[8];
-        b3_chunk(key, flags, data + __ldg(&pc->offset) + 1024ull * j, n, __ldg(&pc->counter) + j, root, cv);
-        if (root) b3_store8(digests + 8ull * __ldg(&pc->seg), cv);
-        else b3_store8(cvs + 8ull * c, cv);
-    }
+    b3_chunks_body<false>(key_in, flags, data, pieces, npieces, total_chunks, cvs, digests, nullptr, nullptr, nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+blake3_chunks_crc32c(const unsigned int* __restrict__ key_in, unsigned int flags,
+                     const unsigned char* __restrict__ data, const B3Piece* __restrict__ pieces,
+                     unsigned int npieces, unsigned long long total_chunks, unsigned int* __restrict__ cvs,
+                     unsigned int* __restrict__ digests, unsigned int* __restrict__ crcs,
+                     unsigned int* __restrict__ crc_out) {
+    __shared__ unsigned int tbl[8][256];
+    if (npieces == 0 || (unsigned long long)blockIdx.x * blockDim.x >= total_chunks) return;
+    b3_crc_tables(tbl);
+    b3_chunks_body<true>(key_in, flags, data, pieces, npieces, total_chunks, cvs, digests, tbl, crcs, crc_out);
 }
 
 #define B3_GROUP 16
 
-extern "C" __global__ void __launch_bounds__(128)
-blake3_reduce(const unsigned int* __restrict__ key_in, unsigned int flags, const B3Level* __restrict__ levels,
-              unsigned int nlevels, unsigned long long total_groups, const unsigned int* __restrict__ cvs_in,
-              unsigned int* __restrict__ cvs_out, unsigned int* __restrict__ digests) {
-    if (nlevels == 0) return;
+// Thread per group of up to 16 CVs of one segment at one level. With CRC,
+// the group's CRC registers are combined left to right: r = r * x^(8 |node|)
+// + r_node, every node but the segment's last at this level being full
+// (crc_full = x^(8 |full node|)), the last one crc_last; the root writes
+// the final value (xor 0xFFFFFFFF).
+template <bool CRC>
+__device__ __forceinline__ void b3_reduce_body(const unsigned int* __restrict__ key_in, unsigned int flags,
+                                               const B3Level* __restrict__ levels, unsigned int nlevels,
+                                               unsigned long long total_groups,
+                                               const unsigned int* __restrict__ cvs_in,
+                                               unsigned int* __restrict__ cvs_out, unsigned int* __restrict__ digests,
+                                               const unsigned int* __restrict__ crc_in,
+                                               unsigned int* __restrict__ crc_out,
+                                               unsigned int* __restrict__ crc_final) {
     unsigned int key[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) key[i] = __ldg(key_in + i);
@@ -203,11 +388,20 @@ blake3_reduce(const unsigned int* __restrict__ key_in, unsigned int flags, const
         const B3Level* lv = levels + lo;
         const unsigned long long k = g - __ldg(&lv->first_out), count = __ldg(&lv->count);
         if (16ull * k >= count) continue;
-        const unsigned long long left = count - 16ull * k;
+        const unsigned long long left = count - 16ull * k, first = __ldg(&lv->first_in) + 16ull * k;
         unsigned int n = left < B3_GROUP ? (unsigned int)left : B3_GROUP;
         const bool whole = count <= B3_GROUP;   // this group reduces to the root
+        unsigned int crc = 0;
+        if (CRC) {
+            const unsigned int full = __ldg(&lv->crc_full), last = __ldg(&lv->crc_last);
+            crc = __ldg(crc_in + first);
+            for (unsigned int i = 1; i < n; ++i) {
+                const bool is_last = 16ull * k + i + 1 == count;
+                crc = b3_crc_mul(is_last ? last : full, crc) ^ __ldg(crc_in + first + i);
+            }
+        }
         unsigned int cv[B3_GROUP][8];
-        for (unsigned int i = 0; i < n; ++i) b3_load8(cvs_in + 8ull * (__ldg(&lv->first_in) + 16ull * k + i), cv[i]);
+        for (unsigned int i = 0; i < n; ++i) b3_load8(cvs_in + 8ull * (first + i), cv[i]);
         while (n > 1u) {
             const unsigned int half = n >> 1;
             for (unsigned int i = 0; i < half; ++i)
@@ -220,5 +414,29 @@ blake3_reduce(const unsigned int* __restrict__ key_in, unsigned int flags, const
         }
         if (whole) b3_store8(digests + 8ull * __ldg(&lv->seg), cv[0]);
         else b3_store8(cvs_out + 8ull * g, cv[0]);
+        if (CRC) {
+            if (whole) crc_final[__ldg(&lv->seg)] = crc ^ 0xFFFFFFFFu;
+            else crc_out[g] = crc;
+        }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+blake3_reduce(const unsigned int* __restrict__ key_in, unsigned int flags, const B3Level* __restrict__ levels,
+              unsigned int nlevels, unsigned long long total_groups, const unsigned int* __restrict__ cvs_in,
+              unsigned int* __restrict__ cvs_out, unsigned int* __restrict__ digests) {
+    if (nlevels == 0) return;
+    b3_reduce_body<false>(key_in, flags, levels, nlevels, total_groups, cvs_in, cvs_out, digests, nullptr, nullptr,
+                          nullptr);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+blake3_reduce_crc32c(const unsigned int* __restrict__ key_in, unsigned int flags,
+                     const B3Level* __restrict__ levels, unsigned int nlevels, unsigned long long total_groups,
+                     const unsigned int* __restrict__ cvs_in, unsigned int* __restrict__ cvs_out,
+                     unsigned int* __restrict__ digests, const unsigned int* __restrict__ crc_in,
+                     unsigned int* __restrict__ crc_out, unsigned int* __restrict__ crc_final) {
+    if (nlevels == 0) return;
+    b3_reduce_body<true>(key_in, flags, levels, nlevels, total_groups, cvs_in, cvs_out, digests, crc_in, crc_out,
+                         crc_final);
 }

@@ -225,10 +225,13 @@ pub enum Job<'a> {
         segments: Vec<Data<'a>>,
     },
     /// Chunk boundaries as `Chunk`, each chunk with its keyed BLAKE3 digest,
-    /// in one pass: on a GPU the bytes cross the link once.
+    /// in one pass: on a GPU the bytes cross the link once. With `crc32c`,
+    /// each chunk also gets its CRC-32C, computed while the bytes are read
+    /// for BLAKE3.
     ChunkDigest {
         params: ChunkParams,
         key: &'a Blake3Key,
+        crc32c: bool,
         segments: Vec<Data<'a>>,
     },
     /// The RSA private-key operation (m = c^d mod n, by CRT) on inputs of
@@ -385,6 +388,9 @@ pub struct ChunkSpan {
 pub struct DigestedChunk {
     pub span: ChunkSpan,
     pub digest: [u8; 32],
+    /// The chunk's CRC-32C (Castagnoli, as iSCSI), exactly when the job
+    /// asked for it.
+    pub crc32c: Option<u32>,
 }
 
 /// The result of one segment.

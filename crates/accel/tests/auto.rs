@@ -215,6 +215,7 @@ fn run_op(
         OpKind::ChunkDigest => run(&mut Job::ChunkDigest {
             params: ChunkParams::new(256, 1024, 4096, 1).unwrap(),
             key: &keys.blake3,
+            crc32c: false,
             segments: bufs.iter().map(Data::from).collect(),
         }),
         OpKind::RsaPrivate => run(&mut Job::RsaPrivate {

@@ -309,12 +309,37 @@ fn chunk_digest_job(
     key: &Blake3Key,
     segments: Vec<Data<'_>>,
 ) -> Vec<SegmentResult> {
+    chunk_digest_crc_job(b, params, key, false, segments)
+}
+
+fn chunk_digest_crc_job(
+    b: &dyn Backend,
+    params: ChunkParams,
+    key: &Blake3Key,
+    crc32c: bool,
+    segments: Vec<Data<'_>>,
+) -> Vec<SegmentResult> {
     let mut job = Job::ChunkDigest {
         params,
         key,
+        crc32c,
         segments,
     };
     b.run(&mut job).expect("job runs")
+}
+
+/// Every chunk of a fused job's result carries a CRC-32C exactly when asked,
+/// and it is the chunk's own (checked against the crc32c crate directly,
+/// not only against the CPU backend).
+fn assert_crcs(results: &[SegmentResult], data: &[&[u8]], asked: bool) {
+    assert_eq!(results.len(), data.len());
+    for (s, (r, bytes)) in results.iter().zip(data).enumerate() {
+        for c in r.as_ref().unwrap().digested_chunks().unwrap() {
+            let chunk = &bytes[c.span.offset as usize..][..c.span.len as usize];
+            let want = asked.then(|| crc32c::crc32c(chunk));
+            assert_eq!(c.crc32c, want, "segment {s} chunk at {}", c.span.offset);
+        }
+    }
 }
 
 /// The repository's own sources, concatenated and repeated to `len` bytes.
@@ -505,4 +530,119 @@ fn seed001_sliding_windows_equal_cpu() {
         )
         .unwrap();
     assert_eq!(want, got);
+}
+
+#[test]
+fn chunk_digest_crc32c_cpu_twin() {
+    // Runs without a GPU: the CPU twin's CRCs are the crc32c crate's, and
+    // asking for them changes nothing else.
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([11; 32]);
+    let mut data = inputs(&[0, 1, 1025, 70_001, 3 << 20], 51);
+    data.push(real_data(1 << 20));
+    let slices: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    let p = ChunkParams::new(2048, 8192, 65536, 2).unwrap();
+    let segs = || data.iter().map(Data::from).collect::<Vec<_>>();
+    let with = chunk_digest_crc_job(&cpu, p, &key, true, segs());
+    let without = chunk_digest_crc_job(&cpu, p, &key, false, segs());
+    assert_crcs(&with, &slices, true);
+    assert_crcs(&without, &slices, false);
+    for (w, o) in with.iter().zip(&without) {
+        let (w, o) = (w.as_ref().unwrap(), o.as_ref().unwrap());
+        let strip: Vec<_> = w
+            .digested_chunks()
+            .unwrap()
+            .iter()
+            .map(|c| (c.span, c.digest))
+            .collect();
+        let plain: Vec<_> = o
+            .digested_chunks()
+            .unwrap()
+            .iter()
+            .map(|c| (c.span, c.digest))
+            .collect();
+        assert_eq!(strip, plain);
+    }
+}
+
+#[test]
+fn chunk_digest_crc32c_equals_cpu_twin() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes(*b"fused chunk digest crc32c key 32");
+    // Random, zero and periodic data; sizes around the 1 KiB, 16 KiB and
+    // 256 KiB tree levels; many segments.
+    let mut sizes = vec![
+        0,
+        1,
+        63,
+        64,
+        1023,
+        1024,
+        1025,
+        16 << 10,
+        (16 << 10) + 1,
+        (256 << 10) + 3,
+        (5 << 20) + 17,
+    ];
+    sizes.extend(mixed_sizes(200, 61, 200_000));
+    let mut data = inputs(&sizes, 62);
+    data.push(real_data(3 << 20));
+    let slices: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    for p in [
+        ChunkParams::new(64, 256, 1024, 3).unwrap(),
+        ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
+        ChunkParams::DEFAULT,
+    ] {
+        let segs: Vec<Data<'_>> = data.iter().map(Data::from).collect();
+        let want = chunk_digest_crc_job(&cpu, p, &key, true, segs.clone());
+        let got = chunk_digest_crc_job(g, p, &key, true, segs.clone());
+        assert_crcs(&got, &slices, true);
+        assert_eq!(want, got, "{p:?} with CRC-32C");
+        // The plain path is untouched by the CRC variant.
+        assert_eq!(
+            chunk_digest_crc_job(&cpu, p, &key, false, segs.clone()),
+            chunk_digest_crc_job(g, p, &key, false, segs),
+            "{p:?} without CRC-32C"
+        );
+    }
+}
+
+#[test]
+fn chunk_digest_crc32c_device_resident() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([13; 32]);
+    // Segments at odd offsets of one allocation: every chunk starts at an
+    // arbitrary byte, so the 16-byte reader's shifts all occur.
+    let mut sizes = vec![0usize, 1, 5000, (3 << 20) + 13, 9 << 20];
+    sizes.extend(mixed_sizes(40, 71, 300_000));
+    let mut data = inputs(&sizes, 72);
+    data.push(real_data(4 << 20));
+    let mut packed = Vec::new();
+    let mut at = Vec::new();
+    for (i, d) in data.iter().enumerate() {
+        packed.extend(std::iter::repeat_n(0xA7u8, 1 + i % 15));
+        at.push(packed.len());
+        packed.extend_from_slice(d);
+    }
+    let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+    let slices: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    for p in [
+        ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
+        ChunkParams::DEFAULT,
+    ] {
+        let dev: Vec<Data<'_>> = at
+            .iter()
+            .zip(&data)
+            .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
+            .collect();
+        let got = chunk_digest_crc_job(g, p, &key, true, dev);
+        assert_crcs(&got, &slices, true);
+        assert_eq!(
+            chunk_digest_crc_job(&cpu, p, &key, true, data.iter().map(Data::from).collect()),
+            got,
+            "{p:?} device-resident"
+        );
+    }
 }

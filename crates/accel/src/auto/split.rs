@@ -166,19 +166,22 @@ pub fn split<'s>(job: &'s mut Job<'_>, at: SplitPoint) -> Result<(Job<'s>, Job<'
         Job::ChunkDigest {
             params,
             key,
+            crc32c,
             segments,
         } => {
             let (g, c) = segments.split_at(at.segment);
-            let (params, key) = (*params, *key);
+            let (params, key, crc32c) = (*params, *key, *crc32c);
             (
                 Job::ChunkDigest {
                     params,
                     key,
+                    crc32c,
                     segments: g.to_vec(),
                 },
                 Job::ChunkDigest {
                     params,
                     key,
+                    crc32c,
                     segments: c.to_vec(),
                 },
             )

@@ -1,7 +1,7 @@
 //! Content-defined chunk boundaries with the `fastcdc` crate's 2020
 //! algorithm (normalized chunking). Serial within a segment; segments run in
-//! parallel. The fused job then hashes each chunk (keyed BLAKE3), chunks in
-//! parallel.
+//! parallel. The fused job then hashes each chunk (keyed BLAKE3, and CRC-32C
+//! when asked), chunks in parallel.
 
 use fastcdc::v2020::FastCDC;
 use rayon::prelude::*;
@@ -25,8 +25,14 @@ pub(super) fn boundaries(params: &ChunkParams, data: &[u8]) -> Vec<ChunkSpan> {
     .collect()
 }
 
-/// Boundaries, then the keyed BLAKE3 of every chunk, chunks in parallel.
-pub(super) fn digested(params: &ChunkParams, key: &Blake3Key, data: &[u8]) -> Vec<DigestedChunk> {
+/// Boundaries, then the keyed BLAKE3 (and, if asked, the CRC-32C) of every
+/// chunk, chunks in parallel.
+pub(super) fn digested(
+    params: &ChunkParams,
+    key: &Blake3Key,
+    crc32c: bool,
+    data: &[u8],
+) -> Vec<DigestedChunk> {
     boundaries(params, data)
         .into_par_iter()
         .map(|span| {
@@ -35,6 +41,7 @@ pub(super) fn digested(params: &ChunkParams, key: &Blake3Key, data: &[u8]) -> Ve
             DigestedChunk {
                 span,
                 digest: *blake3::keyed_hash(key.expose(), bytes).as_bytes(),
+                crc32c: crc32c.then(|| crc32c::crc32c(bytes)),
             }
         })
         .collect()

@@ -182,10 +182,13 @@ impl Backend for CpuBackend {
             Job::ChunkDigest {
                 params,
                 key,
+                crc32c,
                 segments,
             } => per_segment(segments, pre, |s| {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
-                Ok(Output::DigestedChunks(chunk::digested(params, key, data)))
+                Ok(Output::DigestedChunks(chunk::digested(
+                    params, key, *crc32c, data,
+                )))
             }),
             Job::RsaPrivate { key, segments } => per_segment(segments, pre, |s| {
                 rsa::private_op(key, s).map(Output::Bytes)

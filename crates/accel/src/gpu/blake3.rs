@@ -1,7 +1,9 @@
 //! BLAKE3 (plain and keyed) on the GPU: `blake3_chunks` hashes every 1 KiB
 //! chunk of every segment in parallel into a job-wide array of chaining
 //! values, then `blake3_reduce` merges them, 16 to 1 per launch, up the
-//! left-balanced tree; only the 32-byte digests come back.
+//! left-balanced tree; only the 32-byte digests come back. The `_crc32c`
+//! kernel variants also compute each segment's CRC-32C from the same loads
+//! (per-KiB registers, combined up the same tree).
 
 use std::ffi::c_void;
 
@@ -29,6 +31,10 @@ struct B3Level {
     count: u64,
     first_out: u64,
     seg: u32,
+    /// x^(8 |node|) mod the CRC-32C polynomial for a full node at this level.
+    crc_full: u32,
+    /// The same for the segment's last node at this level.
+    crc_last: u32,
     pad: u32,
 }
 
@@ -81,9 +87,23 @@ pub(crate) fn hash_all(
     key: Option<&Blake3Key>,
     inputs: &[Input<'_>],
 ) -> Result<Vec<[u8; 32]>, DevError> {
+    Ok(hash(dev, key, inputs, false)?.0)
+}
+
+/// Digests, and CRC-32Cs when asked, of a job's inputs, in order.
+pub(crate) type Hashed = (Vec<[u8; 32]>, Option<Vec<u32>>);
+
+/// Digests of `inputs`, in order, and with `crc32c` each input's CRC-32C
+/// (computed by the same kernels from the same loads).
+pub(crate) fn hash(
+    dev: &Device,
+    key: Option<&Blake3Key>,
+    inputs: &[Input<'_>],
+    crc32c: bool,
+) -> Result<Hashed, DevError> {
     dev.bind()?;
     if inputs.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), crc32c.then(Vec::new)));
     }
     let (words, flags) = key_words(key);
     let key_buf = dev.alloc(32)?;
@@ -97,6 +117,13 @@ pub(crate) fn hash_all(
     }
     let cvs = dev.alloc((total as usize) * 32)?;
     let digests = dev.alloc(inputs.len() * 32)?;
+    // Per-KiB CRC registers and the per-segment results.
+    let crc = if crc32c {
+        Some((dev.alloc(total as usize * 4)?, dev.alloc(inputs.len() * 4)?))
+    } else {
+        None
+    };
+    let crc_at = |base: u64| crc.as_ref().map(|(c, out)| (c.ptr + base * 4, out.ptr));
 
     let mut host_pieces: Vec<&[u8]> = Vec::new();
     let mut host_descs: Vec<B3Piece> = Vec::new();
@@ -147,6 +174,7 @@ pub(crate) fn hash_all(
             &descs,
             cvs.ptr + base * 32,
             digests.ptr,
+            crc_at(base),
             slot.stream,
         )
     })?;
@@ -157,6 +185,8 @@ pub(crate) fn hash_all(
         .stream;
     let mut trace = super::runtime::Trace::new("blake3", stream);
     trace.mark("host pieces");
+    // Kept alive until the stream is synchronised below.
+    let mut dev_desc_buf = None;
     if !dev_descs.is_empty() {
         let base = rebase(&mut dev_descs);
         let buf = dev.alloc(std::mem::size_of_val(dev_descs.as_slice()))?;
@@ -170,28 +200,49 @@ pub(crate) fn hash_all(
             &dev_descs,
             cvs.ptr + base * 32,
             digests.ptr,
+            crc_at(base),
             stream,
         )?;
-        super::runtime::sync(stream)?;
+        dev_desc_buf = Some(buf);
     }
     trace.mark("device chunks");
-    reduce(
+    let lens: Vec<u64> = inputs.iter().map(|i| i.len() as u64).collect();
+    let reduce_bufs = reduce(
         dev,
         key_buf.ptr,
         flags,
-        &counts,
+        &lens,
         &firsts,
-        cvs,
+        &cvs,
         digests.ptr,
+        crc.as_ref().map(|(c, out)| (c.ptr, out.ptr)),
         stream,
     )?;
+    // One synchronisation for the device chunks and every reduce level.
+    super::runtime::sync(stream)?;
+    drop((reduce_bufs, dev_desc_buf));
     trace.mark("reduce");
     let mut out = vec![0u8; inputs.len() * 32];
     download(&mut out, digests.ptr)?;
-    Ok(out
-        .chunks(32)
-        .map(|c| c.try_into().expect("32-byte digest"))
-        .collect())
+    let crcs = match &crc {
+        Some((_, per_seg)) => {
+            let mut bytes = vec![0u8; inputs.len() * 4];
+            download(&mut bytes, per_seg.ptr)?;
+            Some(
+                bytes
+                    .chunks(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().expect("4-byte CRC")))
+                    .collect(),
+            )
+        }
+        None => None,
+    };
+    Ok((
+        out.chunks(32)
+            .map(|c| c.try_into().expect("32-byte digest"))
+            .collect(),
+        crcs,
+    ))
 }
 
 /// Rebases `descs` so their chunks count from 0 (the kernel's index) and
@@ -204,9 +255,11 @@ pub(crate) fn rebase(descs: &mut [B3Piece]) -> u64 {
     base
 }
 
-/// Launches `blake3_chunks` over `descs` (rebased, already at `desc_ptr`).
+/// Launches `blake3_chunks` over `descs` (rebased, already at `desc_ptr`);
+/// with `crc` = (per-KiB registers, moved like `cvs`; per-segment CRCs),
+/// `blake3_chunks_crc32c`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_chunks(
+fn launch_chunks(
     dev: &Device,
     key: u64,
     flags: u32,
@@ -215,6 +268,7 @@ pub(crate) fn launch_chunks(
     descs: &[B3Piece],
     cvs: u64,
     digests: u64,
+    crc: Option<(u64, u64)>,
     stream: cudarc::driver::sys::CUstream,
 ) -> Result<(), DevError> {
     let Some(last) = descs.last() else {
@@ -231,7 +285,8 @@ pub(crate) fn launch_chunks(
         cvs,
         digests,
     );
-    let mut params = [
+    let (mut crcs, mut crc_out) = crc.unwrap_or((0, 0));
+    let mut params = vec![
         &mut key as *mut u64 as *mut c_void,
         &mut flags as *mut u32 as *mut c_void,
         &mut data as *mut u64 as *mut c_void,
@@ -241,91 +296,216 @@ pub(crate) fn launch_chunks(
         &mut cvs as *mut u64 as *mut c_void,
         &mut digests as *mut u64 as *mut c_void,
     ];
+    let name = if crc.is_some() {
+        params.push(&mut crcs as *mut u64 as *mut c_void);
+        params.push(&mut crc_out as *mut u64 as *mut c_void);
+        "blake3_chunks_crc32c"
+    } else {
+        "blake3_chunks"
+    };
     let grid = dev.grid_for(total, CHUNKS_BLOCK);
-    // SAFETY: the parameters match blake3_chunks' signature; data + offset
-    // ranges are staged slot bytes or caller-guaranteed device memory;
-    // cvs/digests hold every index the descriptors name.
-    unsafe { dev.launch("blake3_chunks", grid, CHUNKS_BLOCK, 0, stream, &mut params) }
+    // SAFETY: the parameters match the kernel's signature (8, or 10 for the
+    // CRC variant); data + offset ranges are staged slot bytes or
+    // caller-guaranteed device memory; cvs/digests (and the CRC arrays)
+    // hold every index the descriptors name.
+    unsafe { dev.launch(name, grid, CHUNKS_BLOCK, 0, stream, &mut params) }
 }
 
-/// Merges the chunk CVs of every segment with more than one chunk, level by
-/// level, until each has its root digest.
-#[allow(clippy::too_many_arguments)]
-fn reduce(
-    dev: &Device,
-    key: u64,
-    flags: u32,
-    counts: &[u64],
-    firsts: &[u64],
-    cvs: DeviceBuffer,
-    digests: u64,
-    stream: cudarc::driver::sys::CUstream,
-) -> Result<(), DevError> {
-    let mut level: Vec<B3Level> = counts
+/// Every reduce level up front: per level, one descriptor per segment that
+/// still has more than one CV, and the level's group count.
+fn levels(lens: &[u64], firsts: &[u64], crc: bool) -> Vec<(Vec<B3Level>, u64)> {
+    let mut out: Vec<(Vec<B3Level>, u64)> = Vec::new();
+    let mut node = 1024u64; // bytes under one full CV at this level
+    let mut level: Vec<B3Level> = lens
         .iter()
         .zip(firsts)
         .enumerate()
-        .filter(|(_, (&c, _))| c > 1)
-        .map(|(s, (&count, &first_in))| B3Level {
+        .filter(|(_, (&len, _))| chunks_of(len) > 1)
+        .map(|(s, (&len, &first_in))| B3Level {
             first_in,
-            count,
-            first_out: 0,
+            count: chunks_of(len),
             seg: s as u32,
-            pad: 0,
+            ..B3Level::default()
         })
         .collect();
-    if level.is_empty() {
-        return Ok(());
-    }
-    let first_groups: u64 = level.iter().map(|l| l.count.div_ceil(GROUP)).sum();
-    let bufs = [cvs, dev.alloc(first_groups as usize * 32)?];
-    let mut input = 0usize;
     while !level.is_empty() {
         let mut groups = 0u64;
         for l in level.iter_mut() {
             l.first_out = groups;
             groups += l.count.div_ceil(GROUP);
+            if crc {
+                let len = lens[l.seg as usize];
+                l.crc_full = crc_shift(node);
+                l.crc_last = crc_shift(len - (l.count - 1) * node);
+            }
         }
-        let desc = dev.alloc(std::mem::size_of_val(level.as_slice()))?;
-        upload(desc.ptr, as_bytes(&level))?;
-        let (mut key, mut flags, mut levels, mut n, mut total, mut cin, mut cout, mut dg) = (
-            key,
-            flags,
-            desc.ptr,
-            level.len() as u32,
-            groups,
-            bufs[input].ptr,
-            bufs[1 - input].ptr,
-            digests,
-        );
-        let mut params = [
+        let next = level
+            .iter()
+            .filter(|l| l.count > GROUP)
+            .map(|l| B3Level {
+                first_in: l.first_out,
+                count: l.count.div_ceil(GROUP),
+                seg: l.seg,
+                ..B3Level::default()
+            })
+            .collect();
+        out.push((std::mem::replace(&mut level, next), groups));
+        node = node.saturating_mul(GROUP);
+    }
+    out
+}
+
+/// Merges the chunk CVs (and CRC registers) of every segment with more than
+/// one chunk, level by level, until each has its root digest (and CRC).
+/// All level descriptors go up in one copy and the launches queue on
+/// `stream` without synchronising; the returned buffers must outlive the
+/// caller's synchronisation.
+#[allow(clippy::too_many_arguments)]
+fn reduce(
+    dev: &Device,
+    key: u64,
+    flags: u32,
+    lens: &[u64],
+    firsts: &[u64],
+    cvs: &DeviceBuffer,
+    digests: u64,
+    crc: Option<(u64, u64)>,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<Vec<DeviceBuffer>, DevError> {
+    let levels = levels(lens, firsts, crc.is_some());
+    let Some((_, first_groups)) = levels.first() else {
+        return Ok(Vec::new());
+    };
+    let all: Vec<B3Level> = levels.iter().flat_map(|(l, _)| l.iter().copied()).collect();
+    let desc = dev.alloc(std::mem::size_of_val(all.as_slice()))?;
+    upload(desc.ptr, as_bytes(&all))?;
+    let tmp = dev.alloc(*first_groups as usize * 32)?;
+    let cv_bufs = [cvs.ptr, tmp.ptr];
+    let crc_tmp = match crc {
+        Some(_) => Some(dev.alloc(*first_groups as usize * 4)?),
+        None => None,
+    };
+    let crc_bufs = match (crc, &crc_tmp) {
+        (Some((regs, _)), Some(t)) => [regs, t.ptr],
+        _ => [0, 0],
+    };
+    let crc_final = crc.map_or(0, |(_, f)| f);
+    let mut input = 0usize;
+    let mut at = 0usize;
+    for (level, groups) in &levels {
+        let (mut key, mut flags, mut n, mut total) = (key, flags, level.len() as u32, *groups);
+        let mut lv = desc.ptr + (at * std::mem::size_of::<B3Level>()) as u64;
+        let (mut cin, mut cout, mut dg) = (cv_bufs[input], cv_bufs[1 - input], digests);
+        let (mut rin, mut rout, mut rfin) = (crc_bufs[input], crc_bufs[1 - input], crc_final);
+        let mut params = vec![
             &mut key as *mut u64 as *mut c_void,
             &mut flags as *mut u32 as *mut c_void,
-            &mut levels as *mut u64 as *mut c_void,
+            &mut lv as *mut u64 as *mut c_void,
             &mut n as *mut u32 as *mut c_void,
             &mut total as *mut u64 as *mut c_void,
             &mut cin as *mut u64 as *mut c_void,
             &mut cout as *mut u64 as *mut c_void,
             &mut dg as *mut u64 as *mut c_void,
         ];
-        let grid = dev.grid_for(groups, REDUCE_BLOCK);
-        // SAFETY: parameters match blake3_reduce; cvs_in holds every
-        // first_in + count, cvs_out every first_out + groups (the output
-        // buffer of level L+1 is the input of level L, which is larger).
-        unsafe { dev.launch("blake3_reduce", grid, REDUCE_BLOCK, 0, stream, &mut params)? };
-        super::runtime::sync(stream)?;
-        level = level
-            .iter()
-            .filter(|l| l.count > GROUP)
-            .map(|l| B3Level {
-                first_in: l.first_out,
-                count: l.count.div_ceil(GROUP),
-                first_out: 0,
-                seg: l.seg,
-                pad: 0,
-            })
-            .collect();
+        let name = if crc.is_some() {
+            params.push(&mut rin as *mut u64 as *mut c_void);
+            params.push(&mut rout as *mut u64 as *mut c_void);
+            params.push(&mut rfin as *mut u64 as *mut c_void);
+            "blake3_reduce_crc32c"
+        } else {
+            "blake3_reduce"
+        };
+        let grid = dev.grid_for(*groups, REDUCE_BLOCK);
+        // SAFETY: parameters match the kernel (8, or 11 for the CRC
+        // variant); cvs_in holds every first_in + count, cvs_out every
+        // first_out + groups (the output buffer of level L+1 is the input
+        // of level L, which is larger), the same for the CRC arrays; the
+        // levels lie in `desc`. Stream order separates the levels.
+        unsafe { dev.launch(name, grid, REDUCE_BLOCK, 0, stream, &mut params)? };
+        at += level.len();
         input = 1 - input;
     }
-    Ok(())
+    let mut keep = vec![desc, tmp];
+    keep.extend(crc_tmp);
+    Ok(keep)
+}
+
+/// x^(8 len) modulo the CRC-32C polynomial (bit-reflected, x^0 = bit 31):
+/// the factor that moves a CRC register past `len` more bytes, so that
+/// crc(A || B) = crc_mul(crc_shift(|B|), crc(A)) ^ crc(B) (as zlib's
+/// crc32_combine).
+pub(crate) fn crc_shift(len: u64) -> u32 {
+    let mut power = 1u32 << 31; // x^0
+    let mut square = 1u32 << 23; // x^8: one byte
+    let mut n = len;
+    while n > 0 {
+        if n & 1 == 1 {
+            power = crc_mul(square, power);
+        }
+        square = crc_mul(square, square);
+        n >>= 1;
+    }
+    power
+}
+
+/// a * b modulo the CRC-32C polynomial, bit-reflected (zlib's multmodp);
+/// `b3_crc_mul` in kernels/blake3.cu.
+pub(crate) fn crc_mul(a: u32, mut b: u32) -> u32 {
+    const POLY: u32 = 0x82F6_3B78;
+    let mut p = 0u32;
+    let mut m = 1u32 << 31;
+    while m != 0 {
+        if a & m != 0 {
+            p ^= b;
+        }
+        b = (b >> 1) ^ (POLY & 0u32.wrapping_sub(b & 1));
+        m >>= 1;
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{crc_mul, crc_shift, levels};
+
+    #[test]
+    fn crc_shift_combines_as_the_crc32c_crate() {
+        let data: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        for cut in [0usize, 1, 3, 1024, 1025, 4096, 4999, 5000] {
+            let (a, b) = data.split_at(cut);
+            let combined =
+                crc_mul(crc_shift(b.len() as u64), crc32c::crc32c(a)) ^ crc32c::crc32c(b);
+            assert_eq!(combined, crc32c::crc32c(&data), "cut at {cut}");
+        }
+        assert_eq!(crc_shift(0), 1 << 31);
+        // 2^40 bytes: the square-and-multiply path beyond 32-bit lengths.
+        let big = crc_shift(1 << 40);
+        assert_eq!(big, crc_mul(crc_shift(1 << 39), crc_shift(1 << 39)));
+    }
+
+    #[test]
+    fn levels_cover_every_multi_chunk_segment() {
+        // 0 B, 1 KiB (one chunk: no level), 17 KiB (two levels' worth
+        // of 16-groups: 17 -> 2 -> 1), 300 KiB + 1 (301 -> 19 -> 2 -> 1).
+        let lens = [0u64, 1024, 17 * 1024, 300 * 1024 + 1];
+        let firsts = [0u64, 1, 2, 19];
+        let lv = levels(&lens, &firsts, true);
+        let counts: Vec<Vec<(u32, u64)>> = lv
+            .iter()
+            .map(|(l, _)| l.iter().map(|d| (d.seg, d.count)).collect())
+            .collect();
+        assert_eq!(
+            counts,
+            vec![vec![(2, 17), (3, 301)], vec![(2, 2), (3, 19)], vec![(3, 2)]]
+        );
+        assert_eq!(lv[0].1, 2 + 19);
+        assert_eq!(lv[1].0[1].first_in, 2, "level 1 reads level 0's groups");
+        assert_eq!(lv[1].0[1].crc_full, crc_shift(16 * 1024));
+        assert_eq!(
+            lv[1].0[1].crc_last,
+            crc_shift(300 * 1024 + 1 - 18 * 16 * 1024)
+        );
+    }
 }

@@ -3,10 +3,11 @@
 //! once (pinned slots, then a device-to-device copy into one job buffer);
 //! `gpu::cdc::boundaries` finds the FastCDC boundaries on the device (gear
 //! candidates, a find-next index, section walks that resynchronise, see
-//! kernels/cdc.cu), and the BLAKE3 kernels hash every chunk where it lies.
-//! Only the section lists (a few bytes per chunk) and the digests come back.
+//! kernels/cdc.cu), and the BLAKE3 kernels hash every chunk where it lies
+//! (computing its CRC-32C from the same loads when asked). Only the section
+//! lists (a few bytes per chunk) and the digests come back.
 
-use super::blake3::{hash_all, Input};
+use super::blake3::{hash, Input};
 use super::cdc::{boundaries, OnDevice};
 use super::runtime::{DevError, Device, DeviceBuffer};
 use super::stage::{copy_in, cut};
@@ -33,17 +34,18 @@ fn group_bytes() -> usize {
     })
 }
 
-/// Chunks and digests of each input, in order.
+/// Chunks and digests (and with `crc32c` their CRC-32C) of each input, in order.
 pub(crate) fn run(
     dev: &Device,
     params: &ChunkParams,
     key: &Blake3Key,
+    crc32c: bool,
     inputs: &[Input<'_>],
 ) -> Result<Vec<Vec<DigestedChunk>>, DevError> {
     dev.bind()?;
     let mut out = Vec::with_capacity(inputs.len());
     for group in groups(inputs) {
-        out.extend(run_group(dev, params, key, group)?);
+        out.extend(run_group(dev, params, key, crc32c, group)?);
     }
     Ok(out)
 }
@@ -71,6 +73,7 @@ fn run_group(
     dev: &Device,
     params: &ChunkParams,
     key: &Blake3Key,
+    crc32c: bool,
     inputs: &[Input<'_>],
 ) -> Result<Vec<Vec<DigestedChunk>>, DevError> {
     let stream = dev.aux_stream;
@@ -91,8 +94,10 @@ fn run_group(
         })
         .collect();
     trace.mark("chunk inputs");
-    let mut digests = hash_all(dev, Some(key), &chunk_inputs)?.into_iter();
+    let (digests, crcs) = hash(dev, Some(key), &chunk_inputs, crc32c)?;
     trace.mark("blake3 of chunks");
+    let mut digests = digests.into_iter();
+    let mut crcs = crcs.map(Vec::into_iter);
     Ok(spans
         .into_iter()
         .map(|spans| {
@@ -101,6 +106,7 @@ fn run_group(
                 .map(|span| DigestedChunk {
                     span,
                     digest: digests.next().expect("one digest per chunk"),
+                    crc32c: crcs.as_mut().map(|c| c.next().expect("one CRC per chunk")),
                 })
                 .collect()
         })

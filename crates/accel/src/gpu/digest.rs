@@ -64,11 +64,12 @@ pub(crate) fn run_chunk_digest(
     dev: &Device,
     params: &crate::chunking::ChunkParams,
     key: &crate::types::Blake3Key,
+    crc32c: bool,
     segments: &[Data<'_>],
     pre: Vec<Option<SegmentErrorKind>>,
 ) -> Result<Vec<SegmentResult>, BackendError> {
     let (inputs, index, mut results) = inputs(dev, segments, pre);
-    let chunks = super::chunk_digest::run(dev, params, key, &inputs)
+    let chunks = super::chunk_digest::run(dev, params, key, crc32c, &inputs)
         .map_err(|e| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name)))?;
     for (i, c) in index.into_iter().zip(chunks) {
         results[i] = Ok(Output::DigestedChunks(c));

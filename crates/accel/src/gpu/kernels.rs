@@ -41,7 +41,12 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "blake3",
         source: include_str!("../../kernels/blake3.cu"),
-        functions: &["blake3_chunks", "blake3_reduce"],
+        functions: &[
+            "blake3_chunks",
+            "blake3_reduce",
+            "blake3_chunks_crc32c",
+            "blake3_reduce_crc32c",
+        ],
     },
     KernelSource {
         name: "cdc",

@@ -235,8 +235,9 @@ impl Backend for GpuBackend {
             Job::ChunkDigest {
                 params,
                 key,
+                crc32c,
                 segments,
-            } => digest::run_chunk_digest(dev, params, key, segments, pre),
+            } => digest::run_chunk_digest(dev, params, key, *crc32c, segments, pre),
             other => Err(BackendError::Unsupported {
                 backend: "gpu",
                 op: other.op(),

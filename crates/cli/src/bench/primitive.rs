@@ -91,7 +91,13 @@ pub(super) struct Keys {
     tea: TeaKey,
     blowfish: BlowfishKey,
     blake3: Blake3Key,
+    /// Fused chunk jobs also ask for each chunk's CRC-32C (the bench-only
+    /// op name `fastcdc-blake3-crc32c`, to measure what the CRC costs).
+    chunk_crc32c: bool,
 }
+
+/// The bench-only op name: `fastcdc-blake3` with `crc32c: true`.
+const CHUNK_DIGEST_CRC32C: &str = "fastcdc-blake3-crc32c";
 
 const QUICK_OPS: [OpKind; 7] = [
     OpKind::AesGcmSeal,
@@ -104,15 +110,18 @@ const QUICK_OPS: [OpKind; 7] = [
 ];
 
 pub fn run(args: PrimitiveArgs) -> Result<(), String> {
-    let ops: Vec<OpKind> = match &args.ops {
+    // (op, whether a fused chunk job also asks for CRC-32C)
+    let ops: Vec<(OpKind, bool)> = match &args.ops {
         Some(names) => names
             .iter()
-            .map(|n| {
-                OpKind::from_name(n).ok_or_else(|| format!("unknown op {n:?}; ops: {}", op_names()))
+            .map(|n| match OpKind::from_name(n) {
+                Some(op) => Ok((op, false)),
+                None if n == CHUNK_DIGEST_CRC32C => Ok((OpKind::ChunkDigest, true)),
+                None => Err(format!("unknown op {n:?}; ops: {}", op_names())),
             })
             .collect::<Result<_, _>>()?,
-        None if args.quick => QUICK_OPS.to_vec(),
-        None => OpKind::ALL.to_vec(),
+        None if args.quick => QUICK_OPS.iter().map(|&op| (op, false)).collect(),
+        None => OpKind::ALL.iter().map(|&op| (op, false)).collect(),
     };
     let sizes: Vec<usize> = match &args.sizes {
         Some(s) => s.iter().map(|s| parse_size(s)).collect::<Result<_, _>>()?,
@@ -146,7 +155,11 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
         }
     };
     let threads = all.threads();
-    let keys = Keys::new();
+    let plain_keys = Keys::new();
+    let crc_keys = Keys {
+        chunk_crc32c: true,
+        ..Keys::new()
+    };
     if let Some(path) = &args.plot {
         // Refuse a bad path before the sweep, not after it.
         if !path
@@ -169,7 +182,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             );
         }
         print!(
-            "{:<16} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10}",
+            "{:<21} {:>8} {:>8} {:>10} {:>10} {:>8} {:>10} {:>10}",
             "op", "segment", "count", "cpu-1", "cpu-all", "scaling", "gpu", "gpu-kernel"
         );
         if auto.is_some() {
@@ -177,7 +190,8 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
         }
         println!();
     }
-    for &op in &ops {
+    for &(op, crc32c) in &ops {
+        let keys = if crc32c { &crc_keys } else { &plain_keys };
         if op == OpKind::RsaPrivate {
             for bits in [1024usize, 2048, 4096] {
                 let row = rsa_row(bits, &one, &all, auto.as_ref(), min_time, args.quick)?;
@@ -198,7 +212,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             let bytes = (size * nseg) as u64;
             let gpu_op = gpu.as_ref().filter(|_| gpu_supports(op));
             if !args.no_single_core {
-                let t = measure_op(&one, op, &keys, &mut bufs, min_time)?;
+                let t = measure_op(&one, op, keys, &mut bufs, min_time)?;
                 results.insert("cpu-1".to_string(), gbps(bytes, t));
             }
             match &auto {
@@ -213,16 +227,16 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                     }
                     names.push("auto");
                     columns.push(a);
-                    let times = measure_interleaved(&columns, op, &keys, &mut bufs, min_time)?;
+                    let times = measure_interleaved(&columns, op, keys, &mut bufs, min_time)?;
                     for (name, t) in names.iter().zip(times) {
                         results.insert(name.to_string(), gbps(bytes, t));
                     }
                 }
                 None => {
-                    let t = measure_op(&all, op, &keys, &mut bufs, min_time)?;
+                    let t = measure_op(&all, op, keys, &mut bufs, min_time)?;
                     results.insert("cpu-all".to_string(), gbps(bytes, t));
                     if let Some(g) = gpu_op {
-                        let t = measure_dyn(g, op, &keys, &mut bufs, min_time)?;
+                        let t = measure_dyn(g, op, keys, &mut bufs, min_time)?;
                         results.insert("gpu".into(), gbps(bytes, t));
                     }
                 }
@@ -243,7 +257,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                             // The auto backend prices page-locked data apart.
                             let columns: [&dyn Backend; 3] = [&all, g, a];
                             let times =
-                                measure_interleaved(&columns, op, &keys, &mut views, min_time)?;
+                                measure_interleaved(&columns, op, keys, &mut views, min_time)?;
                             for (name, t) in ["cpu-all-pinned", "gpu-pinned", "auto-pinned"]
                                 .iter()
                                 .zip(times)
@@ -252,16 +266,20 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                             }
                         }
                         None => {
-                            let t = measure_dyn(g, op, &keys, &mut views, min_time)?;
+                            let t = measure_dyn(g, op, keys, &mut views, min_time)?;
                             results.insert("gpu-pinned".into(), gbps(bytes, t));
                         }
                     }
                 }
-                let t = measure_device_resident(g, op, &keys, size, nseg, min_time)?;
+                let t = measure_device_resident(g, op, keys, size, nseg, min_time)?;
                 results.insert("gpu-kernel".into(), gbps(bytes, t));
             }
             let row = Row {
-                op: op.name(),
+                op: if crc32c {
+                    CHUNK_DIGEST_CRC32C
+                } else {
+                    op.name()
+                },
                 segment_bytes: size,
                 segments: nseg,
                 results,
@@ -314,6 +332,7 @@ fn op_names() -> String {
     OpKind::ALL
         .iter()
         .map(|o| o.name())
+        .chain([CHUNK_DIGEST_CRC32C])
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -338,7 +357,7 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
     // A skipped column (--no-single-core) and its ratio print as "-".
     let scaling = c1.map_or_else(|| "-".into(), |c1| format!("{:.2}x", cn / c1));
     print!(
-        "{:<16} {:>8} {:>8} {:>10} {:>10.3} {:>8} {:>10} {:>10}",
+        "{:<21} {:>8} {:>8} {:>10} {:>10.3} {:>8} {:>10} {:>10}",
         row.op,
         size,
         row.segments,
@@ -370,6 +389,7 @@ impl Keys {
             tea: TeaKey::from_bytes([3; 16]),
             blowfish: BlowfishKey::try_from_slice(b"gvault benchmark key").expect("valid length"),
             blake3: Blake3Key::from_bytes([9; 32]),
+            chunk_crc32c: false,
         }
     }
 }
@@ -481,6 +501,7 @@ pub(super) fn measure_device_resident(
             let mut job = Job::ChunkDigest {
                 params: ChunkParams::DEFAULT,
                 key: &keys.blake3,
+                crc32c: keys.chunk_crc32c,
                 segments: slices.iter().map(|d| Data::Device(*d)).collect(),
             };
             let start = Instant::now();
@@ -706,6 +727,7 @@ fn run_once<B: AsMut<[u8]> + AsRef<[u8]>>(
         OpKind::ChunkDigest => Job::ChunkDigest {
             params: ChunkParams::DEFAULT,
             key: &keys.blake3,
+            crc32c: keys.chunk_crc32c,
             segments: bufs.iter().map(|b| Data::Host(b.as_ref())).collect(),
         },
         digest_op => {
