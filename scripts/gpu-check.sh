@@ -73,7 +73,7 @@ if has hashes; then
     --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/hashes.txt"
 fi
 if has fused; then
-  $P --pinned --ops ${FUSED_OPS:-blake3,fastcdc,fastcdc-blake3} --sizes ${FUSED_SIZES:-1M,256M,1G} 2>&1 | tee "$OUT/fused.txt"
+  $P --pinned --ops ${FUSED_OPS:-blake3,fastcdc,fastcdc-blake3,fastcdc-blake3-crc32c} --sizes ${FUSED_SIZES:-1M,256M,1G} 2>&1 | tee "$OUT/fused.txt"
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
@@ -103,7 +103,7 @@ fi
 if has trace; then
   # Phase timings of the fused job (GVAULT_GPU_TRACE), one 1 GiB segment.
   T="$B/gvault bench primitive --no-single-core --min-ms 1"
-  GVAULT_GPU_TRACE=1 $T --ops fastcdc-blake3,fastcdc --sizes 1G --total 1G 2>&1 \
+  GVAULT_GPU_TRACE=1 $T --ops fastcdc-blake3,fastcdc-blake3-crc32c,fastcdc --sizes 1G --total 1G 2>&1 \
     | tail -60 | tee "$OUT/trace.txt"
   # and of GCM on device-resident data (the kernel column's job)
   GVAULT_GPU_TRACE=1 $T --ops aes256gcm-seal --sizes 1G --total 4G 2>&1 \
