@@ -50,10 +50,11 @@ const SMALL_JOB_BYTES: usize = 64 << 10;
 /// consecutive blocks, covering all of them in order.
 fn seal_job_ranges(lens: &[usize]) -> Vec<Range<usize>> {
     let total: usize = lens.iter().sum();
-    if total > SMALL_BATCH_BYTES || lens.len() <= 1 {
-        return vec![0..lens.len()];
-    }
     let mut ranges = Vec::new();
+    if total > SMALL_BATCH_BYTES || lens.len() <= 1 {
+        ranges.push(0..lens.len());
+        return ranges;
+    }
     let (mut start, mut bytes) = (0, 0);
     for (i, &len) in lens.iter().enumerate() {
         if i > start && bytes + len > SMALL_JOB_BYTES {
@@ -398,19 +399,24 @@ mod tests {
         assert!(c.open(&ctx(0), vec![1, 2]).is_err());
     }
 
+    /// One job over `n` blocks.
+    fn whole(n: usize) -> Vec<Range<usize>> {
+        std::iter::once(0..n).collect()
+    }
+
     #[test]
     fn small_batches_are_cut_into_small_jobs() {
-        assert_eq!(seal_job_ranges(&[]), vec![0..0]);
-        assert_eq!(seal_job_ranges(&[70_000]), vec![0..1]);
+        assert_eq!(seal_job_ranges(&[]), whole(0));
+        assert_eq!(seal_job_ranges(&[70_000]), whole(1));
         // One 64 KiB value frame and its commit record: two jobs.
-        assert_eq!(seal_job_ranges(&[65_560, 120]), vec![0..1, 1..2]);
-        assert_eq!(seal_job_ranges(&[100, 200, 300]), vec![0..3]);
+        assert_eq!(seal_job_ranges(&[65_560, 120]), [0..1, 1..2]);
+        assert_eq!(seal_job_ranges(&[100, 200, 300]), whole(3));
         assert_eq!(
             seal_job_ranges(&[40_000, 40_000, 10_000, 70_000, 5]),
-            vec![0..1, 1..3, 3..4, 4..5]
+            [0..1, 1..3, 3..4, 4..5]
         );
         // Large batches stay one job, to spread over threads.
-        assert_eq!(seal_job_ranges(&[4096; 100]), vec![0..100]);
+        assert_eq!(seal_job_ranges(&[4096; 100]), whole(100));
     }
 
     #[test]
