@@ -99,6 +99,26 @@ pub struct Reseal<'a> {
     pub sealed: &'a mut [u8],
 }
 
+/// One block to seal in place: `block` holds the payload followed by
+/// room for the seal (the codec's overhead), which sealing fills.
+pub struct SealSlot<'a> {
+    pub ctx: BlockContext,
+    pub block: &'a mut [u8],
+}
+
+impl SealSlot<'_> {
+    /// Splits the block into (payload, room for the seal).
+    pub(crate) fn split(&mut self, overhead: usize) -> Result<(&mut [u8], &mut [u8]), SealError> {
+        let n = self.block.len().checked_sub(overhead).ok_or_else(|| {
+            SealError(format!(
+                "a block of {} bytes has no room for a {overhead}-byte seal",
+                self.block.len()
+            ))
+        })?;
+        Ok(self.block.split_at_mut(n))
+    }
+}
+
 /// Why a batch could not be sealed (the accelerator refused the job).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealError(pub String);
@@ -122,9 +142,26 @@ pub trait BlockCodec: Send + Sync + fmt::Debug {
     /// offsets of a whole batch are known before sealing.
     fn overhead(&self) -> usize;
 
-    /// Seals a whole batch in place (one accelerator job): each payload gets
-    /// its seal appended. Every context names the same key.
-    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]) -> Result<(), SealError>;
+    /// Seals a whole batch in place, in the caller's buffers (one
+    /// accelerator job): each block is payload ‖ `overhead()` spare bytes,
+    /// which receive the seal. Every context names the same key.
+    fn seal_slots(&self, blocks: &mut [SealSlot<'_>]) -> Result<(), SealError>;
+
+    /// Seals a whole batch of owned payloads: each gets its seal appended.
+    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]) -> Result<(), SealError> {
+        let overhead = self.overhead();
+        let mut slots: Vec<SealSlot<'_>> = blocks
+            .iter_mut()
+            .map(|(ctx, payload)| {
+                payload.resize(payload.len() + overhead, 0);
+                SealSlot {
+                    ctx: *ctx,
+                    block: payload.as_mut_slice(),
+                }
+            })
+            .collect();
+        self.seal_slots(&mut slots)
+    }
 
     /// Checks and strips the seal of one block.
     fn open(&self, ctx: &BlockContext, sealed: Vec<u8>) -> Result<Vec<u8>, OpenError>;
@@ -190,10 +227,11 @@ impl BlockCodec for Crc32cCodec {
         self.overhead_len()
     }
 
-    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]) -> Result<(), SealError> {
-        for (ctx, payload) in blocks.iter_mut() {
-            let crc = block_crc(ctx, payload);
-            payload.extend_from_slice(&crc.to_le_bytes());
+    fn seal_slots(&self, blocks: &mut [SealSlot<'_>]) -> Result<(), SealError> {
+        for slot in blocks.iter_mut() {
+            let ctx = slot.ctx;
+            let (payload, seal) = slot.split(4)?;
+            seal.copy_from_slice(&block_crc(&ctx, payload).to_le_bytes());
         }
         Ok(())
     }

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
@@ -17,7 +18,7 @@ use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 use parking_lot::RwLock;
 
 use crate::codec::{
-    BlockCodec, BlockContext, OpenError, Reseal, ResealError, SealError, CONTEXT_LEN,
+    BlockCodec, BlockContext, OpenError, Reseal, ResealError, SealError, SealSlot, CONTEXT_LEN,
 };
 
 pub const TAG_LEN: usize = 16;
@@ -34,6 +35,36 @@ pub fn shared_cpu_backend() -> Arc<dyn Backend> {
     static CPU: OnceLock<Arc<gvault_accel::cpu::CpuBackend>> = OnceLock::new();
     CPU.get_or_init(|| Arc::new(gvault_accel::cpu::CpuBackend::new()))
         .clone()
+}
+
+/// A seal batch up to this many bytes is cut into jobs of at most
+/// `SMALL_JOB_BYTES` (a larger block alone): a job that small runs on the
+/// calling thread, and handing a small batch to a thread pool costs more in
+/// wake-ups than its threads save (a group commit of one 64 KiB value and
+/// its commit record spent longer in the hand-off than in AES-GCM). Larger
+/// batches (tables, big groups) stay one job, to be spread over threads.
+const SMALL_BATCH_BYTES: usize = 256 << 10;
+const SMALL_JOB_BYTES: usize = 64 << 10;
+
+/// How a batch of blocks of these lengths is cut into seal jobs: ranges of
+/// consecutive blocks, covering all of them in order.
+fn seal_job_ranges(lens: &[usize]) -> Vec<Range<usize>> {
+    let total: usize = lens.iter().sum();
+    let mut ranges = Vec::new();
+    if total > SMALL_BATCH_BYTES || lens.len() <= 1 {
+        ranges.push(0..lens.len());
+        return ranges;
+    }
+    let (mut start, mut bytes) = (0, 0);
+    for (i, &len) in lens.iter().enumerate() {
+        if i > start && bytes + len > SMALL_JOB_BYTES {
+            ranges.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += len;
+    }
+    ranges.push(start..lens.len());
+    ranges
 }
 
 struct KeySet {
@@ -109,6 +140,47 @@ impl GcmCodec {
             .ok_or_else(|| format!("data key {first} is not in the key registry"))
     }
 
+    /// Seals `blocks` in place as one accelerator job; each tag goes to
+    /// the room at the end of its block.
+    fn seal_job(
+        &self,
+        key: &Aes256Key,
+        key_id: u32,
+        blocks: &mut [SealSlot<'_>],
+    ) -> Result<(), SealError> {
+        let aads: Vec<[u8; AAD_LEN]> = blocks.iter().map(|s| self.aad(&s.ctx)).collect();
+        let mut tags: Vec<&mut [u8]> = Vec::with_capacity(blocks.len());
+        let mut segments: Vec<SealSegment<'_>> = Vec::with_capacity(blocks.len());
+        for (slot, aad) in blocks.iter_mut().zip(&aads) {
+            let nonce = Nonce96::from_parts(slot.ctx.file_number, slot.ctx.block_number);
+            let (payload, tag) = slot.split(TAG_LEN)?;
+            if let Some(obs) = &self.observer {
+                obs(key_id, nonce.0);
+            }
+            segments.push(SealSegment {
+                nonce,
+                aad,
+                data: DataMut::Host(payload),
+            });
+            tags.push(tag);
+        }
+        let mut job = Job::Seal { key, segments };
+        let results = self.backend.run(&mut job).map_err(|e| {
+            SealError(format!(
+                "accelerator {} refused a seal job: {e}",
+                self.backend.name()
+            ))
+        })?;
+        for (room, r) in tags.into_iter().zip(results) {
+            let tag = r
+                .map_err(|e| SealError(format!("sealing a block: {}", e.kind)))?
+                .tag()
+                .ok_or_else(|| SealError("seal job returned no tag".into()))?;
+            room.copy_from_slice(&tag.0);
+        }
+        Ok(())
+    }
+
     fn aad(&self, ctx: &BlockContext) -> [u8; AAD_LEN] {
         let mut a = [0u8; AAD_LEN];
         a[..CONTEXT_LEN].copy_from_slice(&ctx.bound_bytes());
@@ -130,51 +202,20 @@ impl BlockCodec for GcmCodec {
         TAG_LEN
     }
 
-    fn seal_batch(&self, blocks: &mut [(BlockContext, Vec<u8>)]) -> Result<(), SealError> {
+    fn seal_slots(&self, blocks: &mut [SealSlot<'_>]) -> Result<(), SealError> {
         let Some(first) = blocks.first() else {
             return Ok(());
         };
-        let key_id = first.0.key_id;
-        if blocks.iter().any(|(c, _)| c.key_id != key_id) {
+        let key_id = first.ctx.key_id;
+        if blocks.iter().any(|s| s.ctx.key_id != key_id) {
             return Err(SealError("a batch must seal under one data key".into()));
         }
         let key = self
             .key(key_id)
             .ok_or_else(|| SealError(format!("data key {key_id} is not in the key registry")))?;
-        let aads: Vec<[u8; AAD_LEN]> = blocks.iter().map(|(c, _)| self.aad(c)).collect();
-        let results = {
-            let segments: Vec<SealSegment<'_>> = blocks
-                .iter_mut()
-                .zip(&aads)
-                .map(|((ctx, payload), aad)| {
-                    let nonce = Nonce96::from_parts(ctx.file_number, ctx.block_number);
-                    if let Some(obs) = &self.observer {
-                        obs(key_id, nonce.0);
-                    }
-                    SealSegment {
-                        nonce,
-                        aad,
-                        data: DataMut::Host(payload.as_mut_slice()),
-                    }
-                })
-                .collect();
-            let mut job = Job::Seal {
-                key: &key,
-                segments,
-            };
-            self.backend.run(&mut job).map_err(|e| {
-                SealError(format!(
-                    "accelerator {} refused a seal job: {e}",
-                    self.backend.name()
-                ))
-            })?
-        };
-        for ((_, payload), r) in blocks.iter_mut().zip(results) {
-            let tag = r
-                .map_err(|e| SealError(format!("sealing a block: {}", e.kind)))?
-                .tag()
-                .ok_or_else(|| SealError("seal job returned no tag".into()))?;
-            payload.extend_from_slice(&tag.0);
+        let lens: Vec<usize> = blocks.iter().map(|s| s.block.len()).collect();
+        for range in seal_job_ranges(&lens) {
+            self.seal_job(&key, key_id, &mut blocks[range])?;
         }
         Ok(())
     }
@@ -356,6 +397,50 @@ mod tests {
         unknown.key_id = 5;
         assert!(c.open(&unknown, batch[0].1.clone()).is_err());
         assert!(c.open(&ctx(0), vec![1, 2]).is_err());
+    }
+
+    /// One job over `n` blocks.
+    fn whole(n: usize) -> Vec<Range<usize>> {
+        std::iter::once(0..n).collect()
+    }
+
+    #[test]
+    fn small_batches_are_cut_into_small_jobs() {
+        assert_eq!(seal_job_ranges(&[]), whole(0));
+        assert_eq!(seal_job_ranges(&[70_000]), whole(1));
+        // One 64 KiB value frame and its commit record: two jobs.
+        assert_eq!(seal_job_ranges(&[65_560, 120]), [0..1, 1..2]);
+        assert_eq!(seal_job_ranges(&[100, 200, 300]), whole(3));
+        assert_eq!(
+            seal_job_ranges(&[40_000, 40_000, 10_000, 70_000, 5]),
+            [0..1, 1..3, 3..4, 4..5]
+        );
+        // Large batches stay one job, to spread over threads.
+        assert_eq!(seal_job_ranges(&[4096; 100]), whole(100));
+    }
+
+    #[test]
+    fn a_batch_cut_into_jobs_seals_every_block_as_one_job_would() {
+        let c = codec(1, 9);
+        let payloads: Vec<Vec<u8>> = [40_000usize, 40_000, 10_000, 70_000, 5]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| vec![i as u8; n])
+            .collect();
+        let mut batch: Vec<_> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (ctx(i as u32), p.clone()))
+            .collect();
+        c.seal_batch(&mut batch).unwrap();
+        for (i, (ctx, sealed)) in batch.iter().enumerate() {
+            assert_eq!(sealed.len(), payloads[i].len() + TAG_LEN);
+            // One block at a time gives the same bytes (same key and nonce).
+            let mut alone = vec![(*ctx, payloads[i].clone())];
+            c.seal_batch(&mut alone).unwrap();
+            assert_eq!(&alone[0].1, sealed);
+            assert_eq!(c.open(ctx, sealed.clone()).unwrap(), payloads[i]);
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::codec::{BlockCodec, BlockContext, BlockKind};
+use crate::codec::{BlockCodec, BlockContext, BlockKind, SealSlot};
 use crate::env::{FileSystem, WritableFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{BlockHandle, FileHeader, FileKind, LogPosition, HEADER_LEN};
@@ -23,6 +23,65 @@ pub struct LogWriter {
     /// The data key named in the header; every block of the file uses it.
     key_id: u32,
     codec: Arc<dyn BlockCodec>,
+    /// The last group's buffer, kept for the next one: a fresh
+    /// value-sized buffer per group costs page faults on every commit.
+    spare: Vec<u8>,
+}
+
+/// A group buffer larger than this is freed after its write, not kept.
+const MAX_SPARE_BYTES: usize = 8 << 20;
+
+/// Frames being laid out for one append (see [`LogWriter::start_group`]).
+pub struct FrameGroup {
+    buf: Vec<u8>,
+    frames: Vec<PlacedFrame>,
+    /// Where the group starts in the file.
+    start: LogPosition,
+    overhead: usize,
+    key_id: u32,
+}
+
+/// A frame's sealed block inside the group buffer.
+struct PlacedFrame {
+    ctx: BlockContext,
+    /// Where the block (after its frame header) starts in the buffer.
+    start: usize,
+    /// Payload plus seal.
+    len: usize,
+}
+
+impl FrameGroup {
+    /// Appends a frame whose payload `fill` writes at the end of the
+    /// buffer; returns where the frame will be in the file.
+    pub fn push(&mut self, kind: BlockKind, fill: impl FnOnce(&mut Vec<u8>)) -> BlockHandle {
+        let header_at = self.buf.len();
+        self.buf.extend_from_slice(&[0; FRAME_HEADER_LEN]);
+        let start = self.buf.len();
+        fill(&mut self.buf);
+        let len = self.buf.len() - start + self.overhead;
+        self.buf.resize(start + len, 0);
+        let handle = BlockHandle {
+            offset: self.start.offset + header_at as u64,
+            len: len as u32,
+            block: self.start.block + self.frames.len() as u32,
+        };
+        let header = &mut self.buf[header_at..start];
+        header[0..4].copy_from_slice(&handle.len.to_le_bytes());
+        header[4..8].copy_from_slice(&handle.block.to_le_bytes());
+        header[8] = kind as u8;
+        self.frames.push(PlacedFrame {
+            ctx: BlockContext {
+                key_id: self.key_id,
+                file_number: self.start.file,
+                block_number: handle.block,
+                offset: handle.offset,
+                kind,
+            },
+            start,
+            len,
+        });
+        handle
+    }
 }
 
 impl LogWriter {
@@ -54,6 +113,7 @@ impl LogWriter {
             next_block: 0,
             key_id,
             codec,
+            spare: Vec::new(),
         })
     }
 
@@ -76,61 +136,76 @@ impl LogWriter {
         self.file_number
     }
 
-    /// Where frames of these payload lengths would land if appended next;
-    /// lets a group refer to its own value frames before it is sealed.
-    pub fn plan(&self, payload_lens: &[usize]) -> Vec<BlockHandle> {
-        let mut offset = self.offset;
-        let mut block = self.next_block;
-        payload_lens
-            .iter()
-            .map(|&len| {
-                let sealed = (len + self.codec.overhead()) as u32;
-                let h = BlockHandle {
-                    offset,
-                    len: sealed,
-                    block,
-                };
-                offset += (FRAME_HEADER_LEN + sealed as usize) as u64;
-                block += 1;
-                h
-            })
-            .collect()
+    /// Starts a group of frames to append next. Payloads are written
+    /// straight into the group's buffer, sealed there in place and written
+    /// from it: a value is copied once on its way to the file.
+    pub fn start_group(&mut self, capacity: usize) -> FrameGroup {
+        let mut buf = std::mem::take(&mut self.spare);
+        buf.clear();
+        buf.reserve(capacity);
+        FrameGroup {
+            buf,
+            frames: Vec::new(),
+            start: self.position(),
+            overhead: self.codec.overhead(),
+            key_id: self.key_id,
+        }
     }
 
-    /// Seals the blocks as one batch and appends them with one write.
-    pub fn append_group(&mut self, blocks: Vec<(BlockKind, Vec<u8>)>) -> Result<Vec<BlockHandle>> {
-        let lens: Vec<usize> = blocks.iter().map(|(_, p)| p.len()).collect();
-        let handles = self.plan(&lens);
-        let mut batch: Vec<(BlockContext, Vec<u8>)> = blocks
-            .into_iter()
-            .zip(&handles)
-            .map(|((kind, payload), h)| {
-                let ctx = BlockContext {
-                    key_id: self.key_id,
-                    file_number: self.file_number,
-                    block_number: h.block,
-                    offset: h.offset,
-                    kind,
-                };
-                (ctx, payload)
-            })
-            .collect();
-        self.codec
-            .seal_batch(&mut batch)
-            .map_err(|e| Error::Seal(format!("{}: {e}", self.path.display())))?;
-        let total: usize = batch.iter().map(|(_, s)| FRAME_HEADER_LEN + s.len()).sum();
-        let mut buf = Vec::with_capacity(total);
-        for (ctx, sealed) in &batch {
-            buf.extend_from_slice(&(sealed.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&ctx.block_number.to_le_bytes());
-            buf.push(ctx.kind as u8);
-            buf.extend_from_slice(sealed);
+    /// Seals the group's frames as one batch and appends them with one
+    /// write. The group must be the last one started on this writer.
+    pub fn append(&mut self, group: FrameGroup) -> Result<()> {
+        let FrameGroup {
+            mut buf,
+            frames,
+            start,
+            ..
+        } = group;
+        if start != self.position() {
+            return Err(Error::Seal(format!(
+                "{}: a frame group was planned at offset {} but the file is at {}",
+                self.path.display(),
+                start.offset,
+                self.position().offset
+            )));
         }
+        let mut slots = Vec::with_capacity(frames.len());
+        let mut rest: &mut [u8] = &mut buf;
+        let mut at = 0;
+        for f in &frames {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(f.start - at);
+            let (block, tail) = tail.split_at_mut(f.len);
+            slots.push(SealSlot { ctx: f.ctx, block });
+            rest = tail;
+            at = f.start + f.len;
+        }
+        self.codec
+            .seal_slots(&mut slots)
+            .map_err(|e| Error::Seal(format!("{}: {e}", self.path.display())))?;
+        drop(slots);
         self.file
             .append(&buf)
             .ctx(|| format!("appending to {}", self.path.display()))?;
         self.offset += buf.len() as u64;
-        self.next_block += handles.len() as u32;
+        self.next_block += frames.len() as u32;
+        if buf.capacity() <= MAX_SPARE_BYTES {
+            self.spare = buf;
+        }
+        Ok(())
+    }
+
+    /// Seals the blocks as one batch and appends them with one write.
+    pub fn append_group(&mut self, blocks: Vec<(BlockKind, Vec<u8>)>) -> Result<Vec<BlockHandle>> {
+        let bytes = blocks
+            .iter()
+            .map(|(_, p)| FRAME_HEADER_LEN + p.len() + self.codec.overhead())
+            .sum();
+        let mut group = self.start_group(bytes);
+        let handles = blocks
+            .iter()
+            .map(|(kind, payload)| group.push(*kind, |b| b.extend_from_slice(payload)))
+            .collect();
+        self.append(group)?;
         Ok(handles)
     }
 
@@ -138,5 +213,60 @@ impl LogWriter {
         self.file
             .sync()
             .ctx(|| format!("syncing {}", self.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Crc32cCodec;
+    use crate::env::OsFs;
+    use crate::log_reader::{open_log_file, LogReader};
+
+    #[test]
+    fn groups_read_back_in_order_and_a_stale_group_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("000007.vlog");
+        let codec: Arc<dyn BlockCodec> = Arc::new(Crc32cCodec);
+        let mut w = LogWriter::create(&OsFs, &path, FileKind::ValueLog, 7, codec.clone()).unwrap();
+        let start = w.position();
+        let mut g = w.start_group(16);
+        let a = g.push(BlockKind::LogValue, |b| b.extend_from_slice(&[1; 100]));
+        let b = g.push(BlockKind::LogCommit, |b| b.extend_from_slice(b"commit"));
+        w.append(g).unwrap();
+        assert_eq!((a.block, b.block), (0, 1));
+        assert_eq!(a.offset, start.offset);
+        assert_eq!(
+            b.offset,
+            a.offset + (FRAME_HEADER_LEN as u64) + u64::from(a.len)
+        );
+        assert_eq!(
+            w.position().offset,
+            b.offset + (FRAME_HEADER_LEN + 6 + 4) as u64
+        );
+        // A group laid out before another append would seal at the wrong
+        // place: refused, and nothing is written.
+        let stale = w.start_group(0);
+        w.append_group(vec![(BlockKind::LogCommit, b"next".to_vec())])
+            .unwrap();
+        let end = w.position();
+        assert!(w.append(stale).is_err());
+        assert_eq!(w.position(), end);
+        w.sync().unwrap();
+
+        let file = open_log_file(&OsFs, &path, FileKind::ValueLog, 7, &*codec).unwrap();
+        let mut r = LogReader::new(file, &path, start, end.offset, codec);
+        let mut payloads = Vec::new();
+        while let Some(f) = r.next().unwrap().unwrap() {
+            payloads.push((f.kind, f.payload));
+        }
+        assert_eq!(
+            payloads,
+            vec![
+                (BlockKind::LogValue, vec![1; 100]),
+                (BlockKind::LogCommit, b"commit".to_vec()),
+                (BlockKind::LogCommit, b"next".to_vec()),
+            ]
+        );
     }
 }

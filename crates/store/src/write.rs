@@ -14,11 +14,14 @@ use crate::codec::BlockKind;
 use crate::db::{DbInner, Immutable, State, MAX_BATCH_BYTES, MAX_KEY_LEN};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{vlog_path, FileKind, LogPosition, ValuePointer, ValueType};
-use crate::log_writer::LogWriter;
+use crate::log_writer::{LogWriter, FRAME_HEADER_LEN};
 use crate::memtable::MemTable;
 use crate::options::WriteOptions;
 use crate::version::VersionEdit;
-use crate::write_batch::{encode_value_frame, BatchOp, CommitBuilder, WriteBatch};
+use crate::write_batch::{encode_value_frame_into, BatchOp, CommitBuilder, WriteBatch};
+
+/// The longest varint (a u64 in 7-bit groups).
+const MAX_VARINT_LEN: usize = 10;
 
 /// A leader takes waiting writers into its group up to this many bytes.
 const MAX_GROUP_BYTES: usize = 4 << 20;
@@ -118,18 +121,35 @@ impl DbInner {
     ) -> Result<()> {
         let threshold = self.opts.value_threshold;
         let first_seq = self.visible_seq.load(Ordering::SeqCst) + 1;
-        let mut values: Vec<(BlockKind, Vec<u8>)> = Vec::new();
+        // Value frames first, then the commit record that points at them,
+        // all laid out in one buffer and sealed there.
+        let overhead = FRAME_HEADER_LEN + self.codec.overhead();
+        let capacity: usize = batches
+            .iter()
+            .flat_map(|b| &b.ops)
+            .map(|op| match op {
+                BatchOp::Put(k, v) if v.len() >= threshold => {
+                    2 * overhead + 2 * k.len() + v.len() + 2 * MAX_VARINT_LEN
+                }
+                BatchOp::Put(k, v) => k.len() + v.len() + 2 * MAX_VARINT_LEN + 1,
+                BatchOp::Delete(k) => k.len() + MAX_VARINT_LEN + 1,
+            })
+            .sum::<usize>()
+            + overhead
+            + 64;
+        let mut group = log.start_group(capacity);
+        let mut handles = Vec::new();
         for b in batches {
             for op in &b.ops {
                 if let BatchOp::Put(k, v) = op {
                     if v.len() >= threshold {
-                        values.push((BlockKind::LogValue, encode_value_frame(k, v)));
+                        handles.push(group.push(BlockKind::LogValue, |buf| {
+                            encode_value_frame_into(buf, k, v)
+                        }));
                     }
                 }
             }
         }
-        let lens: Vec<usize> = values.iter().map(|(_, p)| p.len()).collect();
-        let handles = log.plan(&lens);
         let mut commit = CommitBuilder::new();
         let mut seq = first_seq;
         let mut next_value = 0;
@@ -148,9 +168,10 @@ impl DbInner {
             seq += b.ops.len() as u64;
         }
         let file = log.file_number();
-        values.push((BlockKind::LogCommit, commit.finish()));
+        let commit = commit.finish();
+        group.push(BlockKind::LogCommit, |buf| buf.extend_from_slice(&commit));
         let result = log
-            .append_group(values)
+            .append(group)
             .and_then(|_| if sync { log.sync() } else { Ok(()) });
         if let Err(e) = result {
             // The log may now end in a partial group: stop writing until a

@@ -69,11 +69,10 @@ pub(crate) struct LogRecord<'a> {
 
 /// Payload of a value frame: the key (so a pointer can be checked against
 /// the key that followed it, and GC can read frames alone) and the value.
-pub(crate) fn encode_value_frame(key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(key.len() + value.len() + 5);
-    put_bytes(&mut b, key);
-    b.extend_from_slice(value);
-    b
+/// Appends it to `dst`.
+pub(crate) fn encode_value_frame_into(dst: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    put_bytes(dst, key);
+    dst.extend_from_slice(value);
 }
 
 pub(crate) fn decode_value_frame(payload: &[u8]) -> Option<(&[u8], &[u8])> {
