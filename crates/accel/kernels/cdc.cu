@@ -113,11 +113,12 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 // ---- gear_candidates ---------------------------------------------------
 //
 // Cost per position (sm_90 SASS, fast path): PRMT (byte), IMAD (table
-// address), LDS.64, LEA + LEA.HI.X (h = 2h + g), LOP3 x2 + IMNMX (filter):
-// 6 ALU-pipe ops, 1 FMA-pipe op, 1 LDS.
+// address), LDS.64, LEA + LEA.HI.X (h = 2h + g), LOP3 x2 + half a VIMNMX3
+// (filter; two positions share a 3-input min): 5.5 ALU-pipe ops, 1 FMA-pipe
+// op, 1 LDS. The old kernel: ~11 ALU ops and ~5 LDS wavefronts a warp.
 // * The table is replicated (16 copies, 32 KiB): lane l reads copy l % 16,
 //   which sits in bank pair l % 16, so a warp's LDS.64 takes 2 wavefronts
-//   whatever the bytes (one 2 KiB copy took ~5 with random bytes).
+//   whatever the bytes (one 2 KiB copy: ~5 expected with random bytes).
 // * A position can pass either mask only if (h & mask_s & mask_l) == 0, so
 //   the fast path tests just that filter and keeps the minimum over 32
 //   positions; a block of 32 with a zero minimum (~2^-19 a position with the
@@ -132,9 +133,11 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 // * Words go out 4 at a time (one 16-byte store a lane per 128 positions)
 //   when both bitmaps are 16-byte aligned.
 // Bound per GiB on an H100 (132 SMs, ~1.75 GHz, 64 ALU lanes an SM):
-// ~6.6 ALU ops a position -> 1.07e9 * 6.6 / (132 * 64 * 1.75e9) = 0.48 ms;
-// LDS 2 wavefronts a warp-position: 0.31 ms; HBM 1.06 GiB at 3.35 TB/s:
-// 0.34 ms. Expect ~0.5-0.7 ms (not measured yet).
+// ~6 ALU ops a position with warm-up and loop -> 1.07e9 * 6 / (132 * 64 *
+// 1.75e9) = 0.43 ms; LDS 2 wavefronts a warp-position: 0.31 ms; HBM 1.06
+// GiB at 3.35 TB/s: 0.34 ms. Expect ~0.5-0.7 ms (not measured yet).
+// NVRTC 13 sm_90: 60 registers, 33 KiB shared a block: 4 blocks (32 warps)
+// an SM.
 
 #define GEAR_COPIES 16u
 #define GEAR_SPAN 512ull   // positions a thread
@@ -211,6 +214,12 @@ __device__ __forceinline__ uint2 gear_block(uint4 a, uint4 b, unsigned long long
     return make_uint2(e.x, e.y);
 }
 
+__device__ __forceinline__ void gear_prefetch(const uint4* p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 // Hash-only warm-up over 64 bytes (4 loads): h then covers the 63 bytes
 // before the next position (the oldest byte drops out at the next step).
 __device__ __forceinline__ unsigned long long gear_warm(const uint4* q, GearTab tab) {
@@ -277,6 +286,14 @@ gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, 
         uint2 prev = gear_block(q[0], q[1], h, tab, m);
 #pragma unroll 1
         for (int g = 0; g < GEAR_BLOCKS / 4; ++g) {
+            // Each block's loads wait for their data (a register prefetch
+            // would cost 8 registers and occupancy): bring the next group's
+            // 128 bytes (blocks 4 g + 5 .. 4 g + 8: up to two lines a lane)
+            // into L2 a whole group ahead.
+            if (g + 1 < GEAR_BLOCKS / 4) {
+                gear_prefetch(q + 8 * (g + 1) + 2);
+                gear_prefetch(q + 8 * (g + 1) + 8);
+            }
             unsigned int os[4], ol[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
