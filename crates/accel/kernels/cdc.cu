@@ -112,10 +112,11 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 
 // ---- gear_candidates ---------------------------------------------------
 //
-// Cost per position (sm_90 SASS, fast path): PRMT (byte), IMAD (table
-// address), LDS.64, LEA + LEA.HI.X (h = 2h + g), LOP3 x2 + half a VIMNMX3
-// (filter; two positions share a 3-input min): 5.5 ALU-pipe ops, 1 FMA-pipe
-// op, 1 LDS. The old kernel: ~11 ALU ops and ~5 LDS wavefronts a warp.
+// Cost per position (sm_90 SASS, fast path): 0.75 IMAD.HI + 1.75 IMAD (byte
+// and table address, FMA pipe), LDS.64, LEA + LEA.HI.X (h = 2h + g), LOP3 x2
+// + half a VIMNMX3 (filter; two positions share a 3-input min): 4.5
+// ALU-pipe ops, 2.5 FMA-pipe ops, 1 LDS. The old kernel: ~11 ALU ops and ~5
+// LDS wavefronts a warp.
 // * The table is replicated (16 copies, 32 KiB): lane l reads copy l % 16,
 //   which sits in bank pair l % 16, so a warp's LDS.64 takes 2 wavefronts
 //   whatever the bytes (one 2 KiB copy: ~5 expected with random bytes).
@@ -132,12 +133,12 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 //   of blocks w and w + 1 (a 17th block per span when r != 0).
 // * Words go out 4 at a time (one 16-byte store a lane per 128 positions)
 //   when both bitmaps are 16-byte aligned.
-// Bound per GiB on an H100 (132 SMs, ~1.75 GHz, 64 ALU lanes an SM):
-// ~6 ALU ops a position with warm-up and loop -> 1.07e9 * 6 / (132 * 64 *
-// 1.75e9) = 0.43 ms; LDS 2 wavefronts a warp-position: 0.31 ms; HBM 1.06
-// GiB at 3.35 TB/s: 0.34 ms. Expect ~0.5-0.7 ms (not measured yet).
-// NVRTC 13 sm_90: 60 registers, 33 KiB shared a block: 4 blocks (32 warps)
-// an SM.
+// Bound per GiB on an H100 (132 SMs, ~1.75 GHz, 64 ALU lanes an SM): ~5
+// ALU ops a position with warm-up and loop -> 1.07e9 * 5 / (132 * 64 *
+// 1.75e9) = 0.36 ms; issue (~8.3 instructions a position) 0.30 ms; LDS 2
+// wavefronts a warp-position: 0.31 ms; HBM 1.06 GiB at 3.35 TB/s: 0.34 ms.
+// Expect ~0.45-0.6 ms (not measured yet). NVRTC 13 sm_90: 58 registers, 33
+// KiB shared a block: 4 blocks (32 warps) an SM.
 
 #define GEAR_COPIES 16u
 #define GEAR_SPAN 512ull   // positions a thread
@@ -172,6 +173,51 @@ __device__ __forceinline__ unsigned int gear_byte(const unsigned int (&w)[8], in
     return __byte_perm(w[k >> 2], 0u, 0x4440u + (unsigned int)(k & 3));
 }
 
+// The table addresses of a word's 4 bytes on the FMA pipe (the ALU pipe is
+// the fast path's limit): with t8 = w >> 8, t16 = w >> 16, t24 = w >> 24 as
+// IMAD.HI, byte k's address is 128 (t_k - 256 t_k+1) + tab, two IMADs
+// (mod 2^32). The constants are hidden from the front end, which would
+// turn the IMAD.HI back into shifts and masks on the ALU pipe (ptxas then
+// folds them in as immediates but keeps the IMADs).
+struct GearConsts {
+    unsigned int s8, s16, s24, m128, mneg;   // 2^8, 2^16, 2^24, 128, -32768
+};
+__device__ __forceinline__ unsigned int gear_hide(unsigned int x) {
+#ifdef __CUDA_ARCH__
+    asm("mov.u32 %0, %0;" : "+r"(x));
+#endif
+    return x;
+}
+__device__ __forceinline__ GearConsts gear_consts() {
+    return GearConsts{gear_hide(1u << 8), gear_hide(1u << 16), gear_hide(1u << 24), gear_hide(128u),
+                      gear_hide(0u - 32768u)};
+}
+#ifdef __CUDA_ARCH__
+typedef unsigned int GearAt;   // shared-window address of one entry
+__device__ __forceinline__ void gear_addrs(unsigned int w, GearTab tab, const GearConsts& c, GearAt (&at)[4]) {
+    const unsigned int t8 = __umulhi(w, c.s24), t16 = __umulhi(w, c.s16), t24 = __umulhi(w, c.s8);
+    at[0] = t8 * c.mneg + (w * c.m128 + tab);
+    at[1] = t16 * c.mneg + (t8 * c.m128 + tab);
+    at[2] = t24 * c.mneg + (t16 * c.m128 + tab);
+    at[3] = t24 * c.m128 + tab;
+}
+__device__ __forceinline__ unsigned long long gear_lookup_at(unsigned int at) {
+    unsigned long long v;
+    asm volatile("ld.shared.u64 %0, [%1];" : "=l"(v) : "r"(at));
+    return v;
+}
+#else   // host emulation: byte offsets from the pointer
+typedef const unsigned char* GearAt;
+inline void gear_addrs(unsigned int w, GearTab tab, const GearConsts& c, GearAt (&at)[4]) {
+    const unsigned int t8 = __umulhi(w, c.s24), t16 = __umulhi(w, c.s16), t24 = __umulhi(w, c.s8);
+    at[0] = tab + (t8 * c.mneg + w * c.m128);
+    at[1] = tab + (t16 * c.mneg + t8 * c.m128);
+    at[2] = tab + (t24 * c.mneg + t16 * c.m128);
+    at[3] = tab + t24 * c.m128;
+}
+inline unsigned long long gear_lookup_at(GearAt at) { return *(const unsigned long long*)at; }
+#endif
+
 // The 32 positions of one block: the hash and both hit words, exactly.
 // Returns (hit_s, hit_l, h lo, h hi).
 __device__ __noinline__ uint4 gear_exact32(uint4 a, uint4 b, unsigned long long h, GearTab tab,
@@ -191,6 +237,7 @@ struct GearMasks {
     unsigned long long s, l;
     unsigned int flo, fhi;   // the filter mask_s & mask_l, in halves
     bool filtered;           // false: no useful filter, every block exact
+    GearConsts k;
 };
 
 // One block of 32 positions: advances h, returns its hit words (x: small, y: large).
@@ -205,9 +252,14 @@ __device__ __forceinline__ uint2 gear_block(uint4 a, uint4 b, unsigned long long
     const unsigned long long h0 = h;
     unsigned int least = 0xFFFFFFFFu;
 #pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        h = (h << 1) + gear_lookup(tab, gear_byte(w, k));
-        least = min(least, ((unsigned int)h & m.flo) | ((unsigned int)(h >> 32) & m.fhi));
+    for (int i = 0; i < 8; ++i) {
+        GearAt at[4];
+        gear_addrs(w[i], tab, m.k, at);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            h = (h << 1) + gear_lookup_at(at[k]);
+            least = min(least, ((unsigned int)h & m.flo) | ((unsigned int)(h >> 32) & m.fhi));
+        }
     }
     if (least != 0u) return make_uint2(0u, 0u);
     const uint4 e = gear_exact32(a, b, h0, tab, m.s, m.l);
@@ -264,7 +316,8 @@ gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, 
     __syncthreads();
     const GearTab tab = gear_tab(gear16);
     const unsigned long long filt = mask_s & mask_l;
-    const GearMasks m{mask_s, mask_l, (unsigned int)filt, (unsigned int)(filt >> 32), __popcll(filt) >= 11};
+    const GearMasks m{mask_s, mask_l, (unsigned int)filt, (unsigned int)(filt >> 32), __popcll(filt) >= 11,
+                      gear_consts()};
     const unsigned long long words = (len + 31ull) >> 5, spans = (len + GEAR_SPAN - 1ull) / GEAR_SPAN;
     const unsigned int r = (unsigned int)((unsigned long long)data & 31ull);
     const uint4* aligned = (const uint4*)(data - r);
