@@ -110,63 +110,266 @@ __constant__ unsigned long long CDC_GEAR[256] = {
     0xfb1e6e22e08a03b3ull, 0xea635fdba3698dd0ull, 0xcf53659328503a5cull, 0xcde3b31e6fd5d780ull,
     0x8e3e4221d3614413ull, 0xef14d0d86bf1a22cull, 0xe1d830d3f16c5ddbull, 0xaabd2b2a451504e1ull};
 
+// ---- gear_candidates ---------------------------------------------------
+//
+// Cost per position (sm_90 SASS, fast path): 0.75 IMAD.HI + 1.75 IMAD (byte
+// and table address, FMA pipe), LDS.64, LEA + LEA.HI.X (h = 2h + g), LOP3 x2
+// + half a VIMNMX3 (filter; two positions share a 3-input min): 4.5
+// ALU-pipe ops, 2.5 FMA-pipe ops, 1 LDS. The old kernel: ~11 ALU ops and ~5
+// LDS wavefronts a warp.
+// * The table is replicated (16 copies, 32 KiB): lane l reads copy l % 16,
+//   which sits in bank pair l % 16, so a warp's LDS.64 takes 2 wavefronts
+//   whatever the bytes (one 2 KiB copy: ~5 expected with random bytes).
+// * A position can pass either mask only if (h & mask_s & mask_l) == 0, so
+//   the fast path tests just that filter and keeps the minimum over 32
+//   positions; a block of 32 with a zero minimum (~2^-19 a position with the
+//   default masks: rare) is redone exactly from the saved hash. With a weak
+//   filter (< 11 bits) every block is done exactly (2 masks: ~11 ALU ops).
+// * 512 positions a thread: the 64-byte warm-up adds 3 ALU ops a byte over
+//   an eighth of the positions (+~6%).
+// * Data is read as 16-byte loads of 32-byte-aligned blocks, whatever the
+//   alignment of `data` (r = data % 32): block j of the aligned stream
+//   gives 32 hit bits at positions 32 j - r ..; word w is the funnel shift
+//   of blocks w and w + 1 (a 17th block per span when r != 0).
+// * Words go out 4 at a time (one 16-byte store a lane per 128 positions)
+//   when both bitmaps are 16-byte aligned.
+// Bound per GiB on an H100 (132 SMs, ~1.75 GHz, 64 ALU lanes an SM): ~5
+// ALU ops a position with warm-up and loop -> 1.07e9 * 5 / (132 * 64 *
+// 1.75e9) = 0.36 ms; issue (~8.3 instructions a position) 0.30 ms; LDS 2
+// wavefronts a warp-position: 0.31 ms; HBM 1.06 GiB at 3.35 TB/s: 0.34 ms.
+// Expect ~0.45-0.6 ms (not measured yet). NVRTC 13 sm_90: 58 registers, 33
+// KiB shared a block: 4 blocks (32 warps) an SM.
+
+#define GEAR_COPIES 16u
+#define GEAR_SPAN 512ull   // positions a thread
+#define GEAR_BLOCKS 16     // 32-byte blocks a span
+
+// The lane's table copy as one opaque register: the lookup address is then
+// one IMAD (x * 128 + tab, FMA pipe); with the shared base and the lane
+// offset visible, the compiler adds them with an extra IADD3 (ALU pipe).
+#ifdef __CUDA_ARCH__
+typedef unsigned int GearTab;   // shared-window address of this lane's copy
+__device__ __forceinline__ GearTab gear_tab(const unsigned long long* table) {
+    unsigned int a = (unsigned int)__cvta_generic_to_shared(table) + 8u * (threadIdx.x % GEAR_COPIES);
+    asm("mov.u32 %0, %0;" : "+r"(a));
+    return a;
+}
+__device__ __forceinline__ unsigned long long gear_lookup(GearTab tab, unsigned int x) {
+    unsigned long long v;
+    asm volatile("ld.shared.u64 %0, [%1];" : "=l"(v) : "r"(x * (8u * GEAR_COPIES) + tab));
+    return v;
+}
+#else   // host emulation of the kernels
+typedef const unsigned char* GearTab;
+inline GearTab gear_tab(const unsigned long long* table) {
+    return (const unsigned char*)table + 8u * (threadIdx.x % GEAR_COPIES);
+}
+inline unsigned long long gear_lookup(GearTab tab, unsigned int x) {
+    return *(const unsigned long long*)(tab + x * (8u * GEAR_COPIES));
+}
+#endif
+
+__device__ __forceinline__ unsigned int gear_byte(const unsigned int (&w)[8], int k) {
+    return __byte_perm(w[k >> 2], 0u, 0x4440u + (unsigned int)(k & 3));
+}
+
+// The table addresses of a word's 4 bytes on the FMA pipe (the ALU pipe is
+// the fast path's limit): with t8 = w >> 8, t16 = w >> 16, t24 = w >> 24 as
+// IMAD.HI, byte k's address is 128 (t_k - 256 t_k+1) + tab, two IMADs
+// (mod 2^32). The constants are hidden from the front end, which would
+// turn the IMAD.HI back into shifts and masks on the ALU pipe (ptxas then
+// folds them in as immediates but keeps the IMADs).
+struct GearConsts {
+    unsigned int s8, s16, s24, m128, mneg;   // 2^8, 2^16, 2^24, 128, -32768
+};
+__device__ __forceinline__ unsigned int gear_hide(unsigned int x) {
+#ifdef __CUDA_ARCH__
+    asm("mov.u32 %0, %0;" : "+r"(x));
+#endif
+    return x;
+}
+__device__ __forceinline__ GearConsts gear_consts() {
+    return GearConsts{gear_hide(1u << 8), gear_hide(1u << 16), gear_hide(1u << 24), gear_hide(128u),
+                      gear_hide(0u - 32768u)};
+}
+#ifdef __CUDA_ARCH__
+typedef unsigned int GearAt;   // shared-window address of one entry
+__device__ __forceinline__ void gear_addrs(unsigned int w, GearTab tab, const GearConsts& c, GearAt (&at)[4]) {
+    const unsigned int t8 = __umulhi(w, c.s24), t16 = __umulhi(w, c.s16), t24 = __umulhi(w, c.s8);
+    at[0] = t8 * c.mneg + (w * c.m128 + tab);
+    at[1] = t16 * c.mneg + (t8 * c.m128 + tab);
+    at[2] = t24 * c.mneg + (t16 * c.m128 + tab);
+    at[3] = t24 * c.m128 + tab;
+}
+__device__ __forceinline__ unsigned long long gear_lookup_at(unsigned int at) {
+    unsigned long long v;
+    asm volatile("ld.shared.u64 %0, [%1];" : "=l"(v) : "r"(at));
+    return v;
+}
+#else   // host emulation: byte offsets from the pointer
+typedef const unsigned char* GearAt;
+inline void gear_addrs(unsigned int w, GearTab tab, const GearConsts& c, GearAt (&at)[4]) {
+    const unsigned int t8 = __umulhi(w, c.s24), t16 = __umulhi(w, c.s16), t24 = __umulhi(w, c.s8);
+    at[0] = tab + (t8 * c.mneg + w * c.m128);
+    at[1] = tab + (t16 * c.mneg + t8 * c.m128);
+    at[2] = tab + (t24 * c.mneg + t16 * c.m128);
+    at[3] = tab + t24 * c.m128;
+}
+inline unsigned long long gear_lookup_at(GearAt at) { return *(const unsigned long long*)at; }
+#endif
+
+// The 32 positions of one block: the hash and both hit words, exactly.
+// Returns (hit_s, hit_l, h lo, h hi).
+__device__ __noinline__ uint4 gear_exact32(uint4 a, uint4 b, unsigned long long h, GearTab tab,
+                                           unsigned long long mask_s, unsigned long long mask_l) {
+    const unsigned int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    unsigned int s = 0, l = 0;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        h = (h << 1) + gear_lookup(tab, gear_byte(w, k));
+        s |= (unsigned int)((h & mask_s) == 0ull) << k;
+        l |= (unsigned int)((h & mask_l) == 0ull) << k;
+    }
+    return make_uint4(s, l, (unsigned int)h, (unsigned int)(h >> 32));
+}
+
+struct GearMasks {
+    unsigned long long s, l;
+    unsigned int flo, fhi;   // the filter mask_s & mask_l, in halves
+    bool filtered;           // false: no useful filter, every block exact
+    GearConsts k;
+};
+
+// One block of 32 positions: advances h, returns its hit words (x: small, y: large).
+__device__ __forceinline__ uint2 gear_block(uint4 a, uint4 b, unsigned long long& h, GearTab tab,
+                                            const GearMasks& m) {
+    if (!m.filtered) {
+        const uint4 e = gear_exact32(a, b, h, tab, m.s, m.l);
+        h = ((unsigned long long)e.w << 32) | e.z;
+        return make_uint2(e.x, e.y);
+    }
+    const unsigned int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    const unsigned long long h0 = h;
+    unsigned int least = 0xFFFFFFFFu;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        GearAt at[4];
+        gear_addrs(w[i], tab, m.k, at);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            h = (h << 1) + gear_lookup_at(at[k]);
+            least = min(least, ((unsigned int)h & m.flo) | ((unsigned int)(h >> 32) & m.fhi));
+        }
+    }
+    if (least != 0u) return make_uint2(0u, 0u);
+    const uint4 e = gear_exact32(a, b, h0, tab, m.s, m.l);
+    return make_uint2(e.x, e.y);
+}
+
+__device__ __forceinline__ void gear_prefetch(const uint4* p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
+// Hash-only warm-up over 64 bytes (4 loads): h then covers the 63 bytes
+// before the next position (the oldest byte drops out at the next step).
+__device__ __forceinline__ unsigned long long gear_warm(const uint4* q, GearTab tab) {
+    unsigned long long h = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i += 2) {
+        const uint4 a = q[i], b = q[i + 1];
+        const unsigned int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int k = 0; k < 32; ++k) h = (h << 1) + gear_lookup(tab, gear_byte(w, k));
+    }
+    return h;
+}
+
+// Words [w0, w1) of a span near a segment end, or of a segment shorter than a
+// span: byte loads from the segment only.
+__device__ void gear_edge(const unsigned char* __restrict__ data, unsigned long long len, unsigned long long w0,
+                          unsigned long long w1, GearTab tab, const GearMasks& m,
+                          unsigned int* __restrict__ hits_s, unsigned int* __restrict__ hits_l) {
+    const unsigned long long start = w0 << 5;
+    unsigned long long h = 0;
+    for (unsigned long long q = start >= 63ull ? start - 63ull : 0ull; q < start; ++q)
+        h = (h << 1) + gear_lookup(tab, data[q]);
+    for (unsigned long long w = w0; w < w1; ++w) {
+        const unsigned long long p0 = w << 5;
+        unsigned int s = 0, l = 0;
+        for (unsigned int k = 0; k < 32u && p0 + k < len; ++k) {
+            h = (h << 1) + gear_lookup(tab, data[p0 + k]);
+            s |= (unsigned int)((h & m.s) == 0ull) << k;
+            l |= (unsigned int)((h & m.l) == 0ull) << k;
+        }
+        hits_s[w] = s;
+        hits_l[w] = l;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(256)
 gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, unsigned long long mask_s,
                 unsigned long long mask_l, unsigned int* __restrict__ hits_s, unsigned int* __restrict__ hits_l) {
-    __shared__ unsigned long long gear[256];
-    for (unsigned int i = threadIdx.x; i < 256; i += blockDim.x) gear[i] = CDC_GEAR[i];
+    __shared__ unsigned long long gear16[256u * GEAR_COPIES];
+    for (unsigned int i = threadIdx.x; i < 256u * GEAR_COPIES; i += blockDim.x) gear16[i] = CDC_GEAR[i / GEAR_COPIES];
     __syncthreads();
-    // 256 positions per thread: the 63-byte warm-up costs a quarter extra.
-    const unsigned long long words = (len + 31ull) >> 5, spans = (words + 7ull) >> 3;
+    const GearTab tab = gear_tab(gear16);
+    const unsigned long long filt = mask_s & mask_l;
+    const GearMasks m{mask_s, mask_l, (unsigned int)filt, (unsigned int)(filt >> 32), __popcll(filt) >= 11,
+                      gear_consts()};
+    const unsigned long long words = (len + 31ull) >> 5, spans = (len + GEAR_SPAN - 1ull) / GEAR_SPAN;
+    const unsigned int r = (unsigned int)((unsigned long long)data & 31ull);
+    const uint4* aligned = (const uint4*)(data - r);
+    const bool wide = (((unsigned long long)hits_s | (unsigned long long)hits_l) & 15ull) == 0ull;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    // With 16-byte aligned data, a whole span away from the segment's ends
-    // is read with 16-byte loads (one load per 16 positions instead of one
-    // per byte: the byte loads, 32 lines per warp instruction, bounded the
-    // kernel at ~50 GB/s on an H100). Its warm-up then starts at start - 64:
-    // the extra byte is shifted out of the 64-bit hash by position start.
-    const bool aligned = ((unsigned long long)data & 15ull) == 0;
     for (unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; t < spans; t += stride) {
-        const unsigned long long start = t << 8;
-        if (aligned && start >= 64ull && start + 256ull <= len) {
-            const uint4* q = (const uint4*)(data + start - 64ull);
-            unsigned long long h = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const uint4 v = q[i];
-                const unsigned int ws[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int k = 0; k < 16; ++k) h = (h << 1) + gear[(ws[k >> 2] >> (8 * (k & 3))) & 255u];
-            }
-            for (int w = 0; w < 8; ++w) {
-                const uint4 a = q[4 + 2 * w], b = q[5 + 2 * w];
-                const unsigned int ws[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-                unsigned int sb = 0, lb = 0;
-#pragma unroll
-                for (int k = 0; k < 32; ++k) {
-                    h = (h << 1) + gear[(ws[k >> 2] >> (8 * (k & 3))) & 255u];
-                    sb |= (unsigned int)((h & mask_s) == 0ull) << k;
-                    lb |= (unsigned int)((h & mask_l) == 0ull) << k;
-                }
-                hits_s[(t << 3) + w] = sb;
-                hits_l[(t << 3) + w] = lb;
-            }
+        const unsigned long long start = t * GEAR_SPAN, w0 = t * GEAR_BLOCKS;
+        // Interior: the warm-up (64 bytes before block 0 of the aligned
+        // stream, which starts r bytes before `start`) and block 16 (for
+        // the last word's funnel shift) lie inside the segment.
+        if (t == 0 || start + GEAR_SPAN + 32ull - r > len) {
+            const unsigned long long w1 = w0 + GEAR_BLOCKS < words ? w0 + GEAR_BLOCKS : words;
+            gear_edge(data, len, w0, w1, tab, m, hits_s, hits_l);
             continue;
         }
-        unsigned long long h = 0;
-        for (unsigned long long q = start >= 63ull ? start - 63ull : 0ull; q < start; ++q) h = (h << 1) + gear[data[q]];
-        for (unsigned long long w = t << 3; w < ((t + 1) << 3) && w < words; ++w) {
-            const unsigned long long p0 = w << 5;
-            unsigned int s = 0, l = 0;
-#pragma unroll 4
-            for (unsigned int k = 0; k < 32u; ++k) {
-                if (p0 + k < len) {
-                    h = (h << 1) + gear[data[p0 + k]];
-                    s |= (unsigned int)((h & mask_s) == 0ull) << k;
-                    l |= (unsigned int)((h & mask_l) == 0ull) << k;
+        const uint4* q = aligned + 2ull * (w0 - 2ull);   // block -2 of the span
+        unsigned long long h = gear_warm(q, tab);
+        q += 4;
+        uint2 prev = gear_block(q[0], q[1], h, tab, m);
+#pragma unroll 1
+        for (int g = 0; g < GEAR_BLOCKS / 4; ++g) {
+            // Each block's loads wait for their data (a register prefetch
+            // would cost 8 registers and occupancy): bring the next group's
+            // 128 bytes (blocks 4 g + 5 .. 4 g + 8: up to two lines a lane)
+            // into L2 a whole group ahead.
+            if (g + 1 < GEAR_BLOCKS / 4) {
+                gear_prefetch(q + 8 * (g + 1) + 2);
+                gear_prefetch(q + 8 * (g + 1) + 8);
+            }
+            unsigned int os[4], ol[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                // Word 4 g + i takes bits r.. of block 4 g + i, then bits
+                // ..r of block 4 g + i + 1 (not needed for the last when r = 0).
+                const int j = 4 * g + i + 1;
+                uint2 cur = make_uint2(0u, 0u);
+                if (j < GEAR_BLOCKS || r != 0u) cur = gear_block(q[2 * j], q[2 * j + 1], h, tab, m);
+                os[i] = __funnelshift_r(prev.x, cur.x, r);
+                ol[i] = __funnelshift_r(prev.y, cur.y, r);
+                prev = cur;
+            }
+            const unsigned long long w = w0 + 4ull * (unsigned long long)g;
+            if (wide) {
+                *(uint4*)(hits_s + w) = make_uint4(os[0], os[1], os[2], os[3]);
+                *(uint4*)(hits_l + w) = make_uint4(ol[0], ol[1], ol[2], ol[3]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    hits_s[w + i] = os[i];
+                    hits_l[w + i] = ol[i];
                 }
             }
-            hits_s[w] = s;
-            hits_l[w] = l;
         }
     }
 }

@@ -646,3 +646,45 @@ fn chunk_digest_crc32c_device_resident() {
         );
     }
 }
+
+/// `gear_candidates` reads 32-byte-aligned blocks and funnel-shifts the hit
+/// words by the input's misalignment: one device-resident buffer chunked at
+/// every offset 0..32, with parameters whose boundaries depend on most
+/// candidate positions (small chunks), on the filtered fast path (11 filter
+/// bits at 4 KiB) and on the exact path (tiny masks); several segments per
+/// job so the bitmaps of later segments are not 16-byte aligned.
+#[test]
+fn chunk_boundaries_device_resident_at_every_alignment() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let mut packed = vec![0xCDu8; 64];
+    packed.extend(random_bytes((1 << 20) + 77, 91));
+    packed.extend(vec![0u8; 40_000]);
+    packed.extend((0..300_000).map(|k| (k % 13) as u8 * 19));
+    packed.extend(real_data(700_000));
+    let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+    let len = packed.len() - 64;
+    for p in [
+        ChunkParams::new(1024, 4096, 16384, 1).unwrap(),
+        ChunkParams::new(64, 256, 1024, 3).unwrap(),
+    ] {
+        for off in 0..32 {
+            // Three segments: the whole span, an odd-sized middle piece
+            // and a short tail, all from the same bytes.
+            let cuts = [(off, len), (off + 1001, 513_337), (off + 5, 3_000)];
+            let host: Vec<Data<'_>> = cuts
+                .iter()
+                .map(|&(o, n)| Data::from(&packed[o..o + n]))
+                .collect();
+            let dev: Vec<Data<'_>> = cuts
+                .iter()
+                .map(|&(o, n)| Data::Device(alloc.slice(o, n).unwrap()))
+                .collect();
+            assert_eq!(
+                chunk_job(&cpu, p, host),
+                chunk_job(g, p, dev),
+                "{p:?} offset {off}"
+            );
+        }
+    }
+}
