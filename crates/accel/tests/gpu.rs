@@ -534,12 +534,10 @@ fn concurrent_jobs_spread_over_every_gpu() {
     }
 }
 
-/// Many equal segments of one page-locked buffer: their striped pieces go
-/// to the device in 2D copies (stage.rs); digests equal the CPU's. Also an
-/// odd-sized segment in the middle and a pageable one, which break the
-/// stride.
+/// Many equal segments of one page-locked buffer, striped over the slots,
+/// plus an odd-sized one and a pageable one: digests equal the CPU's.
 #[test]
-fn pinned_equal_segments_hash_through_2d_copies() {
+fn pinned_equal_segments_hash_like_the_cpu() {
     let Some(g) = gpu() else { return };
     let cpu = CpuBackend::new();
     let (seg, n) = (300_000usize, 600usize);

@@ -89,14 +89,8 @@ where
             let (batch, used) =
                 next_batch(pieces, &mut next, max_batch, ordered, &mut taken_in, k)?;
             // Page-locked pieces are copied by the DMA engine straight from
-            // the caller's memory: long ones one by one, short ones evenly
-            // spaced in one 2D copy per run; the rest are packed into the
-            // pinned slot.
-            let mut direct: Vec<bool> = batch.iter().map(|st| is_direct(pieces[st.idx])).collect();
-            let runs = pinned_runs(&batch, &direct, pieces);
-            for r in &runs {
-                direct[r.first..r.first + r.count].fill(true);
-            }
+            // the caller's memory; the rest are packed into the pinned slot.
+            let direct: Vec<bool> = batch.iter().map(|st| is_direct(pieces[st.idx])).collect();
             let parts: Vec<(usize, &[u8])> = batch
                 .iter()
                 .zip(&direct)
@@ -120,44 +114,7 @@ where
                     .result()
                     .map_err(|e| err("copy-in", e))?;
                 }
-                for r in &runs {
-                    // Every field spelled out: the struct holds enums, for
-                    // which all-zero bytes are not a valid value.
-                    let copy = sys::CUDA_MEMCPY2D {
-                        srcXInBytes: 0,
-                        srcY: 0,
-                        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
-                        srcHost: pieces[batch[r.first].idx].as_ptr() as *const c_void,
-                        srcDevice: 0,
-                        srcArray: std::ptr::null_mut(),
-                        srcPitch: r.src_pitch,
-                        dstXInBytes: 0,
-                        dstY: 0,
-                        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-                        dstHost: std::ptr::null_mut(),
-                        dstDevice: slot.dev + batch[r.first].off as u64,
-                        dstArray: std::ptr::null_mut(),
-                        dstPitch: r.dst_pitch,
-                        WidthInBytes: r.len,
-                        Height: r.count,
-                    };
-                    sys::cuMemcpy2DAsync_v2(&copy, slot.stream)
-                        .result()
-                        .map_err(|e| err("2D copy-in", e))?;
-                }
-                let in_run = |i: usize| {
-                    runs.iter()
-                        .any(|r| (r.first..r.first + r.count).contains(&i))
-                };
-                for (i, (st, _)) in batch
-                    .iter()
-                    .zip(&direct)
-                    .enumerate()
-                    .filter(|(_, (_, &d))| d)
-                {
-                    if in_run(i) {
-                        continue;
-                    }
+                for (st, _) in batch.iter().zip(&direct).filter(|(_, &d)| d) {
                     let p = pieces[st.idx];
                     sys::cuMemcpyHtoDAsync_v2(
                         slot.dev + st.off as u64,
@@ -211,78 +168,6 @@ const DIRECT_MIN: usize = 256 << 10;
 
 fn is_direct(piece: &[u8]) -> bool {
     piece.len() >= DIRECT_MIN && super::runtime::is_page_locked(piece.as_ptr(), piece.len())
-}
-
-/// Consecutive batch entries whose pieces have one length and lie evenly
-/// spaced in host memory, and evenly spaced in the slot: one 2D copy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Run {
-    /// Index of the first entry in the batch.
-    first: usize,
-    count: usize,
-    len: usize,
-    src_pitch: usize,
-    dst_pitch: usize,
-}
-
-/// Runs of at least `DIRECT_MIN` bytes among the not-yet-direct entries
-/// of `batch` (at least two pieces each), in order.
-fn strided_runs(batch: &[Staged], direct: &[bool], pieces: &[&[u8]]) -> Vec<Run> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < batch.len() {
-        let p = pieces[batch[i].idx];
-        if direct[i] || p.is_empty() || i + 1 >= batch.len() || direct[i + 1] {
-            i += 1;
-            continue;
-        }
-        let q = pieces[batch[i + 1].idx];
-        let (src0, src1) = (p.as_ptr() as usize, q.as_ptr() as usize);
-        let dst_pitch = batch[i + 1].off - batch[i].off;
-        if q.len() != p.len() || src1 < src0 + p.len() {
-            i += 1;
-            continue;
-        }
-        let src_pitch = src1 - src0;
-        let mut n = 2;
-        while i + n < batch.len() && !direct[i + n] {
-            let r = pieces[batch[i + n].idx];
-            if r.len() != p.len()
-                || r.as_ptr() as usize != src0 + n * src_pitch
-                || batch[i + n].off != batch[i].off + n * dst_pitch
-            {
-                break;
-            }
-            n += 1;
-        }
-        if n * p.len() >= DIRECT_MIN {
-            out.push(Run {
-                first: i,
-                count: n,
-                len: p.len(),
-                src_pitch,
-                dst_pitch,
-            });
-        } else if n == 2 {
-            // the second piece may start a run of its own
-            i += 1;
-            continue;
-        }
-        i += n;
-    }
-    out
-}
-
-/// The strided runs of `batch` whose whole host span is page-locked.
-fn pinned_runs(batch: &[Staged], direct: &[bool], pieces: &[&[u8]]) -> Vec<Run> {
-    strided_runs(batch, direct, pieces)
-        .into_iter()
-        .filter(|r| {
-            let start = pieces[batch[r.first].idx].as_ptr();
-            let span = (r.count - 1) * r.src_pitch + r.len;
-            super::runtime::is_page_locked(start, span)
-        })
-        .collect()
 }
 
 /// Slot byte ranges covering runs of consecutive packed (not direct) pieces.
@@ -426,54 +311,7 @@ pub(crate) fn upload_on(
 
 #[cfg(test)]
 mod tests {
-    use super::{next_batch, packed_ranges, strided_runs, Run, Staged, DIRECT_MIN, SLOT_BYTES};
-
-    #[test]
-    fn strided_runs_find_evenly_spaced_pieces() {
-        // 64 segments of 64 KiB in one buffer; 16 KiB of each in a batch.
-        let buf = vec![0u8; 64 << 16];
-        let piece = 16 << 10;
-        let mut pieces: Vec<&[u8]> = (0..64)
-            .map(|i| &buf[(i << 16)..(i << 16) + piece])
-            .collect();
-        let stage = |pieces: &[&[u8]]| {
-            let mut next = 0;
-            let mut taken = vec![];
-            next_batch(pieces, &mut next, usize::MAX, None, &mut taken, 0)
-                .unwrap()
-                .0
-        };
-        let batch = stage(&pieces);
-        let none = vec![false; batch.len()];
-        let whole = Run {
-            first: 0,
-            count: 64,
-            len: piece,
-            src_pitch: 1 << 16,
-            dst_pitch: piece,
-        };
-        assert_eq!(strided_runs(&batch, &none, &pieces), vec![whole]);
-        // A piece out of step splits the run; a direct one is left alone.
-        pieces[40] = &buf[(40 << 16) + 16..(40 << 16) + 16 + piece];
-        let mut direct = none.clone();
-        direct[10] = true;
-        let batch = stage(&pieces);
-        let runs = strided_runs(&batch, &direct, &pieces);
-        assert_eq!(
-            runs.iter().map(|r| (r.first, r.count)).collect::<Vec<_>>(),
-            vec![(11, 29), (41, 23)]
-        );
-        // Runs shorter than DIRECT_MIN stay packed.
-        let short: Vec<&[u8]> = (0..4).map(|i| &buf[(i << 16)..(i << 16) + 1024]).collect();
-        const { assert!(4 * 1024 < DIRECT_MIN) };
-        assert!(strided_runs(&stage(&short), &[false; 4], &short).is_empty());
-        // Overlapping or reversed pieces are no run.
-        let back: Vec<&[u8]> = (0..64)
-            .rev()
-            .map(|i| &buf[(i << 16)..(i << 16) + piece])
-            .collect();
-        assert!(strided_runs(&stage(&back), &[false; 64], &back).is_empty());
-    }
+    use super::{next_batch, packed_ranges, Staged, SLOT_BYTES};
 
     #[test]
     fn packed_ranges_skip_direct_pieces() {
