@@ -22,7 +22,12 @@ use crate::job::{CtrCipher, Job, Output, SegmentResult};
 pub const DEFAULT_SPLIT_BYTES: usize = 1 << 20;
 
 pub struct CpuBackend {
-    pool: rayon::ThreadPool,
+    /// None: the process-wide rayon pool. A backend on every core shares it
+    /// with the GPU backend's staging copies and with other all-core
+    /// backends (the auto backend's CPU side), so their threads never
+    /// compete: two all-core pools in one process, one spinning down while
+    /// the other starts, cost small jobs 10-15% on a 16-core host.
+    pool: Option<rayon::ThreadPool>,
     threads: usize,
     split_bytes: usize,
 }
@@ -41,12 +46,17 @@ impl CpuBackend {
     /// `split_bytes` sets where large segments are cut; tests use tiny values
     /// to exercise the cut points.
     pub fn with_config(threads: usize, split_bytes: usize) -> Self {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("gvault-cpu-{i}"))
-            .build()
-            .expect("building a rayon pool only fails if threads cannot be spawned");
-        let threads = pool.current_num_threads();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let want = if threads == 0 { cores } else { threads };
+        let global = rayon::current_num_threads();
+        let pool = (want != global).then(|| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(want)
+                .thread_name(|i| format!("gvault-cpu-{i}"))
+                .build()
+                .expect("building a rayon pool only fails if threads cannot be spawned")
+        });
+        let threads = pool.as_ref().map_or(global, |p| p.current_num_threads());
         Self {
             pool,
             threads,
@@ -206,7 +216,10 @@ impl Backend for CpuBackend {
             let _reset = Reset;
             work()
         } else {
-            self.pool.install(work)
+            match &self.pool {
+                Some(pool) => pool.install(work),
+                None => work(),
+            }
         };
         Ok(results)
     }
