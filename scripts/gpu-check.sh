@@ -113,7 +113,7 @@ if has auto; then
   export GVAULT_COST_MODEL="$OUT/cost-model.json"
   { time $B/gvault bench calibrate; } 2>&1 | tee "$OUT/calibrate.txt"
   $B/gvault doctor 2>&1 | tee "$OUT/doctor-model.txt"
-  $P --pinned --backend auto --ops aes256gcm-seal,sha256,blake3 --sizes 512,4K,64K,1M,16M,64M,256M,1G \
+  $B/gvault bench primitive --no-single-core --min-ms ${AUTO_MIN_MS:-200} --pinned --backend auto --ops ${AUTO_OPS:-aes256gcm-seal,sha256,blake3} --sizes ${AUTO_SIZES:-512,4K,64K,1M,16M,64M,256M,1G} \
     2>&1 | tee "$OUT/auto.txt"
 fi
 if has lsm; then
