@@ -197,12 +197,14 @@ fn run_host(
         }
         let g = group_of(k);
         if k + 1 == rounds[groups[g].end - 1].end {
-            // the group's last pass is queued: mark its buffer free after it
+            // the group's last pass is queued: its buffer is free after it
             done[g % 2].record(aux)?;
-            if g + 2 < groups.len() {
-                // group g + 2 reuses the buffer: every slot stream waits
+            if g >= 1 && g + 1 < groups.len() {
+                // group g + 1 reuses group g - 1's buffer: the slot streams
+                // wait for g - 1's passes (long done, normally), never for
+                // g's, which run while g + 1 streams in
                 for slot in slots {
-                    done[g % 2].wait(slot.stream)?;
+                    done[(g + 1) % 2].wait(slot.stream)?;
                 }
             }
         }
