@@ -17,8 +17,11 @@ use crate::job::{OpKind, MAX_SEGMENT_LEN};
 pub const MIN_SPLIT_BYTES: u64 = 1 << 20;
 /// What a split costs beyond its two parts (starting the GPU thread).
 pub const SPLIT_OVERHEAD_NS: f64 = 30_000.0;
-/// A split must beat the better single backend by this fraction.
-pub const SPLIT_MARGIN: f64 = 0.05;
+/// A split must beat the better single backend by this fraction. The
+/// model prices each side alone; run together on the H100 host they slowed
+/// each other (host memory, cores) so that splits predicted 5-10% ahead ran
+/// at 0.1-0.7x the better backend (sessions 3 and 4).
+pub const SPLIT_MARGIN: f64 = 0.25;
 /// Segments are cut inside only at multiples of this (an AES block; two
 /// blocks of the 64-bit ciphers), with the counter advanced to match.
 pub const CUT_ALIGN: u64 = 16;
@@ -679,8 +682,8 @@ mod tests {
         };
         let d = decide(&m, &pinned, &idle(32));
         assert_eq!(d.plan, Plan::Gpu, "{d:?}");
-        // Large pinned jobs use the GPU, and with many segments the CPU
-        // too; pageable ones of many segments stay on the 32 cores.
+        // Large pinned jobs use the GPU; with many segments the CPU may
+        // join them; pageable ones of many segments stay on the 32 cores.
         let big = vec![256u64 << 20; 4];
         let d = decide(
             &m,
@@ -702,7 +705,7 @@ mod tests {
             },
             &idle(32),
         );
-        assert!(matches!(d.plan, Plan::Split(_)), "{d:?}");
+        assert!(matches!(d.plan, Plan::Cpu | Plan::Split(_)), "{d:?}");
     }
 
     /// Exact price of every candidate at segment granularity.
@@ -741,7 +744,7 @@ mod tests {
                     let d = decide(&m, &shape(op, &lengths), &idle(threads));
                     let best = brute_force(&m, op, &lengths, &idle(threads));
                     assert!(
-                        d.plan_finish_ns <= best * (1.0 + SPLIT_MARGIN) + SPLIT_OVERHEAD_NS,
+                        d.plan_finish_ns <= best / (1.0 - SPLIT_MARGIN) + SPLIT_OVERHEAD_NS,
                         "{threads} threads, {n} x {size}: {d:?}, best {best}"
                     );
                 }

@@ -107,3 +107,24 @@ fn h100_large_pinned_gcm_predicts_the_link_plateau() {
     assert!((40.0..60.0).contains(&gbps), "{gbps} GB/s: {d:?}");
     assert_eq!(d.plan, Plan::Gpu);
 }
+
+/// The model calibrated in session 4 (same host, interleaved benchmark)
+/// predicted a split of 64 x 1 MiB pinned GCM 7% faster than the CPU; it
+/// ran at 0.67x the CPU. Splits must now be predicted well ahead.
+#[test]
+fn h100_marginal_splits_are_not_taken() {
+    let m: CostModel =
+        serde_json::from_str(include_str!("testdata/h100-cost-model-s4.json")).expect("parses");
+    m.validate().expect("valid");
+    let lengths = vec![1u64 << 20; 64];
+    let d = decide(
+        &m,
+        &JobShape {
+            op: OpKind::AesGcmSeal,
+            lengths: &lengths,
+            mem: HostMemory::Pinned,
+        },
+        &idle(),
+    );
+    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+}
