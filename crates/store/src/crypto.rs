@@ -363,6 +363,15 @@ mod tests {
         }
     }
 
+    /// `payloads` as a batch, block i under ctx(i).
+    fn numbered(payloads: &[Vec<u8>]) -> Vec<(BlockContext, Vec<u8>)> {
+        payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (ctx(i as u32), p.clone()))
+            .collect()
+    }
+
     fn codec(store: u8, key: u8) -> GcmCodec {
         GcmCodec::new(
             [store; 16],
@@ -427,11 +436,7 @@ mod tests {
             .enumerate()
             .map(|(i, &n)| vec![i as u8; n])
             .collect();
-        let mut batch: Vec<_> = payloads
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (ctx(i as u32), p.clone()))
-            .collect();
+        let mut batch = numbered(&payloads);
         c.seal_batch(&mut batch).unwrap();
         for (i, (ctx, sealed)) in batch.iter().enumerate() {
             assert_eq!(sealed.len(), payloads[i].len() + TAG_LEN);
@@ -456,11 +461,7 @@ mod tests {
             None,
         );
         let payloads: Vec<Vec<u8>> = vec![b"one".to_vec(), vec![5; 70_000], Vec::new()];
-        let mut batch: Vec<_> = payloads
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (ctx(i as u32), p.clone()))
-            .collect();
+        let mut batch = numbered(&payloads);
         c.seal_batch(&mut batch).unwrap();
         let to = |i: u32| BlockContext {
             key_id: 2,

@@ -92,17 +92,7 @@ fn h100_cells_pick_the_measured_best_backend() {
 /// plateau, not the fitted line (which has GCM at 23 GB/s everywhere).
 #[test]
 fn h100_large_pinned_gcm_predicts_the_link_plateau() {
-    let m = h100();
-    let lengths = vec![1u64 << 30; 4];
-    let d = decide(
-        &m,
-        &JobShape {
-            op: OpKind::AesGcmSeal,
-            lengths: &lengths,
-            mem: HostMemory::Pinned,
-        },
-        &idle(),
-    );
+    let d = pinned_gcm(&h100(), &[1u64 << 30; 4]);
     let gbps = (4u64 << 30) as f64 / d.gpu_finish_ns.expect("gpu");
     assert!((40.0..60.0).contains(&gbps), "{gbps} GB/s: {d:?}");
     assert_eq!(d.plan, Plan::Gpu);
@@ -116,15 +106,19 @@ fn h100_marginal_splits_are_not_taken() {
     let m: CostModel =
         serde_json::from_str(include_str!("testdata/h100-cost-model-s4.json")).expect("parses");
     m.validate().expect("valid");
-    let lengths = vec![1u64 << 20; 64];
-    let d = decide(
-        &m,
+    let d = pinned_gcm(&m, &[1u64 << 20; 64]);
+    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+}
+
+/// The decision for a GCM seal of pinned segments of `lengths`, idle host.
+fn pinned_gcm(m: &CostModel, lengths: &[u64]) -> Decision {
+    decide(
+        m,
         &JobShape {
             op: OpKind::AesGcmSeal,
-            lengths: &lengths,
+            lengths,
             mem: HostMemory::Pinned,
         },
         &idle(),
-    );
-    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+    )
 }
