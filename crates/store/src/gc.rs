@@ -44,7 +44,13 @@ pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
         .collect();
     for meta in files {
         report.files_scanned += 1;
-        let (pointers, total) = scan(inner, meta.number, meta.sealed.map(|s| s.0))?;
+        let (pointers, total) = match scan(inner, meta.number, meta.sealed.map(|s| s.0)) {
+            Ok(found) => found,
+            // Another pass (background GC next to an explicit one) dropped
+            // and deleted the file since the snapshot above.
+            Err(_) if !inner.state.lock().current.logs.contains_key(&meta.number) => continue,
+            Err(e) => return Err(e),
+        };
         let live = live_values(inner, pointers)?;
         let live_bytes: u64 = live.iter().map(|c| u64::from(c.ptr.frame.len)).sum();
         let keep_limit = (1.0 - inner.opts.vlog_gc_discard_ratio) * total as f64;
