@@ -44,6 +44,13 @@ if has tests; then
     GVAULT_GPU_TABLES=$tables $B/gpu-tests --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-tests.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
+  # The GCM tests again with each GHASH kernel forced (the default picks
+  # by segment length, so each test exercises one of them).
+  for ghash in narrow wide; do
+    echo "== gpu-tests gcm (GVAULT_GCM_GHASH=$ghash)"
+    GVAULT_GCM_GHASH=$ghash $B/gpu-tests gcm --test-threads=1 2>&1 | tee -a "$OUT/gpu-tests.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
   $B/gpu-hash-tests --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu-hash-tests.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
@@ -63,6 +70,11 @@ if has gcm; then
   $P --pinned --ops aes256ctr,aes256gcm-seal,aes256gcm-open --sizes 16M,256M,1G 2>&1 | tee "$OUT/gcm.txt"
   # GHASH piece length (blocks per thread) cap, when GCM_PIECE_CAPS names
   # some (e.g. "128 256 512 1024"): the power step is amortised over longer pieces.
+  # GHASH kernel side by side (wide: a warp per piece, coalesced loads).
+  for ghash in narrow wide; do
+    echo "== GVAULT_GCM_GHASH=$ghash" | tee -a "$OUT/gcm-ghash.txt"
+    GVAULT_GCM_GHASH=$ghash $P --ops aes256gcm-seal,aes256gcm-open --sizes 1G 2>&1 | tee -a "$OUT/gcm-ghash.txt"
+  done
   for cap in ${GCM_PIECE_CAPS:-}; do
     echo "== GVAULT_GCM_PIECE_MAX=$cap" | tee -a "$OUT/gcm-pieces.txt"
     GVAULT_GCM_PIECE_MAX=$cap $P --ops aes256gcm-seal,aes256gcm-open --sizes 1G 2>&1 | tee -a "$OUT/gcm-pieces.txt"

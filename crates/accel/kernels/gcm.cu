@@ -207,9 +207,13 @@ __device__ __forceinline__ uint4 gv_xor4(const uint4 a, const uint4 b) {
 //   H = E(0); work.htab (4-bit tables of H); work.hpow (nibble powers of
 //   G = H^P, only as many levels as the largest segment needs);
 //   work.piece_first (prefix sum of pieces per segment); zeroes work.acc.
-extern "C" __global__ void __launch_bounds__(1024)
-gcm_setup(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs, unsigned int nsegs,
-          unsigned int piece_blocks, unsigned char* __restrict__ work) {
+// STEP = 1: tables of H, pieces of P = piece_blocks blocks (gcm_ghash).
+// STEP = 32: tables of H^32, warp pieces of P = 32 * piece_blocks blocks
+// (gcm_ghash_wide, where lane l takes every 32nd block of a warp piece).
+template <unsigned int STEP>
+__device__ __forceinline__ void gv_gcm_setup(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs,
+                                             unsigned int nsegs, unsigned int piece_blocks,
+                                             unsigned char* __restrict__ work) {
     __shared__ __align__(16) unsigned int rks[60];
     __shared__ __align__(16) unsigned int te[256];
     __shared__ __align__(16) uint4 hpoly;
@@ -219,7 +223,8 @@ gcm_setup(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs, 
     __shared__ unsigned long long maxnp;
 
     const unsigned int tid = threadIdx.x, nt = blockDim.x;
-    const unsigned long long P = piece_blocks ? piece_blocks : 1u;
+    const unsigned long long P = STEP * (unsigned long long)(piece_blocks ? piece_blocks : 1u);
+    __shared__ __align__(16) uint4 hstep;   // H^STEP, poly form: what the tables multiply by
 
     // -- H = E_K(0^128) ------------------------------------------------------
     gv_aes_fill<1, 2>(te);
@@ -231,6 +236,7 @@ gcm_setup(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs, 
         gv_aes_encrypt<1, 2, 1>((const unsigned char*)te, 0u, rks, st);
         hpoly = gv_swap_form(make_uint4(st[0][0], st[0][1], st[0][2], st[0][3]));
         *(uint4*)(work + GV_GCM_W_HPOLY) = hpoly;
+        hstep = STEP == 1 ? hpoly : gv_gf_pow(hpoly, STEP);
     }
 
     // -- pieces per segment: chunked exclusive scan --------------------------
@@ -278,7 +284,7 @@ gcm_setup(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs, 
             uint4 xe = make_uint4(0u, 0u, 0u, 0u);
             if (e < 32) xe.x = 1u << e; else if (e < 64) xe.y = 1u << (e - 32);
             else if (e < 96) xe.z = 1u << (e - 64); else xe.w = 1u << (e - 96);
-            basis[e] = gv_gf_mul(hpoly, xe);
+            basis[e] = gv_gf_mul(hstep, xe);
         }
     } else {
         const unsigned int l = tid - nbasis;
@@ -315,6 +321,18 @@ gcm_setup(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs, 
         if (l < levels && d >= 1) r = d == 1 ? pw[l][1] : gv_gf_pow(pw[l][1], d);
         hpow[idx] = r;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+gcm_setup(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs, unsigned int nsegs,
+          unsigned int piece_blocks, unsigned char* __restrict__ work) {
+    gv_gcm_setup<1>(rk, segs, nsegs, piece_blocks, work);
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+gcm_setup_wide(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ segs, unsigned int nsegs,
+               unsigned int piece_blocks, unsigned char* __restrict__ work) {
+    gv_gcm_setup<32>(rk, segs, nsegs, piece_blocks, work);
 }
 
 // ---------------------------------------------------------------------------
@@ -475,6 +493,125 @@ gcm_ghash(const GcmSeg* __restrict__ segs, unsigned int nsegs, const unsigned ch
             }
         }
         // warp, then block, segmented XOR; run heads add into the accumulator
+        const bool head = gv_seg_xor_warp(sg, v);
+        if (head && lane != 0 && sg != GV_NO_SEG) gv_acc_xor(acc, sg, v);
+        if (lane == 0) { ws[warp] = sg; wv[warp] = v; }
+        __syncthreads();
+        if (warp == 0) {
+            unsigned int s2 = lane < nwarps ? ws[lane] : GV_NO_SEG;
+            uint4 v2 = lane < nwarps ? wv[lane] : make_uint4(0u, 0u, 0u, 0u);
+            const bool h2 = gv_seg_xor_warp(s2, v2);
+            if (h2 && s2 != GV_NO_SEG) gv_acc_xor(acc, s2, v2);
+        }
+        __syncthreads();
+    }
+}
+
+// Block i (0-based, may be negative: left padding) of a segment's A || C
+// sequence, zero outside it; partial blocks read as zero-padded.
+__device__ __forceinline__ uint4 gv_ghash_block(const unsigned char* __restrict__ data,
+                                                const unsigned char* __restrict__ aad, const GcmSeg* g,
+                                                long long i) {
+    if (i < 0) return make_uint4(0u, 0u, 0u, 0u);
+    const unsigned long long aad_len = __ldg(&g->aad_len), na = (aad_len + 15) >> 4;
+    const unsigned long long u = (unsigned long long)i;
+    if (u < na) {
+        const unsigned long long aoff = __ldg(&g->aad_offset);
+        return gv_load_block(aad + aoff + 16 * u, aad_len - 16 * u, (aoff & 15u) == 0);
+    }
+    const unsigned long long j = u - na, len = __ldg(&g->len);
+    return gv_load_block(data + __ldg(&g->offset) + 16 * j, len - 16 * j, true);
+}
+
+// gcm_ghash_wide: as gcm_ghash (same launch: block 256, grid up to 3 per SM,
+// 65536 bytes dynamic shared memory), with the tables and pieces that
+// gcm_setup_wide wrote for the same piece_blocks P. A warp piece is 32 P
+// blocks; lane l takes blocks l, l + 32, ... of it, so each step of the
+// warp reads 512 consecutive bytes: one coalesced load where gcm_ghash's
+// lanes (each on its own piece) touch 32 lines a load. Those per-lane lines
+// cost L1 wavefronts on the same data path as the 32 table lookups (about
+// 32 of 160 wavefronts a block, the gap between gcm_ghash's ~780 GB/s and
+// its ~930 GB/s lookup bound). Lane l runs Horner with H^32 and weights its
+// sum by H^(32 - l) and the piece by G^(np - 1 - k), G = H^(32 P).
+// Segments of fewer than 32 P blocks leave most of a warp's steps as
+// padding (skipped) but pay 32 lanes' weighting: use it for long segments.
+extern "C" __global__ void __launch_bounds__(256)
+gcm_ghash_wide(const GcmSeg* __restrict__ segs, unsigned int nsegs, const unsigned char* __restrict__ data,
+               const unsigned char* __restrict__ aad, unsigned int piece_blocks, unsigned char* __restrict__ work) {
+    __shared__ __align__(16) uint4 pw[GV_GCM_LEVELS * 16];
+    __shared__ __align__(16) uint4 wv[32];
+    __shared__ unsigned int ws[32];
+    unsigned char* ht = gv_smem;   // 65536 bytes dynamic
+
+    const unsigned long long* piece_first = (const unsigned long long*)(work + GV_GCM_W_PIECES);
+    uint4* acc = (uint4*)(work + gv_gcm_acc_off(nsegs));
+    const unsigned long long total = nsegs ? piece_first[nsegs] : 0ull;
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if ((unsigned long long)blockIdx.x * nwarps >= total) return;   // uniform per block
+    const unsigned long long P = piece_blocks ? piece_blocks : 1u, W = 32ull * P;
+
+    {
+        const uint4* src = (const uint4*)(work + GV_GCM_W_HTAB);
+        uint4* dst = (uint4*)ht;
+        for (unsigned int i = threadIdx.x; i < 512u * 8u; i += blockDim.x) dst[i] = src[i >> 3];
+        const uint4* hp = (const uint4*)(work + GV_GCM_W_HPOW);
+        for (unsigned int i = threadIdx.x; i < GV_GCM_LEVELS * 16u; i += blockDim.x) pw[i] = hp[i];
+    }
+    // this lane's weight H^(32 - lane)
+    const uint4 lane_w = gv_gf_pow(*(const uint4*)(work + GV_GCM_W_HPOLY), 32u - lane);
+    __syncthreads();
+    const unsigned int cb = gv_opaque(16u * (lane & 7u));
+
+    for (unsigned long long tile = blockIdx.x; tile * nwarps < total; tile += gridDim.x) {
+        const unsigned long long piece = tile * nwarps + warp;
+        unsigned int sg = GV_NO_SEG;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (piece < total) {   // uniform per warp
+            unsigned int lo = 0, hi = nsegs;
+            while (hi - lo > 1u) {
+                const unsigned int mid = (lo + hi) >> 1;
+                if (piece_first[mid] <= piece) lo = mid; else hi = mid;
+            }
+            sg = lo;
+            const GcmSeg* g = segs + sg;
+            const unsigned long long pf = piece_first[sg];
+            const unsigned long long np = piece_first[sg + 1] - pf, k = piece - pf;
+            const unsigned long long na = (__ldg(&g->aad_len) + 15) >> 4, len = __ldg(&g->len);
+            const unsigned long long n = na + ((len + 15) >> 4);
+            const unsigned long long pad = np * W - n;   // < W zero blocks in front
+            // block index of step m for this lane: k W + 32 m + lane - pad
+            const long long base = (long long)(k * W + lane) - (long long)pad;
+            // steps wholly in the padding leave y = 0: start after them
+            unsigned long long m = base >= 0 ? 0ull : (unsigned long long)((-base + 31) >> 5);
+            uint4 y = make_uint4(0u, 0u, 0u, 0u);
+            // fast path: the warp's blocks from step m on are whole ciphertext blocks
+            const long long first = (long long)(k * W) - (long long)pad;   // lane 0, step 0
+            const bool plain = first >= (long long)na && (unsigned long long)(first + (long long)W) <= na + (len >> 4);
+            if (plain) {
+                const uint4* q = (const uint4*)(data + __ldg(&g->offset)) + (base - (long long)na);
+                for (; m + 4 <= P; m += 4) {
+                    const uint4 x0 = q[32 * m], x1 = q[32 * m + 32], x2 = q[32 * m + 64], x3 = q[32 * m + 96];
+                    y = gv_xor4(gv_ghash_mulh(ht, cb, y), x0);
+                    y = gv_xor4(gv_ghash_mulh(ht, cb, y), x1);
+                    y = gv_xor4(gv_ghash_mulh(ht, cb, y), x2);
+                    y = gv_xor4(gv_ghash_mulh(ht, cb, y), x3);
+                }
+                for (; m < P; ++m) y = gv_xor4(gv_ghash_mulh(ht, cb, y), q[32 * m]);
+            } else {
+                for (; m < P; ++m)
+                    y = gv_xor4(gv_ghash_mulh(ht, cb, y), gv_ghash_block(data, aad, g, base + 32ll * (long long)m));
+            }
+            // y = sum over steps of X_m H^(32 (P - 1 - m)) (multiply, then add:
+            // the first step multiplies 0). Block kW + 32m + lane needs the
+            // exponent 32 (P - m) - lane plus W (np - 1 - k) in the segment
+            // sum: hence the weights H^(32 - lane) and G^(np - 1 - k).
+            v = gv_gf_mul(gv_swap_form(y), lane_w);
+            unsigned long long e = np - 1 - k;
+            for (unsigned int l = 0; e; ++l, e >>= 4) {
+                const unsigned int d = (unsigned int)(e & 15u);
+                if (d) v = gv_gf_mul(v, pw[16 * l + d]);
+            }
+        }
         const bool head = gv_seg_xor_warp(sg, v);
         if (head && lane != 0 && sg != GV_NO_SEG) gv_acc_xor(acc, sg, v);
         if (lane == 0) { ws[warp] = sg; wv[warp] = v; }

@@ -464,7 +464,8 @@ impl Pass {
             return Ok(());
         }
         let (n, units) = (self.n as u32, self.units);
-        let p = piece_blocks(self.ghash_blocks);
+        let plan = GhashPlan::new(self.ghash_blocks, self.n as u64);
+        let p = plan.piece_blocks;
         let sms = dev.multiprocessors;
         let data = base;
         let ctr = || -> Result<(), DevError> {
@@ -500,7 +501,7 @@ impl Pass {
         }
         let mut s = (rk, self.segs.ptr, n, p, self.work.ptr);
         dev.launch(
-            "gcm_setup",
+            plan.setup_kernel(),
             1,
             1024,
             0,
@@ -508,11 +509,10 @@ impl Pass {
             &mut kernel_args!(s.0, s.1, s.2, s.3, s.4),
         )?;
         trace.mark("gcm_setup");
-        let pieces = self.ghash_blocks.div_ceil(p as u64).max(n as u64);
-        let grid = pieces.div_ceil(256).clamp(1, 3 * sms as u64) as u32;
+        let grid = plan.grid(self.ghash_blocks, n as u64, sms);
         let mut g = (self.segs.ptr, n, data, self.aad.ptr, p, self.work.ptr);
         dev.launch(
-            "gcm_ghash",
+            plan.ghash_kernel(),
             grid,
             256,
             65536,
@@ -535,6 +535,66 @@ impl Pass {
             trace.mark("ctr");
         }
         Ok(())
+    }
+}
+
+/// Which GHASH kernels a pass runs, and their piece length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GhashPlan {
+    /// `gcm_ghash_wide` (a warp per piece of 32 P blocks, coalesced loads)
+    /// rather than `gcm_ghash` (a thread per piece of P blocks).
+    wide: bool,
+    piece_blocks: u32,
+}
+
+impl GhashPlan {
+    /// Wide when the segments average at least one warp piece: its lanes
+    /// read 512 consecutive bytes a step where gcm_ghash's touch 32 lines,
+    /// but each lane of a warp piece pays the piece's weighting, which
+    /// short segments would pay 32 times over. `GVAULT_GCM_GHASH=narrow`
+    /// or `wide` forces a kernel (for measurements).
+    fn new(total_blocks: u64, nsegs: u64) -> GhashPlan {
+        static FORCE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+        let force = *FORCE.get_or_init(|| match std::env::var("GVAULT_GCM_GHASH").as_deref() {
+            Ok("wide") => Some(true),
+            Ok("narrow") => Some(false),
+            _ => None,
+        });
+        let wide_p = piece_blocks(total_blocks / 32);
+        let wide = force.unwrap_or(total_blocks >= nsegs.max(1).saturating_mul(32 * wide_p as u64));
+        GhashPlan {
+            wide,
+            piece_blocks: if wide {
+                wide_p
+            } else {
+                piece_blocks(total_blocks)
+            },
+        }
+    }
+
+    fn setup_kernel(&self) -> &'static str {
+        if self.wide {
+            "gcm_setup_wide"
+        } else {
+            "gcm_setup"
+        }
+    }
+
+    fn ghash_kernel(&self) -> &'static str {
+        if self.wide {
+            "gcm_ghash_wide"
+        } else {
+            "gcm_ghash"
+        }
+    }
+
+    /// Blocks of 256 threads: one per 256 pieces (8 warp pieces when
+    /// wide), at most 3 per SM (their 64 KiB tables fill the SM).
+    fn grid(&self, total_blocks: u64, nsegs: u64, sms: u32) -> u32 {
+        let per_piece = self.piece_blocks as u64 * if self.wide { 32 } else { 1 };
+        let pieces = total_blocks.div_ceil(per_piece).max(nsegs);
+        let per_block = if self.wide { 8 } else { 256 };
+        pieces.div_ceil(per_block).clamp(1, 3 * sms as u64) as u32
     }
 }
 
@@ -564,7 +624,7 @@ fn piece_blocks_capped(total_blocks: u64, cap: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{cut, cut_groups, piece_blocks_capped};
+    use super::{cut, cut_groups, piece_blocks_capped, GhashPlan};
 
     #[test]
     fn rounds_cut_only_at_clean_points_and_cover_everything() {
@@ -583,6 +643,20 @@ mod tests {
             cut(&[1, 2, 4, 8, 8, 4, 2, 1], 8, &|_| true),
             vec![0..4, 4..5, 5..8]
         );
+    }
+
+    #[test]
+    fn ghash_goes_wide_for_long_segments_only() {
+        // 1 GiB x 4: warp pieces of 32 x 256 blocks, a grid that fills 3 per SM
+        let big = GhashPlan::new(4 << 26, 4);
+        assert!(big.wide);
+        assert_eq!(big.grid(4 << 26, 4, 132), 396);
+        // 4 KiB segments: a thread per piece
+        let small = GhashPlan::new(256 * 16384, 16384);
+        assert!(!small.wide);
+        assert_eq!(small.piece_blocks, piece_blocks_capped(256 * 16384, 256));
+        // a lone 1 KiB segment: narrow
+        assert!(!GhashPlan::new(64, 1).wide);
     }
 
     #[test]

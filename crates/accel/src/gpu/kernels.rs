@@ -86,7 +86,9 @@ pub const GCM_FUNCTIONS: &[&str] = &[
     "aes256_gcm_ctr",
     "aes256_gcm_ctr_v2",
     "gcm_setup",
+    "gcm_setup_wide",
     "gcm_ghash",
+    "gcm_ghash_wide",
     "gcm_finalize",
 ];
 

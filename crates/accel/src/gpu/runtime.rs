@@ -26,6 +26,15 @@ pub const SLOT_BYTES: usize = 64 << 20;
 /// absorbs the kernel and the host's turnaround: with two, each cycle left
 /// a kernel-long bubble on both engines (84% of the link; see RESULTS.md).
 pub const SLOT_COUNT: usize = 3;
+
+/// `SLOT_COUNT`, or `GVAULT_GPU_SLOTS` (2..=8) for measurements.
+fn slot_count() -> usize {
+    std::env::var("GVAULT_GPU_SLOTS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (2..=8).contains(n))
+        .unwrap_or(SLOT_COUNT)
+}
 /// Descriptor area per slot (bytes): up to this many segments per batch.
 pub const DESC_BYTES: usize = 4 << 20;
 
@@ -145,7 +154,7 @@ impl Device {
                 functions.insert(f, func);
             }
         }
-        let streams: Vec<Arc<CudaStream>> = (0..SLOT_COUNT)
+        let streams: Vec<Arc<CudaStream>> = (0..slot_count())
             .map(|_| ctx.new_stream().map_err(|e| err("creating stream", e)))
             .collect::<Result<_, _>>()?;
         let aux = ctx.new_stream().map_err(|e| err("creating stream", e))?;
