@@ -80,12 +80,14 @@ where
             Some(segs) => vec![0; segs.iter().map(|&s| s as usize + 1).max().unwrap_or(0)],
             None => Vec::new(),
         };
+        let mut times = HostTimes::new();
         while next < pieces.len() {
             let s = k % slots.len();
             let slot = &slots[s];
             if busy[s] {
                 sync(slot.stream)?;
             }
+            times.lap(0);
             let (batch, used) =
                 next_batch(pieces, &mut next, max_batch, ordered, &mut taken_in, k)?;
             // Page-locked pieces are copied by the DMA engine straight from
@@ -98,6 +100,7 @@ where
                 .map(|(st, _)| (st.off, pieces[st.idx]))
                 .collect();
             pack(slot, &parts);
+            times.lap(1);
             debug_assert!(used <= SLOT_BYTES);
             // SAFETY: the slot holds SLOT_BYTES >= used; its stream was
             // synchronised before the host buffer was refilled; direct
@@ -142,7 +145,9 @@ where
             }
             busy[s] = true;
             k += 1;
+            times.lap(2);
         }
+        times.report(k);
         for (s, b) in busy.iter().enumerate() {
             if *b {
                 sync(slots[s].stream)?;
@@ -160,6 +165,48 @@ where
         let _ = cu::event::destroy(event);
     }
     result
+}
+
+/// Host time of the staging loop by phase (waiting for a slot, packing,
+/// queueing), printed when `GVAULT_GPU_TRACE=2`: where a host-bound
+/// pipeline loses its time, without the syncs of `Trace`.
+struct HostTimes {
+    on: bool,
+    start: std::time::Instant,
+    last: std::time::Instant,
+    spent: [f64; 3],
+}
+
+impl HostTimes {
+    fn new() -> HostTimes {
+        let now = std::time::Instant::now();
+        HostTimes {
+            on: std::env::var_os("GVAULT_GPU_TRACE").is_some_and(|v| v == "2"),
+            start: now,
+            last: now,
+            spent: [0.0; 3],
+        }
+    }
+
+    fn lap(&mut self, phase: usize) {
+        if self.on {
+            let now = std::time::Instant::now();
+            self.spent[phase] += (now - self.last).as_secs_f64() * 1e3;
+            self.last = now;
+        }
+    }
+
+    fn report(&self, batches: usize) {
+        if self.on {
+            eprintln!(
+                "stage: {batches} batches in {:.2} ms: waiting {:.2}, packing {:.2}, queueing {:.2} (ms)",
+                self.start.elapsed().as_secs_f64() * 1e3,
+                self.spent[0],
+                self.spent[1],
+                self.spent[2]
+            );
+        }
+    }
 }
 
 /// Pieces at least this long in page-locked memory skip the staging copy
