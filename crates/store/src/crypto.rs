@@ -308,13 +308,13 @@ impl BlockCodec for GcmCodec {
         Ok(())
     }
 
-    fn open(&self, ctx: &BlockContext, mut sealed: Vec<u8>) -> Result<Vec<u8>, OpenError> {
+    fn open_in_place(&self, ctx: &BlockContext, sealed: &mut [u8]) -> Result<usize, OpenError> {
         let n = sealed
             .len()
             .checked_sub(TAG_LEN)
             .ok_or_else(|| OpenError(format!("block of {} bytes is too short", sealed.len())))?;
-        let tag = Tag::try_from_slice(&sealed[n..]).expect("16 bytes");
-        sealed.truncate(n);
+        let (data, tag) = sealed.split_at_mut(n);
+        let tag = Tag::try_from_slice(tag).expect("16 bytes");
         let key = self.key(ctx.key_id).ok_or_else(|| {
             OpenError(format!(
                 "data key {} is not in the key registry",
@@ -328,7 +328,7 @@ impl BlockCodec for GcmCodec {
                 nonce: Nonce96::from_parts(ctx.file_number, ctx.block_number),
                 aad: &aad,
                 tag,
-                data: DataMut::Host(sealed.as_mut_slice()),
+                data: DataMut::Host(data),
             }],
         };
         let results = self.backend.run(&mut job).map_err(|e| {
@@ -338,7 +338,7 @@ impl BlockCodec for GcmCodec {
             ))
         })?;
         match results.into_iter().next() {
-            Some(Ok(_)) => Ok(sealed),
+            Some(Ok(_)) => Ok(n),
             Some(Err(_)) => Err(OpenError(format!(
                 "authentication failed for {:?} block (damaged, moved, swapped or from another store)",
                 ctx.kind
