@@ -408,6 +408,22 @@ mod tests {
         assert!(c.open(&ctx(0), vec![1, 2]).is_err());
     }
 
+    /// Opening in the caller's buffer gives the payload at its front, and
+    /// a forged block's payload is never handed back as plaintext.
+    #[test]
+    fn open_in_place_leaves_the_payload_at_the_front() {
+        let c = codec(1, 9);
+        let mut batch = vec![(ctx(3), b"in place".to_vec())];
+        c.seal_batch(&mut batch).unwrap();
+        let mut buf = batch[0].1.clone();
+        assert_eq!(c.open_in_place(&ctx(3), &mut buf), Ok(8));
+        assert_eq!(&buf[..8], b"in place");
+        let mut forged = batch[0].1.clone();
+        forged[0] ^= 1;
+        assert!(c.open_in_place(&ctx(3), &mut forged).is_err());
+        assert!(c.open_in_place(&ctx(3), &mut [0u8; TAG_LEN - 1]).is_err());
+    }
+
     /// One job over `n` blocks.
     fn whole(n: usize) -> Vec<Range<usize>> {
         std::iter::once(0..n).collect()
