@@ -164,7 +164,17 @@ pub trait BlockCodec: Send + Sync + fmt::Debug {
     }
 
     /// Checks and strips the seal of one block.
-    fn open(&self, ctx: &BlockContext, sealed: Vec<u8>) -> Result<Vec<u8>, OpenError>;
+    fn open(&self, ctx: &BlockContext, mut sealed: Vec<u8>) -> Result<Vec<u8>, OpenError> {
+        let n = self.open_in_place(ctx, &mut sealed)?;
+        sealed.truncate(n);
+        Ok(sealed)
+    }
+
+    /// Checks the seal of one block held in the caller's buffer and turns
+    /// its payload into plaintext where it lies; returns the payload's
+    /// length (the payload is `sealed[..len]`). Readers that keep a buffer
+    /// of their own use this to avoid allocating and copying per block.
+    fn open_in_place(&self, ctx: &BlockContext, sealed: &mut [u8]) -> Result<usize, OpenError>;
 
     /// Re-seals a batch in place (key rotation). This default copies each
     /// block; codecs override it to run one open job and one seal job over
@@ -236,20 +246,19 @@ impl BlockCodec for Crc32cCodec {
         Ok(())
     }
 
-    fn open(&self, ctx: &BlockContext, mut sealed: Vec<u8>) -> Result<Vec<u8>, OpenError> {
+    fn open_in_place(&self, ctx: &BlockContext, sealed: &mut [u8]) -> Result<usize, OpenError> {
         let n = sealed
             .len()
             .checked_sub(4)
             .ok_or_else(|| OpenError(format!("block of {} bytes is too short", sealed.len())))?;
         let stored = u32::from_le_bytes(sealed[n..].try_into().expect("4 bytes"));
-        sealed.truncate(n);
-        if stored != block_crc(ctx, &sealed) {
+        if stored != block_crc(ctx, &sealed[..n]) {
             return Err(OpenError(format!(
                 "checksum mismatch for {:?} block (damaged, moved or swapped)",
                 ctx.kind
             )));
         }
-        Ok(sealed)
+        Ok(n)
     }
 
     fn reseal_batch(&self, blocks: &mut [Reseal<'_>]) -> Result<(), ResealError> {

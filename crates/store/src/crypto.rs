@@ -308,13 +308,13 @@ impl BlockCodec for GcmCodec {
         Ok(())
     }
 
-    fn open(&self, ctx: &BlockContext, mut sealed: Vec<u8>) -> Result<Vec<u8>, OpenError> {
+    fn open_in_place(&self, ctx: &BlockContext, sealed: &mut [u8]) -> Result<usize, OpenError> {
         let n = sealed
             .len()
             .checked_sub(TAG_LEN)
             .ok_or_else(|| OpenError(format!("block of {} bytes is too short", sealed.len())))?;
-        let tag = Tag::try_from_slice(&sealed[n..]).expect("16 bytes");
-        sealed.truncate(n);
+        let (data, tag) = sealed.split_at_mut(n);
+        let tag = Tag::try_from_slice(tag).expect("16 bytes");
         let key = self.key(ctx.key_id).ok_or_else(|| {
             OpenError(format!(
                 "data key {} is not in the key registry",
@@ -328,7 +328,7 @@ impl BlockCodec for GcmCodec {
                 nonce: Nonce96::from_parts(ctx.file_number, ctx.block_number),
                 aad: &aad,
                 tag,
-                data: DataMut::Host(sealed.as_mut_slice()),
+                data: DataMut::Host(data),
             }],
         };
         let results = self.backend.run(&mut job).map_err(|e| {
@@ -338,7 +338,7 @@ impl BlockCodec for GcmCodec {
             ))
         })?;
         match results.into_iter().next() {
-            Some(Ok(_)) => Ok(sealed),
+            Some(Ok(_)) => Ok(n),
             Some(Err(_)) => Err(OpenError(format!(
                 "authentication failed for {:?} block (damaged, moved, swapped or from another store)",
                 ctx.kind
@@ -406,6 +406,22 @@ mod tests {
         unknown.key_id = 5;
         assert!(c.open(&unknown, batch[0].1.clone()).is_err());
         assert!(c.open(&ctx(0), vec![1, 2]).is_err());
+    }
+
+    /// Opening in the caller's buffer gives the payload at its front, and
+    /// a forged block's payload is never handed back as plaintext.
+    #[test]
+    fn open_in_place_leaves_the_payload_at_the_front() {
+        let c = codec(1, 9);
+        let mut batch = vec![(ctx(3), b"in place".to_vec())];
+        c.seal_batch(&mut batch).unwrap();
+        let mut buf = batch[0].1.clone();
+        assert_eq!(c.open_in_place(&ctx(3), &mut buf), Ok(8));
+        assert_eq!(&buf[..8], b"in place");
+        let mut forged = batch[0].1.clone();
+        forged[0] ^= 1;
+        assert!(c.open_in_place(&ctx(3), &mut forged).is_err());
+        assert!(c.open_in_place(&ctx(3), &mut [0u8; TAG_LEN - 1]).is_err());
     }
 
     /// One job over `n` blocks.
