@@ -137,8 +137,8 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 // ALU ops a position with warm-up and loop -> 1.07e9 * 5 / (132 * 64 *
 // 1.75e9) = 0.36 ms; issue (~8.3 instructions a position) 0.30 ms; LDS 2
 // wavefronts a warp-position: 0.31 ms; HBM 1.06 GiB at 3.35 TB/s: 0.34 ms.
-// Expect ~0.45-0.6 ms (not measured yet). NVRTC 13 sm_90: 58 registers, 33
-// KiB shared a block: 4 blocks (32 warps) an SM.
+// Session 4 expected ~0.45-0.6 ms and measured 1.60 ms: the loads (see
+// "Staging" below for the cure and its bound).
 
 #define GEAR_COPIES 16u
 #define GEAR_SPAN 512ull   // positions a thread
@@ -378,20 +378,22 @@ __device__ void gear_span_direct(const unsigned char* __restrict__ data, unsigne
 // 2-block tile (64 bytes a lane) at a time, with cp.async (LDGSTS, sm_80+):
 // tile k + 1 is in flight while tile k is hashed. Lane i copies granule
 // i / 8 of rows i % 8 + 8 m (m = 0..3): each instruction reads 8 whole
-// 64-byte pieces (16 full sectors) and writes them without bank conflicts,
-// because rows are 144 = 9 x 16 bytes apart (row L, granule q sits at bank
-// quad (L + q) % 8: 8 rows at one granule, or 8 granules... of 8 rows, are 8
-// quads). A lane reads its own row (LDS.128, same argument: conflict-free).
+// 64-byte pieces (16 full sectors, 8-12 lines) and writes them without bank
+// conflicts: rows are 144 = 9 x 16 bytes apart, so granule q of row L sits
+// in bank quad (L + q) % 8, and the 8 lanes of an LDS.128/LDGSTS phase
+// (one granule of 8 consecutive rows) hit 8 different quads. A lane reads
+// its own row (LDS.128, the 8 lanes of a phase: 8 rows at one granule).
 // Ring: 2 tiles = blocks b at slot (b + 2) % 4; a span is 10 tiles
 // (blocks -2..-1 = warm-up, 0..1, ..., 14..15, then block 16 alone, since
 // block 17 may lie past the segment). Before a tile's slot is refilled the
 // warp passes __syncwarp after its last reader; before a tile is read every
 // lane waits for its own copies (cp.async.wait_group 0) and the warp syncs.
 // Cost (per GiB, H100 132 SMs at ~1.75 GHz): L1TEX/shared wavefronts per
-// warp-position ~2.25 (table, warm-up included) + 0.25 (fill) + 0.25 (row
-// reads) + 0.25 (stores, 16 lines each) = 3.0 -> 1.07e9 / 32 * 3 / (132 *
-// 1.75e9) = 0.43 ms, the tightest bound now (ALU 0.36, issue 0.30; HBM
-// 1.13 GiB = 0.36 ms). Latency: a tile is ~530 warp-instructions; with 6
+// warp-position ~2.25 (table, warm-up included) + 0.25-0.4 (fill: 4-6 a
+// 512-byte instruction) + 0.25 (row reads) + 0.25 (bitmap stores, 16
+// lines an instruction) = ~3.0 -> 1.07e9 / 32 * 3 / (132 * 1.75e9) = 0.43
+// ms, the tightest bound now (ALU 0.36, issue 0.30; HBM 1.13 GiB read =
+// 0.36 ms; the direct loads cost ~2 wavefronts a warp-position alone). Latency: a tile is ~530 warp-instructions; with 6
 // warps a scheduler it lasts ~3200 cycles (~1.8 us) against ~0.6-1 us of
 // loaded HBM latency, so the copies should land before they are needed.
 // Expect ~0.5-0.65 ms per GiB. Shared: 32 KiB table (static) + 8 x 4.5 KiB
