@@ -137,8 +137,8 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 // ALU ops a position with warm-up and loop -> 1.07e9 * 5 / (132 * 64 *
 // 1.75e9) = 0.36 ms; issue (~8.3 instructions a position) 0.30 ms; LDS 2
 // wavefronts a warp-position: 0.31 ms; HBM 1.06 GiB at 3.35 TB/s: 0.34 ms.
-// Expect ~0.45-0.6 ms (not measured yet). NVRTC 13 sm_90: 58 registers, 33
-// KiB shared a block: 4 blocks (32 warps) an SM.
+// Session 4 expected ~0.45-0.6 ms and measured 1.60 ms: the loads (see
+// "Staging" below for the cure and its bound).
 
 #define GEAR_COPIES 16u
 #define GEAR_SPAN 512ull   // positions a thread
@@ -308,7 +308,205 @@ __device__ void gear_edge(const unsigned char* __restrict__ data, unsigned long 
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+// Words 4 g .. 4 g + 3 of a span out, 16 bytes a bitmap when both are aligned.
+__device__ __forceinline__ void gear_store4(unsigned int* __restrict__ hits_s, unsigned int* __restrict__ hits_l,
+                                            unsigned long long w, bool wide, const unsigned int (&os)[4],
+                                            const unsigned int (&ol)[4]) {
+    if (wide) {
+        *(uint4*)(hits_s + w) = make_uint4(os[0], os[1], os[2], os[3]);
+        *(uint4*)(hits_l + w) = make_uint4(ol[0], ol[1], ol[2], ol[3]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            hits_s[w + i] = os[i];
+            hits_l[w + i] = ol[i];
+        }
+    }
+}
+
+// Span t read straight from global memory, one thread (the path of warps
+// without staging space, and of the first and last warp of a segment).
+__device__ void gear_span_direct(const unsigned char* __restrict__ data, unsigned long long len, unsigned long long t,
+                                 GearTab tab, const GearMasks& m, unsigned int* __restrict__ hits_s,
+                                 unsigned int* __restrict__ hits_l, bool wide) {
+    const unsigned long long start = t * GEAR_SPAN, w0 = t * GEAR_BLOCKS, words = (len + 31ull) >> 5;
+    const unsigned int r = (unsigned int)((unsigned long long)data & 31ull);
+    // Interior: the warm-up (64 bytes before block 0 of the aligned stream,
+    // which starts r bytes before `start`) and block 16 (for the last
+    // word's funnel shift) lie inside the segment.
+    if (t == 0 || start + GEAR_SPAN + 32ull - r > len) {
+        const unsigned long long w1 = w0 + GEAR_BLOCKS < words ? w0 + GEAR_BLOCKS : words;
+        gear_edge(data, len, w0, w1, tab, m, hits_s, hits_l);
+        return;
+    }
+    const uint4* q = (const uint4*)(data - r) + 2ull * (w0 - 2ull);   // block -2 of the span
+    unsigned long long h = gear_warm(q, tab);
+    q += 4;
+    uint2 prev = gear_block(q[0], q[1], h, tab, m);
+#pragma unroll 1
+    for (int g = 0; g < GEAR_BLOCKS / 4; ++g) {
+        // Each block's loads wait for their data: bring the next group's
+        // 128 bytes into L2 a whole group ahead.
+        if (g + 1 < GEAR_BLOCKS / 4) {
+            gear_prefetch(q + 8 * (g + 1) + 2);
+            gear_prefetch(q + 8 * (g + 1) + 8);
+        }
+        unsigned int os[4], ol[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            // Word 4 g + i takes bits r.. of block 4 g + i, then bits
+            // ..r of block 4 g + i + 1 (not needed for the last when r = 0).
+            const int j = 4 * g + i + 1;
+            uint2 cur = make_uint2(0u, 0u);
+            if (j < GEAR_BLOCKS || r != 0u) cur = gear_block(q[2 * j], q[2 * j + 1], h, tab, m);
+            os[i] = __funnelshift_r(prev.x, cur.x, r);
+            ol[i] = __funnelshift_r(prev.y, cur.y, r);
+            prev = cur;
+        }
+        gear_store4(hits_s, hits_l, w0 + 4ull * (unsigned long long)g, wide, os, ol);
+    }
+}
+
+// ---- Staging through shared memory (gear_candidates' default launch) ----
+//
+// Why: with a span a thread, lanes are 512 bytes apart, so one warp-wide
+// 16-byte load touches 32 lines (32 L1TEX wavefronts for 512 bytes, ~2 a
+// warp-position on top of the table's 2) and each block's loads were used
+// at once: the old pass waited on L1/L2 every 32 positions (H100, session
+// 4: 1.60 ms per GiB, issue 25% busy, 70% of stalls on L1TEX).
+// How: a warp's 32 spans go through a per-warp ring in shared memory, one
+// 2-block tile (64 bytes a lane) at a time, with cp.async (LDGSTS, sm_80+):
+// tile k + 1 is in flight while tile k is hashed. Lane i copies granule
+// i / 8 of rows i % 8 + 8 m (m = 0..3): each instruction reads 8 whole
+// 64-byte pieces (16 full sectors, 8-12 lines) and writes them without bank
+// conflicts: rows are 144 = 9 x 16 bytes apart, so granule q of row L sits
+// in bank quad (L + q) % 8, and the 8 lanes of an LDS.128/LDGSTS phase
+// (one granule of 8 consecutive rows) hit 8 different quads. A lane reads
+// its own row (LDS.128, the 8 lanes of a phase: 8 rows at one granule).
+// Ring: 2 tiles = blocks b at slot (b + 2) % 4; a span is 10 tiles
+// (blocks -2..-1 = warm-up, 0..1, ..., 14..15, then block 16 alone, since
+// block 17 may lie past the segment). Before a tile's slot is refilled the
+// warp passes __syncwarp after its last reader; before a tile is read every
+// lane waits for its own copies (cp.async.wait_group 0) and the warp syncs.
+// Cost (per GiB, H100 132 SMs at ~1.75 GHz): L1TEX/shared wavefronts per
+// warp-position ~2.25 (table, warm-up included) + 0.25-0.4 (fill: 4-6 a
+// 512-byte instruction) + 0.25 (row reads) + 0.25 (bitmap stores, 16
+// lines an instruction) = ~3.0 -> 1.07e9 / 32 * 3 / (132 * 1.75e9) = 0.43
+// ms, the tightest bound now (ALU 0.36, issue 0.30; HBM 1.13 GiB read =
+// 0.36 ms; the direct loads cost ~2 wavefronts a warp-position alone). Latency: a tile is ~530 warp-instructions; with 6
+// warps a scheduler it lasts ~3200 cycles (~1.8 us) against ~0.6-1 us of
+// loaded HBM latency, so the copies should land before they are needed.
+// Expect ~0.5-0.65 ms per GiB. Shared: 32 KiB table (static) + 8 x 4.5 KiB
+// (dynamic) = 68 KiB a 256-thread block: 3 blocks (24 warps) an SM, which
+// also needs <= 80 registers (__launch_bounds__(256, 3)).
+#define GEAR_ROW 144u                       // bytes a lane: 2 tiles of 64 + 16 (bank skew)
+#define GEAR_STAGE_WARP (32u * GEAR_ROW)    // 4608 bytes of dynamic shared memory a warp
+#define GEAR_TILES 10                       // tiles a span
+
+extern __shared__ __align__(16) unsigned char gv_smem[];
+
+// Dynamic shared memory of this launch: the staged path needs
+// GEAR_STAGE_WARP a warp; a launch with less runs the direct path.
+__device__ __forceinline__ unsigned int gear_dynamic_smem() {
+#ifdef __CUDA_ARCH__
+    unsigned int n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+#else
+    return emu_dynamic_smem;   // host emulation: set by the launcher
+#endif
+}
+
+// 16 bytes global -> shared, asynchronous from sm_80 (L2 only: .cg).
+__device__ __forceinline__ void gear_copy16(unsigned char* dst, const unsigned char* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned int)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+#elif defined(__CUDA_ARCH__)
+    *(uint4*)dst = *(const uint4*)src;
+#else
+    emu_cp_async16(dst, src);
+#endif
+}
+
+__device__ __forceinline__ void gear_copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#elif !defined(__CUDA_ARCH__)
+    emu_cp_async_commit();
+#endif
+}
+
+// Waits until at most N of this thread's committed copy groups are pending.
+template <int N>
+__device__ __forceinline__ void gear_copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#elif !defined(__CUDA_ARCH__)
+    emu_cp_async_wait(N);
+#endif
+}
+
+// Starts tile k of the warp's spans (see above). src: this lane's source
+// for tile 0, m = 0; dst likewise in the ring. Every lane commits a group.
+__device__ __forceinline__ void gear_stage(const unsigned char* src, unsigned char* dst, int k, unsigned int lane) {
+    if (k < GEAR_TILES - 1 || lane < 16u) {   // the last tile: granules 0-1 (block 16)
+#pragma unroll
+        for (unsigned int m = 0; m < 4u; ++m)
+            gear_copy16(dst + 64u * (unsigned int)(k & 1) + m * 8u * GEAR_ROW,
+                        src + 64ull * (unsigned long long)k + m * 8ull * GEAR_SPAN);
+    }
+    gear_copy_commit();
+}
+
+// The warp's 32 interior spans t0 .. t0 + 31 (lane = t - t0). All 32 lanes
+// must call it together.
+__device__ void gear_warp_staged(const unsigned char* __restrict__ data, unsigned long long t0, unsigned int lane,
+                                 unsigned char* stage, GearTab tab, const GearMasks& m,
+                                 unsigned int* __restrict__ hits_s, unsigned int* __restrict__ hits_l, bool wide) {
+    const unsigned int r = (unsigned int)((unsigned long long)data & 31ull);
+    // Tile 0 of row L starts at block -2 of span t0 + L in the aligned stream.
+    const unsigned char* src =
+        data - r + (t0 + (lane & 7u)) * GEAR_SPAN - 64ull + 16ull * (unsigned long long)(lane >> 3);
+    unsigned char* dst = stage + GEAR_ROW * (lane & 7u) + 16u * (lane >> 3);
+    const uint4* row = (const uint4*)(stage + GEAR_ROW * lane);
+    const unsigned long long w0 = (t0 + lane) * GEAR_BLOCKS;
+
+    __syncwarp();   // the previous spans' reads of both slots are done
+    gear_stage(src, dst, 0, lane);
+    gear_stage(src, dst, 1, lane);
+    gear_copy_wait<1>();
+    __syncwarp();
+    unsigned long long h = gear_warm(row, tab);   // blocks -2, -1: slots 0, 1
+    gear_copy_wait<0>();
+    __syncwarp();   // tile 1 in; slot 0 (tile 0) read by every lane
+    gear_stage(src, dst, 2, lane);
+    uint2 prev = gear_block(row[4], row[5], h, tab, m);   // block 0: slot 2
+#pragma unroll 1
+    for (int g = 0; g < GEAR_BLOCKS / 4; ++g) {
+        unsigned int os[4], ol[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = 4 * g + i + 1, slot = (i + 3) & 3;   // (j + 2) % 4
+            if (i == 1 || i == 3) {
+                // Block j opens tile j / 2 + 1: wait for it, then refill the
+                // slot that every lane has just finished (tile j / 2).
+                gear_copy_wait<0>();
+                __syncwarp();
+                if (j / 2 + 2 < GEAR_TILES) gear_stage(src, dst, j / 2 + 2, lane);
+            }
+            uint2 cur = make_uint2(0u, 0u);
+            if (j < GEAR_BLOCKS || r != 0u) cur = gear_block(row[2 * slot], row[2 * slot + 1], h, tab, m);
+            os[i] = __funnelshift_r(prev.x, cur.x, r);
+            ol[i] = __funnelshift_r(prev.y, cur.y, r);
+            prev = cur;
+        }
+        gear_store4(hits_s, hits_l, w0 + 4ull * (unsigned long long)g, wide, os, ol);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 3)
 gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, unsigned long long mask_s,
                 unsigned long long mask_l, unsigned int* __restrict__ hits_s, unsigned int* __restrict__ hits_l) {
     __shared__ unsigned long long gear16[256u * GEAR_COPIES];
@@ -318,59 +516,27 @@ gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, 
     const unsigned long long filt = mask_s & mask_l;
     const GearMasks m{mask_s, mask_l, (unsigned int)filt, (unsigned int)(filt >> 32), __popcll(filt) >= 11,
                       gear_consts()};
-    const unsigned long long words = (len + 31ull) >> 5, spans = (len + GEAR_SPAN - 1ull) / GEAR_SPAN;
+    const unsigned long long spans = (len + GEAR_SPAN - 1ull) / GEAR_SPAN;
     const unsigned int r = (unsigned int)((unsigned long long)data & 31ull);
-    const uint4* aligned = (const uint4*)(data - r);
     const bool wide = (((unsigned long long)hits_s | (unsigned long long)hits_l) & 15ull) == 0ull;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; t < spans; t += stride) {
-        const unsigned long long start = t * GEAR_SPAN, w0 = t * GEAR_BLOCKS;
-        // Interior: the warm-up (64 bytes before block 0 of the aligned
-        // stream, which starts r bytes before `start`) and block 16 (for
-        // the last word's funnel shift) lie inside the segment.
-        if (t == 0 || start + GEAR_SPAN + 32ull - r > len) {
-            const unsigned long long w1 = w0 + GEAR_BLOCKS < words ? w0 + GEAR_BLOCKS : words;
-            gear_edge(data, len, w0, w1, tab, m, hits_s, hits_l);
-            continue;
-        }
-        const uint4* q = aligned + 2ull * (w0 - 2ull);   // block -2 of the span
-        unsigned long long h = gear_warm(q, tab);
-        q += 4;
-        uint2 prev = gear_block(q[0], q[1], h, tab, m);
-#pragma unroll 1
-        for (int g = 0; g < GEAR_BLOCKS / 4; ++g) {
-            // Each block's loads wait for their data (a register prefetch
-            // would cost 8 registers and occupancy): bring the next group's
-            // 128 bytes (blocks 4 g + 5 .. 4 g + 8: up to two lines a lane)
-            // into L2 a whole group ahead.
-            if (g + 1 < GEAR_BLOCKS / 4) {
-                gear_prefetch(q + 8 * (g + 1) + 2);
-                gear_prefetch(q + 8 * (g + 1) + 8);
-            }
-            unsigned int os[4], ol[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                // Word 4 g + i takes bits r.. of block 4 g + i, then bits
-                // ..r of block 4 g + i + 1 (not needed for the last when r = 0).
-                const int j = 4 * g + i + 1;
-                uint2 cur = make_uint2(0u, 0u);
-                if (j < GEAR_BLOCKS || r != 0u) cur = gear_block(q[2 * j], q[2 * j + 1], h, tab, m);
-                os[i] = __funnelshift_r(prev.x, cur.x, r);
-                ol[i] = __funnelshift_r(prev.y, cur.y, r);
-                prev = cur;
-            }
-            const unsigned long long w = w0 + 4ull * (unsigned long long)g;
-            if (wide) {
-                *(uint4*)(hits_s + w) = make_uint4(os[0], os[1], os[2], os[3]);
-                *(uint4*)(hits_l + w) = make_uint4(ol[0], ol[1], ol[2], ol[3]);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    hits_s[w + i] = os[i];
-                    hits_l[w + i] = ol[i];
-                }
-            }
-        }
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    // Warp-uniform: a whole warp with its staging space in this launch.
+    const bool staged = (warp + 1u) * 32u <= blockDim.x && (warp + 1u) * GEAR_STAGE_WARP <= gear_dynamic_smem();
+    unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (!staged) {
+        for (; t < spans; t += stride) gear_span_direct(data, len, t, tab, m, hits_s, hits_l, wide);
+        return;
+    }
+    unsigned char* stage = gv_smem + warp * GEAR_STAGE_WARP;
+    // The warp's spans are t0 .. t0 + 31 (t0 = t - lane, warp-uniform).
+    for (; t - lane < spans; t += stride) {
+        const unsigned long long t0 = t - lane;
+        // Every lane interior (see gear_span_direct), the last one included.
+        if (t0 != 0ull && (t0 + 31ull) * GEAR_SPAN + GEAR_SPAN + 32ull - r <= len)
+            gear_warp_staged(data, t0, lane, stage, tab, m, hits_s, hits_l, wide);
+        else if (t < spans)
+            gear_span_direct(data, len, t, tab, m, hits_s, hits_l, wide);
     }
 }
 

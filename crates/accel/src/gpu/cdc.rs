@@ -18,12 +18,43 @@ const BLOCK: u32 = 256;
 const WALK_BLOCK: u32 = 32;
 /// Positions per `gear_candidates` thread (`GEAR_SPAN` in kernels/cdc.cu).
 const SPAN: u64 = 512;
+/// Dynamic shared memory a warp of `gear_candidates` stages its loads in
+/// (`GEAR_STAGE_WARP`); a launch with less takes the direct-load path.
+const GEAR_STAGE_WARP: u32 = 4608;
+
 /// Levels of the find-next index (`CDC_LEVELS`).
 const LEVELS: usize = 4;
 /// Junction steps before a junction fails (`CDC_TAIL`).
 const TAIL: u32 = 64;
 /// `CDC_FAIL`: the junction into a section did not meet its walk.
 const FAIL: u32 = u32::MAX;
+
+/// Dynamic shared memory of a `gear_candidates` launch, by variant:
+/// `staged` (loads staged through shared memory with cp.async, 3 blocks an
+/// SM where an SM has >= 208 KiB of it) or `direct` (each thread loads its
+/// own span, the session 4 kernel). `GVAULT_GEAR_VARIANT` picks one, so both
+/// can be timed in one build; by default, staged on the data-centre parts
+/// with 164-228 KiB of shared memory an SM (sm_80, sm_90, sm_100) and direct
+/// elsewhere (100 KiB an SM would hold one staged block; before sm_80 the
+/// copies are synchronous).
+fn gear_shared_bytes(
+    variant: Result<String, std::env::VarError>,
+    cc: (i32, i32),
+) -> Result<u32, DevError> {
+    let staged = BLOCK / 32 * GEAR_STAGE_WARP;
+    match variant {
+        Err(std::env::VarError::NotPresent) => Ok(match cc {
+            (8, 0) | (9, _) | (10, _) => staged,
+            _ => 0,
+        }),
+        Ok(v) if v == "staged" => Ok(staged),
+        Ok(v) if v == "direct" => Ok(0),
+        Ok(v) => Err(format!(
+            "GVAULT_GEAR_VARIANT={v:?}: expected \"staged\" or \"direct\""
+        )),
+        Err(e) => Err(format!("GVAULT_GEAR_VARIANT: {e}")),
+    }
+}
 
 /// `CdcJob` of kernels/cdc.cu.
 #[repr(C)]
@@ -149,6 +180,8 @@ pub(crate) fn boundaries(
         at += level_words[k] as u64 * 8;
     }
     let (mask_s, mask_l) = masks(params);
+    let gear_shared =
+        gear_shared_bytes(std::env::var("GVAULT_GEAR_VARIANT"), dev.compute_capability)?;
     for (s, &w) in segs.iter().zip(&first_words).filter(|(s, _)| s.len > 0) {
         let mut a = (
             s.ptr,
@@ -159,17 +192,19 @@ pub(crate) fn boundaries(
             lv_l[0] + w as u64 * 4,
         );
         // A grid of one wave (4 blocks an SM, against ncu's 3.88 waves at
-        // 256 MiB) measured 1.64-1.70 ms per GiB against 1.59-1.64: the pass
-        // waits on its loads, not on the tail, so the grid covers the spans.
+        // 256 MiB) measured 1.64-1.70 ms per GiB against 1.59-1.64 with the
+        // direct loads: the grid covers the spans.
         let grid = dev.grid_for((s.len as u64).div_ceil(SPAN), BLOCK);
         // SAFETY: parameters match gear_candidates; s.ptr holds s.len bytes
-        // (the caller's device memory); the segment's words lie in level 0.
+        // (the caller's device memory); the segment's words lie in level 0;
+        // the kernel uses at most gear_shared bytes of dynamic shared memory
+        // (it reads the launch's size), which the runtime allows every kernel.
         unsafe {
             dev.launch(
                 "gear_candidates",
                 grid,
                 BLOCK,
-                0,
+                gear_shared,
                 stream,
                 &mut kernel_args!(a.0, a.1, a.2, a.3, a.4, a.5),
             )?
@@ -388,6 +423,44 @@ mod tests {
             lists.extend(list);
         }
         (secs, lists)
+    }
+
+    /// The launch's staging size and span length follow kernels/cdc.cu.
+    #[test]
+    fn gear_constants_match_the_kernel() {
+        let src = include_str!("../../kernels/cdc.cu");
+        let define = |name: &str| -> u64 {
+            let line = src
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} not defined"));
+            let value = line.split_whitespace().nth(2).unwrap();
+            value
+                .trim_end_matches("ull")
+                .trim_end_matches('u')
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(define("GEAR_SPAN"), SPAN);
+        assert!(src.contains("#define GEAR_STAGE_WARP (32u * GEAR_ROW)"));
+        assert_eq!(32 * define("GEAR_ROW"), GEAR_STAGE_WARP as u64);
+        assert!(src.contains("__launch_bounds__(256, 3)") && BLOCK == 256);
+    }
+
+    #[test]
+    fn gear_variant_from_the_environment() {
+        use std::env::VarError::NotPresent;
+        let staged = 8 * GEAR_STAGE_WARP;
+        assert_eq!(gear_shared_bytes(Err(NotPresent), (9, 0)), Ok(staged));
+        assert_eq!(gear_shared_bytes(Err(NotPresent), (8, 0)), Ok(staged));
+        assert_eq!(gear_shared_bytes(Err(NotPresent), (8, 9)), Ok(0));
+        assert_eq!(gear_shared_bytes(Ok("direct".into()), (9, 0)), Ok(0));
+        assert_eq!(gear_shared_bytes(Ok("staged".into()), (8, 6)), Ok(staged));
+        let bad = gear_shared_bytes(Ok("fast".into()), (9, 0)).unwrap_err();
+        assert!(
+            bad.contains("GVAULT_GEAR_VARIANT") && bad.contains("fast"),
+            "{bad}"
+        );
     }
 
     #[test]
