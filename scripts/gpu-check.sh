@@ -53,6 +53,11 @@ if has tests; then
   done
   $B/gpu-hash-tests --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu-hash-tests.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  # and the chunking tests with the gear pass's direct loads (the default
+  # stages them through shared memory)
+  echo "== gpu-hash-tests (GVAULT_GEAR_VARIANT=direct)" | tee -a "$OUT/gpu-hash-tests.txt"
+  GVAULT_GEAR_VARIANT=direct $B/gpu-hash-tests --test-threads=1 2>&1 | tee -a "$OUT/gpu-hash-tests.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 P="$B/gvault bench primitive --no-single-core --min-ms 200"
 if has ciphers; then
@@ -83,6 +88,26 @@ fi
 if has hashes; then
   $P --pinned --ops blake3,blake3-keyed,sha256,md5,crc32,crc32c,fastcdc,fastcdc-blake3 \
     --sizes 64K,1M,16M,256M,1G 2>&1 | tee "$OUT/hashes.txt"
+fi
+if has gear; then
+  # The gear pass's two load paths side by side, with its phase trace.
+  for v in staged direct; do
+    echo "== GVAULT_GEAR_VARIANT=$v" | tee -a "$OUT/gear.txt"
+    GVAULT_GEAR_VARIANT=$v $P --ops fastcdc,fastcdc-blake3 --sizes 1G 2>&1 | tee -a "$OUT/gear.txt"
+    GVAULT_GEAR_VARIANT=$v GVAULT_GPU_TRACE=1 $B/gvault bench primitive --no-single-core --min-ms 1 \
+      --ops fastcdc-blake3 --sizes 1G --total 1G 2>&1 | grep -E "trace" | tail -12 | tee -a "$OUT/gear.txt"
+  done
+fi
+if has slots; then
+  # Staging slots 3 (default) vs 4 for host jobs, with the staging loop's
+  # host time by phase (GVAULT_GPU_TRACE=2).
+  for n in 3 4; do
+    echo "== GVAULT_GPU_SLOTS=$n" | tee -a "$OUT/slots.txt"
+    GVAULT_GPU_SLOTS=$n $P --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee -a "$OUT/slots.txt"
+    GVAULT_GPU_SLOTS=$n $P --pinned --ops aes256ctr,aes256gcm-seal --sizes 1G 2>&1 | tee -a "$OUT/slots.txt"
+    GVAULT_GPU_SLOTS=$n GVAULT_GPU_TRACE=2 $B/gvault bench primitive --no-single-core --min-ms 1 \
+      --ops sha256 --sizes 1M --total 4G 2>&1 | grep "^stage" | tail -3 | tee -a "$OUT/slots.txt"
+  done
 fi
 if has fused; then
   $P --pinned --ops ${FUSED_OPS:-blake3,fastcdc,fastcdc-blake3,fastcdc-blake3-crc32c} --sizes ${FUSED_SIZES:-1M,256M,1G} 2>&1 | tee "$OUT/fused.txt"

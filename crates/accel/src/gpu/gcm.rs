@@ -351,8 +351,16 @@ fn wipe_device(dev: &Device, ptr: u64, len: usize) -> Result<(), DevError> {
     dev.bind()?;
     // SAFETY: ptr..ptr+len is caller-guaranteed device memory of this device
     // (DeviceSlice::new's contract).
-    unsafe { cudarc::driver::sys::cuMemsetD8_v2(ptr, 0, len).result() }
-        .map_err(|e| super::runtime::err("wiping a forged segment", e))
+    // A synchronous memset of device memory may return before it is done
+    // (it is ordered on the legacy stream only): wait for it, so that no
+    // later work on another stream can read the forged plaintext.
+    unsafe {
+        use cudarc::driver::{result as cu, sys};
+        sys::cuMemsetD8_v2(ptr, 0, len)
+            .result()
+            .and_then(|()| cu::stream::synchronize(std::ptr::null_mut()))
+    }
+    .map_err(|e| super::runtime::err("wiping a forged segment", e))
 }
 
 /// One GHASH pass (plus, for device-resident data, the keystream): the

@@ -408,10 +408,24 @@ fn use_memory_pool(dev: sys::CUdevice) -> bool {
 }
 
 /// Copies host bytes to device memory synchronously (small, job-scoped data).
+/// Copies `src` to device memory; the bytes are there when it returns.
+///
+/// A synchronous copy from pageable memory returns once the source is
+/// staged, not once the DMA has landed (CUDA driver API, "API
+/// synchronization behavior"); it is ordered before later work on the
+/// legacy stream only, and our streams are non-blocking. A kernel queued
+/// right after could read stale bytes: a GPU test of 17 921 device-resident
+/// MD5 segments failed once (session 5) with descriptors uploaded this way.
+/// Waiting for the legacy stream closes that window.
 pub(crate) fn upload(dst: CUdeviceptr, src: &[u8]) -> Result<(), DevError> {
-    // SAFETY: dst was allocated with at least src.len() bytes by the caller.
-    unsafe { sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()).result() }
-        .map_err(|e| err("upload", e))
+    // SAFETY: dst was allocated with at least src.len() bytes by the caller;
+    // the null stream is the context's legacy stream, always valid.
+    unsafe {
+        sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len())
+            .result()
+            .map_err(|e| err("upload", e))?;
+        cu::stream::synchronize(std::ptr::null_mut()).map_err(|e| err("upload", e))
+    }
 }
 
 #[allow(dead_code)]

@@ -197,7 +197,7 @@ impl HostTimes {
     }
 
     fn report(&self, batches: usize) {
-        if self.on {
+        if self.on && batches > 0 {
             eprintln!(
                 "stage: {batches} batches in {:.2} ms: waiting {:.2}, packing {:.2}, queueing {:.2} (ms)",
                 self.start.elapsed().as_secs_f64() * 1e3,
