@@ -19,7 +19,7 @@ use super::inspect;
 use super::model::{CostModel, HostMemory, Identity};
 use super::split::{merge, split};
 use crate::backend::Backend;
-use crate::cpu::CpuBackend;
+use crate::cpu::{CpuBackend, Survey};
 use crate::error::BackendError;
 use crate::gpu::GpuBackend;
 use crate::job::{Job, OpKind, SegmentResult};
@@ -429,6 +429,13 @@ impl AutoBackend {
 
     /// What `run` would do with `job` now.
     pub fn decide(&self, job: &Job<'_>) -> Decision {
+        self.decide_surveyed(job, &Survey::of(job))
+    }
+
+    /// As [`AutoBackend::decide`], from the job's survey: O(1) in the
+    /// number of segments unless a split is placed (the CPU backend runs a
+    /// job from the same survey, so deciding adds no pass over the job).
+    pub(super) fn decide_surveyed(&self, job: &Job<'_>, survey: &Survey) -> Decision {
         let op = job.op();
         let costs = &self.loaded().costs[Self::op_index(op)];
         let sides = Sides {
@@ -437,7 +444,7 @@ impl AutoBackend {
             cpu_queued_ns: self.cpu_queue.ns.load(Ordering::Relaxed) as f64,
             gpu_queued_ns: self.gpu_queue.ns.load(Ordering::Relaxed) as f64,
         };
-        let mut stats = inspect::stats(job);
+        let mut stats = inspect::stats(survey);
         if stats.mem != HostMemory::Device && sides.gpu {
             // Asking the driver about the memory is worth it only where the
             // GPU could win from some kind of host memory.
@@ -463,26 +470,32 @@ impl AutoBackend {
         job: &mut Job<'_>,
         plan: Plan,
     ) -> Result<Vec<SegmentResult>, BackendError> {
-        let d = self.decide(job);
-        self.execute(job, Decision { plan, ..d })
+        let survey = Survey::of(job);
+        let d = self.decide_surveyed(job, &survey);
+        self.execute(job, Decision { plan, ..d }, &survey)
     }
 
-    fn execute(&self, job: &mut Job<'_>, d: Decision) -> Result<Vec<SegmentResult>, BackendError> {
+    fn execute(
+        &self,
+        job: &mut Job<'_>,
+        d: Decision,
+        survey: &Survey,
+    ) -> Result<Vec<SegmentResult>, BackendError> {
         let (cpu_q, gpu_q) = self.queued();
         match d.plan {
             Plan::Cpu => {
                 let own = d.cpu_finish_ns - cpu_q.0 as f64;
                 let _q =
-                    (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, job.bytes()));
-                self.cpu().run(job)
+                    (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, survey.bytes));
+                self.cpu().run_surveyed(job, survey)
             }
             Plan::Gpu => {
                 let own = d.gpu_finish_ns.unwrap_or(0.0) - gpu_q.0 as f64;
-                let _q = self.gpu_queue.enqueue(own, job.bytes());
+                let _q = self.gpu_queue.enqueue(own, survey.bytes);
                 self.on_gpu(job)
             }
             Plan::Split(at) => {
-                let bytes = job.bytes();
+                let bytes = survey.bytes;
                 let finish = d.plan_finish_ns - SPLIT_OVERHEAD_NS;
                 let _qc = self.cpu_queue.enqueue(finish - cpu_q.0 as f64, bytes / 2);
                 let _qg = self.gpu_queue.enqueue(finish - gpu_q.0 as f64, bytes / 2);
@@ -555,15 +568,16 @@ impl Backend for AutoBackend {
         if job.is_empty() || !self.gpu_usable(job.op()) {
             return self.cpu().run(job);
         }
-        let first = self.decide(job);
+        let survey = Survey::of(job);
+        let first = self.decide_surveyed(job, &survey);
         if first.plan == Plan::Cpu || self.gpu.get().is_some() {
-            return self.execute(job, first);
+            return self.execute(job, first, &survey);
         }
         // The first job for the GPU opens it, which may replace the model
         // (checked against the real GPU) or fail: decide again after.
         self.gpu_side();
-        let d = self.decide(job);
-        self.execute(job, d)
+        let d = self.decide_surveyed(job, &survey);
+        self.execute(job, d, &survey)
     }
 }
 

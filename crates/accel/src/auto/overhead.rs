@@ -11,7 +11,7 @@ use super::backend::AutoBackend;
 use super::file::ModelSource;
 use super::model::{CostModel, Identity};
 use crate::backend::Backend;
-use crate::cpu::CpuBackend;
+use crate::cpu::{CpuBackend, Survey};
 use crate::job::{DataMut, Job, SealSegment};
 use crate::types::{Aes256Key, Nonce96};
 
@@ -28,6 +28,23 @@ fn seal_job<'a>(key: &'a Aes256Key, bufs: &'a mut [Vec<u8>]) -> Job<'a> {
             })
             .collect(),
     }
+}
+
+/// The pass the auto backend made before deciding, until it shared the
+/// CPU backend's survey.
+fn old_planning_pass(job: &Job<'_>) -> (u64, usize, u64, bool) {
+    let Job::Seal { segments, .. } = job else {
+        return (0, 0, 0, false);
+    };
+    segments.iter().fold((0, 0, 0, false), |(b, n, l, d), s| {
+        let len = s.data.len() as u64;
+        (
+            b + len,
+            n + 1,
+            l.max(len),
+            d | matches!(s.data, DataMut::Device(_)),
+        )
+    })
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -81,22 +98,19 @@ fn planning_cost_per_segment() {
     let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; 512]).collect();
     let ns_per_seg = |d: Duration| d.as_secs_f64() * 1e9 / n as f64;
 
-    let plan = time_on_fresh_job(&key, &mut bufs, 51, |job| {
-        std::hint::black_box(super::inspect::stats(job));
+    // Before: the auto backend's own pass (bytes, count, longest, device),
+    // then the CPU backend's precheck and byte count. Now: one survey,
+    // shared, and a decision from it.
+    let old_plan = time_on_fresh_job(&key, &mut bufs, 51, |job| {
+        std::hint::black_box(old_planning_pass(job));
     });
-    let cpu_serial = time_on_fresh_job(&key, &mut bufs, 51, |job| {
+    let old_cpu = time_on_fresh_job(&key, &mut bufs, 51, |job| {
         std::hint::black_box(crate::backend::precheck(job));
         std::hint::black_box(job.bytes());
     });
-    println!(
-        "512 B x {n} seal: auto's planning pass {:.2} ns/segment; \
-         the CPU backend's own serial passes {:.2} ns/segment",
-        ns_per_seg(plan),
-        ns_per_seg(cpu_serial)
-    );
-
-    // End to end, interleaved: the CPU backend and an auto backend whose
-    // stand-in GPU is far slower (every job decided for the CPU).
+    let survey = time_on_fresh_job(&key, &mut bufs, 51, |job| {
+        std::hint::black_box(Survey::of(job));
+    });
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let auto = AutoBackend::from_parts(
         CpuBackend::with_threads(threads),
@@ -106,6 +120,33 @@ fn planning_cost_per_segment() {
             reason: "timing".into(),
         },
     );
+    let job = seal_job(&key, &mut bufs);
+    let surveyed = Survey::of(&job);
+    let reps = 10_000;
+    let decide = median(
+        (0..21)
+            .map(|_| {
+                let start = Instant::now();
+                for _ in 0..reps {
+                    std::hint::black_box(auto.decide_surveyed(&job, &surveyed));
+                }
+                start.elapsed() / reps
+            })
+            .collect(),
+    );
+    drop(job);
+    println!(
+        "512 B x {n} seal, ns/segment: old planning pass {:.2}, old CPU passes \
+         (precheck + bytes) {:.2}, survey (shared) {:.2}; decision from the \
+         survey {:.0} ns a job",
+        ns_per_seg(old_plan),
+        ns_per_seg(old_cpu),
+        ns_per_seg(survey),
+        decide.as_secs_f64() * 1e9
+    );
+
+    // End to end, interleaved: the CPU backend and an auto backend whose
+    // stand-in GPU is far slower (every job decided for the CPU).
     let cpu = CpuBackend::with_threads(threads);
     let (mut t_cpu, mut t_auto) = (Vec::new(), Vec::new());
     for _ in 0..31 {
