@@ -36,6 +36,7 @@ const MEASURED: [(OpKind, u64, usize, f64, f64, f64); 16] = [
 fn idle() -> Sides {
     Sides {
         cpu_threads: 16,
+        cores: 16,
         gpu: true,
         cpu_queued_ns: 0.0,
         gpu_queued_ns: 0.0,

@@ -46,13 +46,24 @@ impl CpuBackend {
         Self::with_config(threads, DEFAULT_SPLIT_BYTES)
     }
 
+    /// A backend on a pool of `threads` threads that is never the
+    /// process-wide one (the auto backend's split CPU parts: the GPU part's
+    /// staging copies run on that one).
+    pub fn with_own_pool(threads: usize) -> Self {
+        Self::build(threads, DEFAULT_SPLIT_BYTES, true)
+    }
+
     /// `split_bytes` sets where large segments are cut; tests use tiny values
     /// to exercise the cut points.
     pub fn with_config(threads: usize, split_bytes: usize) -> Self {
+        Self::build(threads, split_bytes, false)
+    }
+
+    fn build(threads: usize, split_bytes: usize, own_pool: bool) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let want = if threads == 0 { cores } else { threads };
         let global = rayon::current_num_threads();
-        let pool = (want != global).then(|| {
+        let pool = (own_pool || want != global).then(|| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(want)
                 .thread_name(|i| format!("gvault-cpu-{i}"))
