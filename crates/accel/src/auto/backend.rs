@@ -438,7 +438,7 @@ impl AutoBackend {
 
     /// What `run` would do with `job` now.
     pub fn decide(&self, job: &Job<'_>) -> Decision {
-        self.decide_surveyed(job, &Survey::of(job))
+        self.decide_surveyed(job, &self.cpu().survey(job))
     }
 
     /// As [`AutoBackend::decide`], from the job's survey: O(1) in the
@@ -480,7 +480,7 @@ impl AutoBackend {
         job: &mut Job<'_>,
         plan: Plan,
     ) -> Result<Vec<SegmentResult>, BackendError> {
-        let survey = Survey::of(job);
+        let survey = self.cpu().survey(job);
         let d = self.decide_surveyed(job, &survey);
         self.execute(job, Decision { plan, ..d }, &survey)
     }
@@ -594,7 +594,7 @@ impl Backend for AutoBackend {
         if job.is_empty() || !self.gpu_usable(job.op()) {
             return self.cpu().run(job);
         }
-        let survey = Survey::of(job);
+        let survey = self.cpu().survey(job);
         let first = self.decide_surveyed(job, &survey);
         if first.plan == Plan::Cpu || self.gpu.get().is_some() {
             return self.execute(job, first, &survey);

@@ -387,6 +387,18 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
     if stats.bytes < MIN_SPLIT_BYTES || (stats.segments < 2 && !cuttable(op)) || gpu_serial(op) {
         return best;
     }
+    // Neither side runs a share of the job in less than that share of the
+    // whole job's time, so no split finishes before the two sides' times
+    // combined in parallel: where that does not beat the better backend by
+    // the margin, pricing the shares (~2 µs) is skipped.
+    let (cpu_alone, gpu_alone) = (
+        cpu_finish - sides.cpu_queued_ns,
+        gpu_finish - sides.gpu_queued_ns,
+    );
+    let ideal = cpu_alone * gpu_alone / (cpu_alone + gpu_alone) + SPLIT_OVERHEAD_NS;
+    if ideal >= best.1.plan_finish_ns * (1.0 - SPLIT_MARGIN) {
+        return best;
+    }
     // Segments taken to be of even size: a share f of the bytes is about
     // f of the segments. The walk in `place_split` corrects this.
     let part = |f: f64| {

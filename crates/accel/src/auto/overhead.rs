@@ -112,6 +112,10 @@ fn planning_cost_per_segment() {
         std::hint::black_box(Survey::of(job));
     });
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cpu = CpuBackend::with_threads(threads);
+    let on_pool = time_on_fresh_job(&key, &mut bufs, 51, |job| {
+        std::hint::black_box(cpu.survey(job));
+    });
     let auto = AutoBackend::from_parts(
         CpuBackend::with_threads(threads),
         Some(Box::new(CpuBackend::with_threads(1))),
@@ -137,17 +141,17 @@ fn planning_cost_per_segment() {
     drop(job);
     println!(
         "512 B x {n} seal, ns/segment: old planning pass {:.2}, old CPU passes \
-         (precheck + bytes) {:.2}, survey (shared) {:.2}; decision from the \
-         survey {:.0} ns a job",
+         (precheck + bytes) {:.2}; survey (shared) {:.2} in order, {:.2} on \
+         {threads} threads; decision from the survey {:.0} ns a job",
         ns_per_seg(old_plan),
         ns_per_seg(old_cpu),
         ns_per_seg(survey),
+        ns_per_seg(on_pool),
         decide.as_secs_f64() * 1e9
     );
 
     // End to end, interleaved: the CPU backend and an auto backend whose
     // stand-in GPU is far slower (every job decided for the CPU).
-    let cpu = CpuBackend::with_threads(threads);
     let (mut t_cpu, mut t_auto) = (Vec::new(), Vec::new());
     for _ in 0..31 {
         for (b, t) in [(&cpu as &dyn Backend, &mut t_cpu), (&auto, &mut t_auto)] {

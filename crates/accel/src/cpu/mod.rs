@@ -150,12 +150,22 @@ impl Backend for CpuBackend {
     }
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
-        let survey = Survey::of(job);
+        let survey = self.survey(job);
         self.run_surveyed(job, &survey)
     }
 }
 
 impl CpuBackend {
+    /// The job's survey, taken on this backend's threads when the job has
+    /// many segments.
+    pub fn survey(&self, job: &Job<'_>) -> Survey {
+        match &self.pool {
+            _ if self.threads <= 1 => Survey::of(job),
+            Some(pool) => pool.install(|| Survey::of_parallel(job)),
+            None => Survey::of_parallel(job),
+        }
+    }
+
     /// Runs `job` with its survey already taken (the auto backend decides
     /// with it): no second pass over the segments. A survey of another job
     /// (a different segment count) is taken again.

@@ -5,6 +5,8 @@
 //! adds no pass of its own (on 512 B x 131072 jobs a pass costs ~5 ns a
 //! segment: ~10% of the CPU's work on a 16-core host).
 
+use rayon::prelude::*;
+
 use crate::error::SegmentErrorKind;
 use crate::job::{Data, DataMut, Job, MAX_SEGMENT_LEN};
 
@@ -22,6 +24,28 @@ pub struct Survey {
     rejected: Vec<(usize, SegmentErrorKind)>,
 }
 
+/// Surveys `items` by `see`, in order or on the pool.
+fn walk<T: Sync>(items: &[T], parallel: bool, see: impl Fn(&T) -> Seen + Sync) -> Survey {
+    // A loop per run of segments: a fold moving the survey through every
+    // step ran at 4x the time.
+    let run = |first: usize, run: &[T]| {
+        let mut s = Survey::default();
+        for (j, item) in run.iter().enumerate() {
+            let (len, device, bad) = see(item);
+            s.add(first + j, len, device, bad);
+        }
+        s
+    };
+    if !parallel {
+        return run(0, items);
+    }
+    items
+        .par_chunks(PARALLEL_CHUNK)
+        .enumerate()
+        .map(|(k, chunk)| run(k * PARALLEL_CHUNK, chunk))
+        .reduce(Survey::default, Survey::then)
+}
+
 fn too_large(len: u64) -> Option<SegmentErrorKind> {
     (len > MAX_SEGMENT_LEN).then_some(SegmentErrorKind::TooLarge {
         len,
@@ -37,29 +61,41 @@ fn on_device(d: &Data<'_>) -> bool {
     matches!(d, Data::Device(_))
 }
 
+/// What the survey reads off one segment: its length, whether it is in
+/// device memory, and why it must not be processed (if it must not).
+type Seen = (u64, bool, Option<SegmentErrorKind>);
+
+/// Jobs of at least this many segments are surveyed on the pool: a serial
+/// pass (~4 ns a segment) was ~8% of a 512 B x 131072 seal on 16 cores.
+const PARALLEL_MIN_SEGMENTS: usize = 16 << 10;
+/// Segments per parallel task: enough to amortise a task's cost.
+const PARALLEL_CHUNK: usize = 4 << 10;
+
 impl Survey {
-    /// Surveys `job` in one pass.
+    /// Surveys `job` in one pass on the calling thread.
     pub fn of(job: &Job<'_>) -> Survey {
-        let mut s = Survey {
-            segments: job.len(),
-            ..Survey::default()
-        };
-        match job {
-            Job::Seal { segments, .. } => {
-                for (i, seg) in segments.iter().enumerate() {
-                    let len = seg.data.len() as u64;
-                    s.add(i, len, on_device_mut(&seg.data), too_large(len));
-                }
-            }
-            Job::Open { segments, .. } => {
-                for (i, seg) in segments.iter().enumerate() {
-                    let len = seg.data.len() as u64;
-                    s.add(i, len, on_device_mut(&seg.data), too_large(len));
-                }
-            }
+        Self::walk(job, false)
+    }
+
+    /// As [`Survey::of`], spread over the current rayon pool when the job
+    /// has many segments.
+    pub fn of_parallel(job: &Job<'_>) -> Survey {
+        Self::walk(job, job.len() >= PARALLEL_MIN_SEGMENTS)
+    }
+
+    fn walk(job: &Job<'_>, parallel: bool) -> Survey {
+        let mut s = match job {
+            Job::Seal { segments, .. } => walk(segments, parallel, |seg| {
+                let len = seg.data.len() as u64;
+                (len, on_device_mut(&seg.data), too_large(len))
+            }),
+            Job::Open { segments, .. } => walk(segments, parallel, |seg| {
+                let len = seg.data.len() as u64;
+                (len, on_device_mut(&seg.data), too_large(len))
+            }),
             Job::Ctr { cipher, segments } => {
                 let want = cipher.iv_len();
-                for (i, seg) in segments.iter().enumerate() {
+                walk(segments, parallel, |seg| {
                     let len = seg.data.len() as u64;
                     let bad = if seg.iv.len() != want {
                         Some(SegmentErrorKind::IvLength {
@@ -69,29 +105,37 @@ impl Survey {
                     } else {
                         too_large(len)
                     };
-                    s.add(i, len, on_device_mut(&seg.data), bad);
-                }
+                    (len, on_device_mut(&seg.data), bad)
+                })
             }
             Job::Digest { segments, .. }
             | Job::Chunk { segments, .. }
-            | Job::ChunkDigest { segments, .. } => {
-                for (i, seg) in segments.iter().enumerate() {
-                    let len = seg.len() as u64;
-                    s.add(i, len, on_device(seg), too_large(len));
-                }
-            }
+            | Job::ChunkDigest { segments, .. } => walk(segments, parallel, |seg| {
+                let len = seg.len() as u64;
+                (len, on_device(seg), too_large(len))
+            }),
             Job::RsaPrivate { key, segments } => {
                 let want = key.size();
-                for (i, seg) in segments.iter().enumerate() {
+                walk(segments, parallel, |seg| {
                     let bad = (seg.len() != want).then_some(SegmentErrorKind::InputLength {
                         expected: want,
                         got: seg.len(),
                     });
-                    s.add(i, seg.len() as u64, false, bad);
-                }
+                    (seg.len() as u64, false, bad)
+                })
             }
-        }
+        };
+        s.segments = job.len();
         s
+    }
+
+    /// `self` followed by `next` (a later run of segments).
+    fn then(mut self, mut next: Survey) -> Survey {
+        self.bytes += next.bytes;
+        self.largest = self.largest.max(next.largest);
+        self.device |= next.device;
+        self.rejected.append(&mut next.rejected);
+        self
     }
 
     #[inline]
@@ -157,6 +201,39 @@ mod tests {
             assert_eq!((s.bytes, s.segments, s.largest), (job.bytes(), 6, 45));
             assert!(!s.device);
         }
+    }
+
+    #[test]
+    fn a_survey_on_the_pool_equals_one_in_order() {
+        let aes = Aes256Key::from_bytes([1; 32]);
+        let n = PARALLEL_MIN_SEGMENTS * 3 + 17;
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![0u8; i % 97]).collect();
+        let job = Job::Ctr {
+            cipher: CtrCipher::Aes256(&aes),
+            segments: bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| CtrSegment {
+                    // A wrong IV width here and there, in several tasks.
+                    iv: if i % 5003 == 7 {
+                        CtrIv::B64(Iv64([0; 8]))
+                    } else {
+                        CtrIv::B128(Iv128([0; 16]))
+                    },
+                    data: DataMut::Host(b),
+                })
+                .collect(),
+        };
+        let serial = Survey::of(&job);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(4)
+            .build()
+            .expect("pool");
+        let parallel = pool.install(|| Survey::of_parallel(&job));
+        assert_eq!(parallel, serial);
+        assert!(serial.rejected.len() > 5, "{}", serial.rejected.len());
+        assert_eq!(rejections(&serial), precheck(&job));
+        assert_eq!((serial.bytes, serial.largest), (job.bytes(), 96));
     }
 
     #[test]
