@@ -18,7 +18,7 @@ use crate::backend::Backend;
 use crate::error::{BackendError, SegmentErrorKind};
 use crate::job::{CtrCipher, Job, Output, SegmentResult};
 
-pub use survey::Survey;
+pub(crate) use survey::Survey;
 
 /// Segments longer than this are cut into pieces of this size (rounded to the
 /// cipher block) for ops that allow it, so one huge segment uses every core.
@@ -158,7 +158,7 @@ impl Backend for CpuBackend {
 impl CpuBackend {
     /// The job's survey, taken on this backend's threads when the job has
     /// many segments.
-    pub fn survey(&self, job: &Job<'_>) -> Survey {
+    pub(crate) fn survey(&self, job: &Job<'_>) -> Survey {
         match &self.pool {
             _ if self.threads <= 1 => Survey::of(job),
             Some(pool) => pool.install(|| Survey::of_parallel(job)),
@@ -169,7 +169,7 @@ impl CpuBackend {
     /// Runs `job` with its survey already taken (the auto backend decides
     /// with it): no second pass over the segments. A survey of another job
     /// (a different segment count) is taken again.
-    pub fn run_surveyed(
+    pub(crate) fn run_surveyed(
         &self,
         job: &mut Job<'_>,
         survey: &Survey,
