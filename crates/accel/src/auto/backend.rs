@@ -8,7 +8,7 @@
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::decide::{
     decide_stats, sketch, Decision, JobStats, OpCosts, Plan, Sides, Sketch, SplitPoint,
@@ -19,7 +19,7 @@ use super::inspect;
 use super::model::{CostModel, HostMemory, Identity};
 use super::split::{merge, split};
 use crate::backend::Backend;
-use crate::cpu::CpuBackend;
+use crate::cpu::{CpuBackend, Survey};
 use crate::error::BackendError;
 use crate::gpu::GpuBackend;
 use crate::job::{Job, OpKind, SegmentResult};
@@ -168,6 +168,13 @@ type SideStarter = Box<dyn FnOnce() -> Result<GpuSide, String> + Send>;
 
 pub struct AutoBackend {
     cpu_threads: usize,
+    /// Logical cores: the size of the process-wide pool that the GPU
+    /// backend's staging copies run on.
+    cores: usize,
+    /// Pools for the CPU parts of splits that leave cores to the GPU part's
+    /// staging copies, by thread count (a few sizes: one per op and memory
+    /// kind at most), built by the first split that needs each.
+    split_pools: Mutex<Vec<Arc<CpuBackend>>>,
     /// Its thread pool is built by the first job.
     cpu: OnceLock<CpuBackend>,
     /// Loaded by the first job (`new` only records what to load).
@@ -315,6 +322,8 @@ impl AutoBackend {
     ) -> Self {
         Self {
             cpu_threads,
+            cores: crate::sysinfo::cpu_info().logical_cores,
+            split_pools: Mutex::new(Vec::new()),
             cpu,
             setup,
             gpu: OnceLock::new(),
@@ -429,15 +438,23 @@ impl AutoBackend {
 
     /// What `run` would do with `job` now.
     pub fn decide(&self, job: &Job<'_>) -> Decision {
+        self.decide_surveyed(job, &self.cpu().survey(job))
+    }
+
+    /// As [`AutoBackend::decide`], from the job's survey: O(1) in the
+    /// number of segments unless a split is placed (the CPU backend runs a
+    /// job from the same survey, so deciding adds no pass over the job).
+    pub(super) fn decide_surveyed(&self, job: &Job<'_>, survey: &Survey) -> Decision {
         let op = job.op();
         let costs = &self.loaded().costs[Self::op_index(op)];
         let sides = Sides {
             cpu_threads: self.cpu_threads,
+            cores: self.cores,
             gpu: self.gpu_usable(op),
             cpu_queued_ns: self.cpu_queue.ns.load(Ordering::Relaxed) as f64,
             gpu_queued_ns: self.gpu_queue.ns.load(Ordering::Relaxed) as f64,
         };
-        let mut stats = inspect::stats(job);
+        let mut stats = inspect::stats(survey);
         if stats.mem != HostMemory::Device && sides.gpu {
             // Asking the driver about the memory is worth it only where the
             // GPU could win from some kind of host memory.
@@ -463,30 +480,36 @@ impl AutoBackend {
         job: &mut Job<'_>,
         plan: Plan,
     ) -> Result<Vec<SegmentResult>, BackendError> {
-        let d = self.decide(job);
-        self.execute(job, Decision { plan, ..d })
+        let survey = self.cpu().survey(job);
+        let d = self.decide_surveyed(job, &survey);
+        self.execute(job, Decision { plan, ..d }, &survey)
     }
 
-    fn execute(&self, job: &mut Job<'_>, d: Decision) -> Result<Vec<SegmentResult>, BackendError> {
+    fn execute(
+        &self,
+        job: &mut Job<'_>,
+        d: Decision,
+        survey: &Survey,
+    ) -> Result<Vec<SegmentResult>, BackendError> {
         let (cpu_q, gpu_q) = self.queued();
         match d.plan {
             Plan::Cpu => {
                 let own = d.cpu_finish_ns - cpu_q.0 as f64;
                 let _q =
-                    (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, job.bytes()));
-                self.cpu().run(job)
+                    (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, survey.bytes));
+                self.cpu().run_surveyed(job, survey)
             }
             Plan::Gpu => {
                 let own = d.gpu_finish_ns.unwrap_or(0.0) - gpu_q.0 as f64;
-                let _q = self.gpu_queue.enqueue(own, job.bytes());
+                let _q = self.gpu_queue.enqueue(own, survey.bytes);
                 self.on_gpu(job)
             }
             Plan::Split(at) => {
-                let bytes = job.bytes();
+                let bytes = survey.bytes;
                 let finish = d.plan_finish_ns - SPLIT_OVERHEAD_NS;
                 let _qc = self.cpu_queue.enqueue(finish - cpu_q.0 as f64, bytes / 2);
                 let _qg = self.gpu_queue.enqueue(finish - gpu_q.0 as f64, bytes / 2);
-                self.run_split(job, at)
+                self.run_split(job, at, d.split_cpu_threads)
             }
         }
     }
@@ -511,16 +534,32 @@ impl AutoBackend {
         }
     }
 
+    /// The CPU backend for a split's CPU part on `threads` threads: the
+    /// CPU side itself, or (leaving cores to the GPU part's staging copies)
+    /// a pool of that size of its own.
+    fn split_cpu(&self, threads: usize) -> Arc<CpuBackend> {
+        let mut pools = self.split_pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = pools.iter().find(|p| p.threads() == threads) {
+            return Arc::clone(p);
+        }
+        let pool = Arc::new(CpuBackend::with_own_pool(threads));
+        pools.push(Arc::clone(&pool));
+        pool
+    }
+
     fn run_split(
         &self,
         job: &mut Job<'_>,
         at: SplitPoint,
+        cpu_threads: usize,
     ) -> Result<Vec<SegmentResult>, BackendError> {
         let (mut g, mut c) = split(job, at)?;
         let (gn, cn) = (g.len(), c.len());
+        let own_pool = (cpu_threads < self.cpu_threads).then(|| self.split_cpu(cpu_threads));
+        let cpu = own_pool.as_deref().unwrap_or_else(|| self.cpu());
         let (gr, cr) = std::thread::scope(|s| {
             let gpu_part = s.spawn(|| self.on_gpu(&mut g));
-            let cr = self.cpu().run(&mut c);
+            let cr = cpu.run(&mut c);
             let gr = gpu_part.join().unwrap_or_else(|_| {
                 Err(BackendError::Device(
                     "the GPU part of a split job panicked".into(),
@@ -555,15 +594,16 @@ impl Backend for AutoBackend {
         if job.is_empty() || !self.gpu_usable(job.op()) {
             return self.cpu().run(job);
         }
-        let first = self.decide(job);
+        let survey = self.cpu().survey(job);
+        let first = self.decide_surveyed(job, &survey);
         if first.plan == Plan::Cpu || self.gpu.get().is_some() {
-            return self.execute(job, first);
+            return self.execute(job, first, &survey);
         }
         // The first job for the GPU opens it, which may replace the model
         // (checked against the real GPU) or fail: decide again after.
         self.gpu_side();
-        let d = self.decide(job);
-        self.execute(job, d)
+        let d = self.decide_surveyed(job, &survey);
+        self.execute(job, d, &survey)
     }
 }
 

@@ -1,10 +1,11 @@
-//! What the auto backend reads off a job before deciding: totals in one
-//! pass, segment lengths for placing a split, and whether the host data is
+//! What the auto backend reads off a job before deciding: totals (from the
+//! CPU backend's survey), segment lengths for placing a split, and whether the host data is
 //! page-locked (sampled, since the check is a driver call per segment).
 
 use super::decide::JobStats;
 use super::model::HostMemory;
-use crate::job::{Data, DataMut, Job};
+use crate::cpu::Survey;
+use crate::job::{DataMut, Job};
 
 /// Segments checked for page-locked memory: the first, the last and evenly
 /// spaced ones between. A job counts as pinned when all of them are (a
@@ -12,45 +13,19 @@ use crate::job::{Data, DataMut, Job};
 /// segment itself).
 const PINNED_SAMPLES: usize = 16;
 
-fn mut_len(d: &DataMut<'_>) -> (u64, bool) {
-    (d.len() as u64, matches!(d, DataMut::Device(_)))
-}
-
-fn ref_len(d: &Data<'_>) -> (u64, bool) {
-    (d.len() as u64, matches!(d, Data::Device(_)))
-}
-
-/// Totals of `job` in one pass: bytes, segments, the longest segment, and
-/// whether any segment is in device memory (`mem` is then `Device`, else
-/// `Pageable` until [`host_is_pinned`] says otherwise).
-pub fn stats(job: &Job<'_>) -> JobStats {
-    fn fold(it: impl Iterator<Item = (u64, bool)>) -> JobStats {
-        let (mut bytes, mut segments, mut largest, mut device) = (0u64, 0usize, 0u64, false);
-        for (len, dev) in it {
-            bytes += len;
-            segments += 1;
-            largest = largest.max(len);
-            device |= dev;
-        }
-        JobStats {
-            bytes,
-            segments,
-            largest,
-            mem: if device {
-                HostMemory::Device
-            } else {
-                HostMemory::Pageable
-            },
-        }
-    }
-    match job {
-        Job::Seal { segments, .. } => fold(segments.iter().map(|s| mut_len(&s.data))),
-        Job::Open { segments, .. } => fold(segments.iter().map(|s| mut_len(&s.data))),
-        Job::Ctr { segments, .. } => fold(segments.iter().map(|s| mut_len(&s.data))),
-        Job::Digest { segments, .. }
-        | Job::Chunk { segments, .. }
-        | Job::ChunkDigest { segments, .. } => fold(segments.iter().map(ref_len)),
-        Job::RsaPrivate { segments, .. } => fold(segments.iter().map(|s| (s.len() as u64, false))),
+/// The decision's view of a job's survey (the CPU backend's one pass over
+/// it): `mem` is `Device` when any segment is in device memory, else
+/// `Pageable` until [`host_is_pinned`] says otherwise.
+pub fn stats(survey: &Survey) -> JobStats {
+    JobStats {
+        bytes: survey.bytes,
+        segments: survey.segments,
+        largest: survey.largest,
+        mem: if survey.device {
+            HostMemory::Device
+        } else {
+            HostMemory::Pageable
+        },
     }
 }
 
@@ -111,7 +86,7 @@ pub fn host_is_pinned(job: &Job<'_>, is_locked: fn(&[u8]) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::DigestAlgo;
+    use crate::job::{Data, DigestAlgo};
 
     #[test]
     fn stats_and_lengths_read_the_job() {
@@ -121,7 +96,7 @@ mod tests {
             algo: DigestAlgo::Sha256,
             segments: vec![Data::from(&a), Data::from(&b), Data::from(&a)],
         };
-        let s = stats(&job);
+        let s = stats(&Survey::of(&job));
         assert_eq!((s.bytes, s.segments, s.largest), (320, 3, 300));
         assert_eq!(s.mem, HostMemory::Pageable);
         assert_eq!(lengths(&job).collect::<Vec<_>>(), vec![10, 300, 10]);

@@ -18,6 +18,8 @@ mod file;
 mod h100;
 mod inspect;
 mod model;
+#[cfg(test)]
+mod overhead;
 mod split;
 
 pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter};

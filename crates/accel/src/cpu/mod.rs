@@ -9,13 +9,16 @@ pub mod blowfish;
 mod chunk;
 mod digest;
 mod rsa;
+mod survey;
 pub mod tea;
 
 use rayon::prelude::*;
 
-use crate::backend::{precheck, Backend};
+use crate::backend::Backend;
 use crate::error::{BackendError, SegmentErrorKind};
 use crate::job::{CtrCipher, Job, Output, SegmentResult};
+
+pub(crate) use survey::Survey;
 
 /// Segments longer than this are cut into pieces of this size (rounded to the
 /// cipher block) for ops that allow it, so one huge segment uses every core.
@@ -43,13 +46,24 @@ impl CpuBackend {
         Self::with_config(threads, DEFAULT_SPLIT_BYTES)
     }
 
+    /// A backend on a pool of `threads` threads that is never the
+    /// process-wide one (the auto backend's split CPU parts: the GPU part's
+    /// staging copies run on that one).
+    pub fn with_own_pool(threads: usize) -> Self {
+        Self::build(threads, DEFAULT_SPLIT_BYTES, true)
+    }
+
     /// `split_bytes` sets where large segments are cut; tests use tiny values
     /// to exercise the cut points.
     pub fn with_config(threads: usize, split_bytes: usize) -> Self {
+        Self::build(threads, split_bytes, false)
+    }
+
+    fn build(threads: usize, split_bytes: usize, own_pool: bool) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let want = if threads == 0 { cores } else { threads };
         let global = rayon::current_num_threads();
-        let pool = (want != global).then(|| {
+        let pool = (own_pool || want != global).then(|| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(want)
                 .thread_name(|i| format!("gvault-cpu-{i}"))
@@ -96,18 +110,15 @@ const INLINE_MAX_BYTES: u64 = 64 << 10;
 /// frame is just over 64 KiB, and the hand-off doubled its read time).
 const INLINE_ONE_CIPHER_SEGMENT_BYTES: u64 = 1 << 20;
 
-/// Whether `job` runs on the calling thread (see the constants above).
-fn runs_inline(job: &Job<'_>) -> bool {
-    let one_cipher_segment = match job {
-        Job::Seal { segments, .. } => segments.len() == 1,
-        Job::Open { segments, .. } => segments.len() == 1,
-        Job::Ctr { segments, .. } => segments.len() == 1,
-        _ => false,
-    };
+/// Whether `job` (of `bytes` bytes) runs on the calling thread (see the
+/// constants above).
+fn runs_inline(job: &Job<'_>, bytes: u64) -> bool {
+    let one_cipher_segment =
+        matches!(job, Job::Seal { .. } | Job::Open { .. } | Job::Ctr { .. }) && job.len() == 1;
     match job {
         Job::RsaPrivate { .. } => false,
-        _ if one_cipher_segment => job.bytes() <= INLINE_ONE_CIPHER_SEGMENT_BYTES,
-        _ => job.bytes() <= INLINE_MAX_BYTES,
+        _ if one_cipher_segment => bytes <= INLINE_ONE_CIPHER_SEGMENT_BYTES,
+        _ => bytes <= INLINE_MAX_BYTES,
     }
 }
 
@@ -116,37 +127,21 @@ thread_local! {
     static INLINE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `f` on every segment that passed the precheck, in parallel (or in
+/// Runs `f` on every segment the survey did not reject, in parallel (or in
 /// order, for an inline job), and returns the results in order.
-fn per_segment<S, F>(
-    segments: &mut [S],
-    pre: Vec<Option<SegmentErrorKind>>,
-    f: F,
-) -> Vec<SegmentResult>
+fn per_segment<S, F>(segments: &mut [S], survey: &Survey, f: F) -> Vec<SegmentResult>
 where
     S: Send,
     F: Fn(&mut S) -> Result<Output, SegmentErrorKind> + Sync,
 {
+    let one = |(i, seg): (usize, &mut S)| match survey.rejected(i) {
+        Some(kind) => Err(kind.at(i)),
+        None => f(seg).map_err(|kind| kind.at(i)),
+    };
     if INLINE.with(|i| i.get()) {
-        return segments
-            .iter_mut()
-            .zip(pre)
-            .enumerate()
-            .map(|(i, (seg, pre))| match pre {
-                Some(kind) => Err(kind.at(i)),
-                None => f(seg).map_err(|kind| kind.at(i)),
-            })
-            .collect();
+        return segments.iter_mut().enumerate().map(one).collect();
     }
-    segments
-        .par_iter_mut()
-        .zip(pre)
-        .enumerate()
-        .map(|(i, (seg, pre))| match pre {
-            Some(kind) => Err(kind.at(i)),
-            None => f(seg).map_err(|kind| kind.at(i)),
-        })
-        .collect()
+    segments.par_iter_mut().enumerate().map(one).collect()
 }
 
 impl Backend for CpuBackend {
@@ -155,19 +150,45 @@ impl Backend for CpuBackend {
     }
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
-        let pre = precheck(job);
-        let inline = runs_inline(job);
-        let work = || match job {
+        let survey = self.survey(job);
+        self.run_surveyed(job, &survey)
+    }
+}
+
+impl CpuBackend {
+    /// The job's survey, taken on this backend's threads when the job has
+    /// many segments.
+    pub(crate) fn survey(&self, job: &Job<'_>) -> Survey {
+        match &self.pool {
+            _ if self.threads <= 1 => Survey::of(job),
+            Some(pool) => pool.install(|| Survey::of_parallel(job)),
+            None => Survey::of_parallel(job),
+        }
+    }
+
+    /// Runs `job` with its survey already taken (the auto backend decides
+    /// with it): no second pass over the segments. A survey of another job
+    /// (a different segment count) is taken again.
+    pub(crate) fn run_surveyed(
+        &self,
+        job: &mut Job<'_>,
+        survey: &Survey,
+    ) -> Result<Vec<SegmentResult>, BackendError> {
+        if survey.segments != job.len() {
+            return self.run_surveyed(job, &Survey::of(job));
+        }
+        let inline = runs_inline(job, survey.bytes);
+        let mut work = || match job {
             Job::Seal { key, segments } => {
                 let key = aes::GcmKey::new(key);
-                per_segment(segments, pre, |s| {
+                per_segment(segments, survey, |s| {
                     let data = s.data.host_mut().ok_or(SegmentErrorKind::DeviceResident)?;
                     Ok(Output::Tag(key.seal(&s.nonce, s.aad, data)))
                 })
             }
             Job::Open { key, segments } => {
                 let key = aes::GcmKey::new(key);
-                per_segment(segments, pre, |s| {
+                per_segment(segments, survey, |s| {
                     let data = s.data.host_mut().ok_or(SegmentErrorKind::DeviceResident)?;
                     key.open(&s.nonce, s.aad, &s.tag, data)?;
                     Ok(Output::Done)
@@ -175,17 +196,17 @@ impl Backend for CpuBackend {
             }
             Job::Ctr { cipher, segments } => {
                 let keystream = CtrKeystream::new(*cipher);
-                per_segment(segments, pre, |s| {
+                per_segment(segments, survey, |s| {
                     let data = s.data.host_mut().ok_or(SegmentErrorKind::DeviceResident)?;
                     keystream.apply(self, &s.iv, data);
                     Ok(Output::Done)
                 })
             }
-            Job::Digest { algo, segments } => per_segment(segments, pre, |s| {
+            Job::Digest { algo, segments } => per_segment(segments, survey, |s| {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
                 Ok(Output::Digest(digest::digest(self, algo, data)))
             }),
-            Job::Chunk { params, segments } => per_segment(segments, pre, |s| {
+            Job::Chunk { params, segments } => per_segment(segments, survey, |s| {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
                 Ok(Output::Chunks(chunk::boundaries(params, data)))
             }),
@@ -194,13 +215,13 @@ impl Backend for CpuBackend {
                 key,
                 crc32c,
                 segments,
-            } => per_segment(segments, pre, |s| {
+            } => per_segment(segments, survey, |s| {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
                 Ok(Output::DigestedChunks(chunk::digested(
                     params, key, *crc32c, data,
                 )))
             }),
-            Job::RsaPrivate { key, segments } => per_segment(segments, pre, |s| {
+            Job::RsaPrivate { key, segments } => per_segment(segments, survey, |s| {
                 rsa::private_op(key, s).map(Output::Bytes)
             }),
         };
@@ -273,8 +294,11 @@ impl CtrKeystream {
 
 #[cfg(test)]
 mod inline_tests {
-    use super::runs_inline;
     use crate::{Aes256Key, Job, Nonce96, SealSegment};
+
+    fn runs_inline(job: &Job<'_>) -> bool {
+        super::runs_inline(job, job.bytes())
+    }
 
     fn seal_job<'a>(key: &'a Aes256Key, bufs: &'a mut [Vec<u8>]) -> Job<'a> {
         Job::Seal {

@@ -566,7 +566,10 @@ pub(super) fn measure_device_resident(
 
 /// Times `columns` on the same buffers one run of each in turn (after one
 /// warm-up run each) until every column has 3 runs and `min_time` per
-/// column has passed; the median of each.
+/// column has passed; the median of each. Each round starts one column
+/// later than the last, so that no column always runs right after the same
+/// one (after a GPU run the CPU pool's threads have gone to sleep, and the
+/// column next in line paid their wake-up: auto, on the H100 host).
 fn measure_interleaved<B: AsMut<[u8]> + AsRef<[u8]>>(
     columns: &[&dyn Backend],
     op: OpKind,
@@ -599,10 +602,13 @@ fn measure_interleaved<B: AsMut<[u8]> + AsRef<[u8]>>(
     let budget = min_time * columns.len() as u32;
     let start = Instant::now();
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); columns.len()];
-    while times[0].len() < 3 || (start.elapsed() < budget && times[0].len() < 1000) {
-        for (t, b) in times.iter_mut().zip(columns) {
-            t.push(once(*b)?);
+    let k = columns.len();
+    let mut round = 0;
+    while round < 3 || (start.elapsed() < budget && round < 1000) {
+        for i in (0..k).map(|j| (round + j) % k) {
+            times[i].push(once(columns[i])?);
         }
+        round += 1;
     }
     Ok(times
         .into_iter()
