@@ -15,8 +15,12 @@ use crate::chunking::ChunkParams;
 use crate::job::{ChunkSpan, DigestedChunk};
 use crate::types::Blake3Key;
 
-/// Segment bytes resident on the device at once (plus 1/16 of that for
-/// candidate bitmaps and their index, and 1/32 for chaining values). 1 GiB:
+/// Device memory a group may take, counted as host bytes (copied into one
+/// job buffer, plus ~1/4 of that for candidate bitmaps and their index and
+/// 1/32 for chaining values) and device-resident bytes at a quarter (only
+/// that scratch): 1 GiB of host segments or 4 GiB of resident ones (one
+/// group of 4 x 1 GiB resident ran at 381 GB/s against 336 in four 1 GiB
+/// groups, H100, session 5: each group pays host round trips). 1 GiB:
 /// a 4 GiB group (4 x 1 GiB segments) hit an illegal address on an H200
 /// (2026-11-22, not yet found; 4 x 256 MiB passed), so groups stay small
 /// until that is understood. `GVAULT_FUSED_GROUP_BYTES` (64 MiB..=16 GiB)
@@ -59,14 +63,23 @@ pub(crate) fn groups<'a, 'b>(inputs: &'a [Input<'b>]) -> impl Iterator<Item = &'
         }
         let mut end = start;
         let mut bytes = 0usize;
-        while end < inputs.len() && (end == start || bytes + inputs[end].len() <= group_bytes()) {
-            bytes += inputs[end].len();
+        while end < inputs.len() && (end == start || bytes + weight(&inputs[end]) <= group_bytes())
+        {
+            bytes += weight(&inputs[end]);
             end += 1;
         }
         let group = &inputs[start..end];
         start = end;
         Some(group)
     })
+}
+
+/// An input's share of a group's device memory (see GROUP_BYTES).
+fn weight(input: &Input<'_>) -> usize {
+    match input {
+        Input::Host(b) => b.len(),
+        Input::Device { len, .. } => len / 4,
+    }
 }
 
 fn run_group(
@@ -155,4 +168,26 @@ pub(crate) fn place(
     }
     copy_in(dev, &pieces, &targets)?;
     Ok((placed, resident))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{groups, Input};
+
+    #[test]
+    fn groups_count_resident_bytes_at_a_quarter() {
+        let gib = 1usize << 30;
+        let resident: Vec<Input<'_>> = (0..5)
+            .map(|k| Input::Device {
+                ptr: (k * gib) as u64,
+                len: gib,
+            })
+            .collect();
+        let sizes: Vec<usize> = groups(&resident).map(|g| g.len()).collect();
+        assert_eq!(sizes, vec![4, 1]);
+        let bytes = vec![0u8; 3 << 20];
+        let host = [Input::Host(&bytes[..]), Input::Host(&bytes[..])];
+        // small host inputs share a group; every input lands in exactly one
+        assert_eq!(groups(&host).map(|g| g.len()).sum::<usize>(), 2);
+    }
 }
