@@ -433,6 +433,33 @@ __device__ __forceinline__ void gv_acc_xor(uint4* acc, unsigned int sg, const ui
 
 #define GV_NO_SEG 0xffffffffu
 
+// A piece's Horner sum v (poly form) times G^e, nibble by nibble from the
+// power table pw[16 * level + digit].
+__device__ __forceinline__ uint4 gv_weight_piece(uint4 v, unsigned long long e, const uint4* pw) {
+    for (unsigned int l = 0; e; ++l, e >>= 4) {
+        const unsigned int d = (unsigned int)(e & 15u);
+        if (d) v = gv_gf_mul(v, pw[16 * l + d]);
+    }
+    return v;
+}
+
+// Warp, then block, segmented XOR of every thread's (sg, v); run heads add
+// into the accumulator. Every thread of the block calls it (two barriers).
+__device__ __forceinline__ void gv_ghash_reduce(uint4* acc, unsigned int sg, uint4 v, unsigned int* ws, uint4* wv) {
+    const unsigned int lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const bool head = gv_seg_xor_warp(sg, v);
+    if (head && lane != 0 && sg != GV_NO_SEG) gv_acc_xor(acc, sg, v);
+    if (lane == 0) { ws[warp] = sg; wv[warp] = v; }
+    __syncthreads();
+    if (warp == 0) {
+        unsigned int s2 = lane < nwarps ? ws[lane] : GV_NO_SEG;
+        uint4 v2 = lane < nwarps ? wv[lane] : make_uint4(0u, 0u, 0u, 0u);
+        const bool h2 = gv_seg_xor_warp(s2, v2);
+        if (h2 && s2 != GV_NO_SEG) gv_acc_xor(acc, s2, v2);
+    }
+    __syncthreads();
+}
+
 // gcm_ghash: block 256 (any multiple of 32 up to 256), grid any (3 per SM
 // fill an H100: 3 x 69 KiB of shared memory), dynamic shared memory 65536
 // bytes. Reads A and C, XORs every piece's weighted Horner sum into work.acc.
@@ -485,25 +512,9 @@ gcm_ghash(const GcmSeg* __restrict__ segs, unsigned int nsegs, const unsigned ch
             const unsigned long long i1 = (k + 1) * P - pad;
             const uint4 y = gv_ghash_range(ht, cb, data, aad, g, i0, i1);
             // weight the piece by G^(np-1-k), nibble by nibble
-            v = gv_swap_form(y);
-            unsigned long long e = np - 1 - k;
-            for (unsigned int l = 0; e; ++l, e >>= 4) {
-                const unsigned int d = (unsigned int)(e & 15u);
-                if (d) v = gv_gf_mul(v, pw[16 * l + d]);
-            }
+            v = gv_weight_piece(gv_swap_form(y), np - 1 - k, pw);
         }
-        // warp, then block, segmented XOR; run heads add into the accumulator
-        const bool head = gv_seg_xor_warp(sg, v);
-        if (head && lane != 0 && sg != GV_NO_SEG) gv_acc_xor(acc, sg, v);
-        if (lane == 0) { ws[warp] = sg; wv[warp] = v; }
-        __syncthreads();
-        if (warp == 0) {
-            unsigned int s2 = lane < nwarps ? ws[lane] : GV_NO_SEG;
-            uint4 v2 = lane < nwarps ? wv[lane] : make_uint4(0u, 0u, 0u, 0u);
-            const bool h2 = gv_seg_xor_warp(s2, v2);
-            if (h2 && s2 != GV_NO_SEG) gv_acc_xor(acc, s2, v2);
-        }
-        __syncthreads();
+        gv_ghash_reduce(acc, sg, v, ws, wv);
     }
 }
 
@@ -605,24 +616,9 @@ gcm_ghash_wide(const GcmSeg* __restrict__ segs, unsigned int nsegs, const unsign
             // the first step multiplies 0). Block kW + 32m + lane needs the
             // exponent 32 (P - m) - lane plus W (np - 1 - k) in the segment
             // sum: hence the weights H^(32 - lane) and G^(np - 1 - k).
-            v = gv_gf_mul(gv_swap_form(y), lane_w);
-            unsigned long long e = np - 1 - k;
-            for (unsigned int l = 0; e; ++l, e >>= 4) {
-                const unsigned int d = (unsigned int)(e & 15u);
-                if (d) v = gv_gf_mul(v, pw[16 * l + d]);
-            }
+            v = gv_weight_piece(gv_gf_mul(gv_swap_form(y), lane_w), np - 1 - k, pw);
         }
-        const bool head = gv_seg_xor_warp(sg, v);
-        if (head && lane != 0 && sg != GV_NO_SEG) gv_acc_xor(acc, sg, v);
-        if (lane == 0) { ws[warp] = sg; wv[warp] = v; }
-        __syncthreads();
-        if (warp == 0) {
-            unsigned int s2 = lane < nwarps ? ws[lane] : GV_NO_SEG;
-            uint4 v2 = lane < nwarps ? wv[lane] : make_uint4(0u, 0u, 0u, 0u);
-            const bool h2 = gv_seg_xor_warp(s2, v2);
-            if (h2 && s2 != GV_NO_SEG) gv_acc_xor(acc, s2, v2);
-        }
-        __syncthreads();
+        gv_ghash_reduce(acc, sg, v, ws, wv);
     }
 }
 

@@ -21,10 +21,11 @@ use crate::types::Blake3Key;
 /// that scratch): 1 GiB of host segments or 4 GiB of resident ones (one
 /// group of 4 x 1 GiB resident ran at 381 GB/s against 336 in four 1 GiB
 /// groups, H100, session 5: each group pays host round trips). 1 GiB:
-/// a 4 GiB group (4 x 1 GiB segments) hit an illegal address on an H200
-/// (2026-11-22, not yet found; 4 x 256 MiB passed), so groups stay small
-/// until that is understood. `GVAULT_FUSED_GROUP_BYTES` (64 MiB..=16 GiB)
-/// overrides it, for that investigation.
+/// a 4 GiB group of host segments hit an illegal address on an H200 in an
+/// earlier session (never found; the candidate index's unwritten padding
+/// words, zeroed since, are a suspect); on the H100 in session 5 the 4 GiB
+/// group test passed twice. `GVAULT_FUSED_GROUP_BYTES` (64 MiB..=16 GiB)
+/// overrides it (`scripts/gpu-check.sh` phase group4g).
 const GROUP_BYTES: usize = 1 << 30;
 
 fn group_bytes() -> usize {
