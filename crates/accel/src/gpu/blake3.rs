@@ -7,7 +7,7 @@
 
 use std::ffi::c_void;
 
-use super::runtime::{download, upload, DevError, Device, DeviceBuffer};
+use super::runtime::{upload, DevError, Device, DeviceBuffer};
 use super::stage::{as_bytes, cut, stage_host, upload_descs};
 use crate::types::Blake3Key;
 
@@ -190,7 +190,8 @@ pub(crate) fn hash(
     if !dev_descs.is_empty() {
         let base = rebase(&mut dev_descs);
         let buf = dev.alloc(std::mem::size_of_val(dev_descs.as_slice()))?;
-        upload(buf.ptr, as_bytes(&dev_descs))?;
+        // One 40-byte piece per input: several MB for a fused job's chunks.
+        dev.upload_pinned(buf.ptr, as_bytes(&dev_descs))?;
         launch_chunks(
             dev,
             key_buf.ptr,
@@ -223,11 +224,11 @@ pub(crate) fn hash(
     drop((reduce_bufs, dev_desc_buf));
     trace.mark("reduce");
     let mut out = vec![0u8; inputs.len() * 32];
-    download(&mut out, digests.ptr)?;
+    dev.download_pinned(&mut out, digests.ptr)?;
     let crcs = match &crc {
         Some((_, per_seg)) => {
             let mut bytes = vec![0u8; inputs.len() * 4];
-            download(&mut bytes, per_seg.ptr)?;
+            dev.download_pinned(&mut bytes, per_seg.ptr)?;
             Some(
                 bytes
                     .chunks(4)
@@ -378,7 +379,8 @@ fn reduce(
     };
     let all: Vec<B3Level> = levels.iter().flat_map(|(l, _)| l.iter().copied()).collect();
     let desc = dev.alloc(std::mem::size_of_val(all.as_slice()))?;
-    upload(desc.ptr, as_bytes(&all))?;
+    // About one 40-byte level per multi-chunk input: MB for fused jobs.
+    dev.upload_pinned(desc.ptr, as_bytes(&all))?;
     let tmp = dev.alloc(*first_groups as usize * 32)?;
     let cv_bufs = [cvs.ptr, tmp.ptr];
     let crc_tmp = match crc {

@@ -308,9 +308,11 @@ pub(crate) fn boundaries(
         return Err("cdc_walk: a section list overflowed (internal error)".into());
     }
     let mut sec_bytes = vec![0u8; ns * std::mem::size_of::<CdcSec>()];
-    download(&mut sec_bytes, secs.ptr)?;
+    // 16 bytes a section and `cap` words a section (MB per GiB of input):
+    // through the page-locked buffer.
+    dev.download_pinned(&mut sec_bytes, secs.ptr)?;
     let mut list_bytes = vec![0u8; ns * cap as usize * 4];
-    download(&mut list_bytes, lists.ptr)?;
+    dev.download_pinned(&mut list_bytes, lists.ptr)?;
     let words_of = |b: &[u8]| -> Vec<u32> {
         b.chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
