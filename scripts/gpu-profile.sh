@@ -15,7 +15,7 @@ export GVAULT_KERNEL_CACHE=/tmp/gvault-kernels
 for k in gear_candidates blake3_chunks blake3_chunks_crc32c; do
   timeout 120 "$NCU" --kernel-name "$k" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats \
     .gpu/gvault bench primitive --no-single-core --min-ms 1 --ops fastcdc-blake3,fastcdc-blake3-crc32c \
     --sizes 256M --total 256M 2>&1 | tail -120 | tee -a "$OUT/profile.txt"
 done
