@@ -5,8 +5,7 @@
 
 use std::ffi::c_void;
 
-use rayon::prelude::*;
-
+use super::host_copy::copy_parallel;
 use super::runtime::{sync, upload, DevError, Device, Slot, DESC_BYTES, SLOT_BYTES};
 
 /// A CTR kernel and its key arguments (device pointers passed before
@@ -58,30 +57,6 @@ pub(crate) fn advance(iv: [u8; 16], unit: usize, units: u64) -> [u8; 16] {
         out[..8].copy_from_slice(&c.to_be_bytes());
         out
     }
-}
-
-/// Parallel copy between user memory and a pinned slot (the staging copy
-/// is the CPU's share of the pipeline; one core cannot feed the link).
-fn copy_parallel(jobs: &[(*mut u8, *const u8, usize)]) {
-    const CHUNK: usize = 4 << 20;
-    struct Raw(*mut u8, *const u8, usize);
-    // SAFETY (Send/Sync): each (dst, src, len) names disjoint live memory.
-    unsafe impl Send for Raw {}
-    unsafe impl Sync for Raw {}
-    let parts: Vec<Raw> = jobs
-        .iter()
-        .flat_map(|&(d, s, n)| {
-            (0..n).step_by(CHUNK).map(move |o| {
-                // SAFETY: o < n.
-                unsafe { Raw(d.add(o), s.add(o), CHUNK.min(n - o)) }
-            })
-        })
-        .collect();
-    parts.par_iter().for_each(|r| {
-        // SAFETY: dst and src are valid for len bytes and do not overlap
-        // (one is user memory, the other a pinned slot).
-        unsafe { std::ptr::copy_nonoverlapping(r.1, r.0, r.2) }
-    });
 }
 
 /// The first batch of a job holds at most this much, each next one twice as

@@ -17,6 +17,7 @@ mod chunk_digest;
 mod ctr;
 mod digest;
 mod gcm;
+mod host_copy;
 pub mod kernels;
 pub mod key_schedule;
 pub mod link;

@@ -8,8 +8,8 @@ use std::ffi::c_void;
 
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
-use rayon::prelude::*;
 
+use super::host_copy::{copy_parallel, CopyJob};
 use super::runtime::{err, sync, DevError, Device, Slot, SLOT_BYTES};
 
 /// Where a piece landed in the slot's device buffer.
@@ -21,30 +21,15 @@ pub(crate) struct Staged {
     pub off: usize,
 }
 
-/// Parallel copy of host pieces into a pinned slot (one core cannot feed the link).
+/// Copy of host pieces into a pinned slot, spread over the pool.
 fn pack(slot: &Slot, parts: &[(usize, &[u8])]) {
-    const CHUNK: usize = 4 << 20;
-    struct Raw(*mut u8, *const u8, usize);
-    // SAFETY (Send/Sync): each Raw names disjoint live memory.
-    unsafe impl Send for Raw {}
-    unsafe impl Sync for Raw {}
-    let jobs: Vec<Raw> = parts
+    let jobs: Vec<CopyJob> = parts
         .iter()
-        .flat_map(|&(off, src)| {
-            (0..src.len()).step_by(CHUNK).map(move |o| {
-                // SAFETY: off + src.len() <= SLOT_BYTES (checked by the caller).
-                Raw(
-                    unsafe { slot.host.add(off + o) },
-                    src[o..].as_ptr(),
-                    CHUNK.min(src.len() - o),
-                )
-            })
-        })
+        // SAFETY: off + src.len() <= SLOT_BYTES (checked by the caller), and
+        // the pinned slot does not overlap the user's bytes.
+        .map(|&(off, src)| (unsafe { slot.host.add(off) }, src.as_ptr(), src.len()))
         .collect();
-    jobs.par_iter().for_each(|r| {
-        // SAFETY: the pinned slot and the user's bytes do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(r.1, r.0, r.2) }
-    });
+    copy_parallel(&jobs);
 }
 
 /// Stages `pieces` (each at most `SLOT_BYTES`) and calls `launch(slot,
