@@ -19,6 +19,9 @@ use rayon::prelude::*;
 /// spread one slot over every core.
 const CHUNK: usize = 4 << 20;
 
+/// Batches smaller than this are copied with plain stores.
+const STREAM_MIN: usize = 8 << 20;
+
 /// One copy: `len` bytes from `src` to `dst`, which must be valid, live for
 /// the call, and not overlap each other or any other job's memory.
 pub(crate) type CopyJob = (*mut u8, *const u8, usize);
@@ -39,7 +42,10 @@ pub(crate) fn copy_parallel(jobs: &[CopyJob]) {
             })
         })
         .collect();
-    let streaming = streaming();
+    // A small batch stays in cache until it is used (the DMA engine snoops
+    // it, or the caller reads its results next): plain stores there.
+    let total: usize = jobs.iter().map(|j| j.2).sum();
+    let streaming = total >= STREAM_MIN && streaming();
     parts.par_iter().for_each(|r| {
         // SAFETY: dst and src are valid for len bytes and do not overlap
         // (one is user memory, the other a pinned slot).
