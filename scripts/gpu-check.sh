@@ -33,7 +33,7 @@ cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
 # Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
-# gear, slots, stagecopy, hashes, fused, group4g, many, e2e, trace, auto, lsm.
+# gear, slots, hashes, fused, group4g, many, e2e, trace, auto, lsm.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -107,18 +107,6 @@ if has slots; then
     GVAULT_GPU_SLOTS=$n $P --pinned --ops aes256ctr,aes256gcm-seal --sizes 1G 2>&1 | tee -a "$OUT/slots.txt"
     GVAULT_GPU_SLOTS=$n GVAULT_GPU_TRACE=2 $B/gvault bench primitive --no-single-core --min-ms 1 \
       --ops sha256 --sizes 1M --total 4G 2>&1 | grep "^stage" | tail -3 | tee -a "$OUT/slots.txt"
-  done
-fi
-if has stagecopy; then
-  # Staging copies with non-temporal stores (default) vs plain memcpy, on
-  # pageable host data: SHA-256 over 4096 x 1 MiB (bound by packing) and
-  # GCM at 1 GiB, with the staging loop's host time by phase.
-  for mode in stream memcpy; do
-    echo "== GVAULT_STAGE_COPY=$mode" | tee -a "$OUT/stagecopy.txt"
-    GVAULT_STAGE_COPY=$mode $P --ops sha256 --sizes 1M --total 4G 2>&1 | tee -a "$OUT/stagecopy.txt"
-    GVAULT_STAGE_COPY=$mode $P --ops aes256gcm-seal,aes256gcm-open,blake3 --sizes 1G 2>&1 | tee -a "$OUT/stagecopy.txt"
-    GVAULT_STAGE_COPY=$mode GVAULT_GPU_TRACE=2 $B/gvault bench primitive --no-single-core --min-ms 1 \
-      --ops sha256 --sizes 1M --total 4G 2>&1 | grep "^stage" | tail -3 | tee -a "$OUT/stagecopy.txt"
   done
 fi
 if has fused; then
