@@ -42,6 +42,8 @@ fn model(gpu_fixed_ns: f64, gpu_ns_per_byte: f64) -> CostModel {
                     kernel: gpu,
                     pinned: Some(gpu),
                     pageable: Some(gpu),
+                    pinned_packed: None,
+                    thread_ns_per_byte: None,
                 }),
             };
             (op.name().to_string(), m)

@@ -40,6 +40,8 @@ fn h200_like(threads: usize, gpu_slower: f64) -> CostModel {
                     kernel: line(30_000.0, 500.0 / gpu_slower, 20.0),
                     pinned: Some(line(40_000.0, 45.0 / gpu_slower, 20.0)),
                     pageable: Some(line(40_000.0, 9.8 / gpu_slower, 20.0)),
+                    pinned_packed: None,
+                    thread_ns_per_byte: None,
                 }),
             };
             (op.name().to_string(), m)

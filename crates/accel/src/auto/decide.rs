@@ -8,7 +8,10 @@
 //! inside a segment, where the op allows), by one walk over the lengths,
 //! and priced again exactly.
 
-use super::model::{CostModel, CpuCost, HostMemory, LinearCost};
+use super::model::{
+    gpu_line_kind, gpu_serial, gpu_stage_ns, CostModel, CpuCost, GpuLine, HostMemory, LinearCost,
+    DIRECT_MIN,
+};
 use crate::cpu::DEFAULT_SPLIT_BYTES;
 use crate::job::{OpKind, MAX_SEGMENT_LEN};
 
@@ -114,26 +117,16 @@ pub fn cuttable(op: OpKind) -> bool {
     matches!(op, OpKind::AesCtr | OpKind::TeaCtr | OpKind::BlowfishCtr)
 }
 
-/// Ops the GPU runs one thread per segment (sequential hashes): its
-/// calibrated rate holds for jobs of many segments, not for the few of a
-/// split's part (on the H100, SHA-256 of 4 segments ran at 0.13 GB/s
-/// against 2 GB/s for 64), so they are never split.
-fn gpu_serial(op: OpKind) -> bool {
-    matches!(
-        op,
-        OpKind::Sha256 | OpKind::Md5 | OpKind::Crc32 | OpKind::Crc32c
-    )
-}
-
 /// CPU-thread nanoseconds per byte of a host staging copy (memcpy into or
 /// out of a pinned slot).
 const STAGE_NS_PER_BYTE: f64 = 0.1;
 
 /// Host copies per byte the GPU part of a split costs the CPU cores: the
-/// GPU backend stages pageable data (and in-place outputs) through pinned
-/// slots with copies that run on the same cores as the CPU part; only
-/// read-only jobs on page-locked memory are DMA'd straight from the caller.
-fn staging_copies(op: OpKind, mem: HostMemory) -> f64 {
+/// GPU backend stages pageable data, page-locked pieces under `DIRECT_MIN`
+/// (and in-place outputs) through pinned slots with copies that run on the
+/// same cores as the CPU part; only read-only jobs on page-locked memory
+/// in large pieces are DMA'd straight from the caller.
+fn staging_copies(op: OpKind, line: GpuLine) -> f64 {
     let writes = !matches!(
         op,
         OpKind::Sha256
@@ -145,7 +138,7 @@ fn staging_copies(op: OpKind, mem: HostMemory) -> f64 {
             | OpKind::Chunk
             | OpKind::ChunkDigest
     );
-    let copy_in = if mem == HostMemory::Pageable {
+    let copy_in = if matches!(line, GpuLine::Pageable | GpuLine::PinnedPacked) {
         1.0
     } else {
         0.0
@@ -191,21 +184,29 @@ fn cpu_time(c: &OpCosts, bytes: u64, segments: usize, largest: u64, threads: usi
 /// beyond it the pinned end-to-end line is extrapolated.
 pub const CALIBRATED_JOB_BYTES: u64 = 32 << 20;
 
-fn gpu_time(c: &OpCosts, bytes: u64, segments: usize, mem: HostMemory) -> Option<f64> {
+/// GPU time of `segments` segments, `bytes` in all, the longest `largest`.
+fn gpu_time(
+    c: &OpCosts,
+    bytes: u64,
+    segments: usize,
+    largest: u64,
+    mem: HostMemory,
+) -> Option<f64> {
     if segments == 0 {
         return Some(0.0);
     }
-    let line = c.gpu(mem)?;
+    let kind = gpu_line_kind(mem, bytes, segments);
+    let line = c.gpu(kind)?;
+    let stages = |bytes| gpu_stage_ns(&line, c.thread_ns_per_byte, bytes, segments, largest);
     match c.pinned_plateau_ns_per_byte {
         // Page-locked copies overlap the kernels once the pipeline is
         // full, which the calibrated sizes do not reach (H100: GCM 23 GB/s
         // at 32 MiB, 47 GB/s at 4 GiB): past them, the slower of link
-        // and kernel sets the rate.
-        Some(rate) if mem == HostMemory::Pinned && bytes > CALIBRATED_JOB_BYTES => Some(
-            line.predict_ns(CALIBRATED_JOB_BYTES, segments)
-                + rate * (bytes - CALIBRATED_JOB_BYTES) as f64,
-        ),
-        _ => Some(line.predict_ns(bytes, segments)),
+        // and kernel sets the rate. Only DMA'd pieces reach the link's rate.
+        Some(rate) if kind == GpuLine::Pinned && bytes > CALIBRATED_JOB_BYTES => {
+            Some(stages(CALIBRATED_JOB_BYTES) + rate * (bytes - CALIBRATED_JOB_BYTES) as f64)
+        }
+        _ => Some(stages(bytes)),
     }
 }
 
@@ -214,23 +215,26 @@ fn gpu_time(c: &OpCosts, bytes: u64, segments: usize, mem: HostMemory) -> Option
 pub(crate) struct OpCosts {
     op: OpKind,
     cpu: Option<CpuCost>,
-    /// Indexed by [`mem_index`].
-    gpu: [Option<LinearCost>; 3],
+    /// Indexed by [`line_index`].
+    gpu: [Option<LinearCost>; 4],
+    thread_ns_per_byte: Option<f64>,
     /// Per-byte rate of large pinned jobs, where faster than the fitted one.
     pinned_plateau_ns_per_byte: Option<f64>,
 }
 
-fn mem_index(mem: HostMemory) -> usize {
-    match mem {
-        HostMemory::Device => 0,
-        HostMemory::Pinned => 1,
-        HostMemory::Pageable => 2,
+fn line_index(line: GpuLine) -> usize {
+    match line {
+        GpuLine::Kernel => 0,
+        GpuLine::Pinned => 1,
+        GpuLine::PinnedPacked => 2,
+        GpuLine::Pageable => 3,
     }
 }
 
 impl OpCosts {
     pub(crate) fn of(model: &CostModel, op: OpKind) -> OpCosts {
         let line = |mem| model.gpu_cost(op, mem);
+        let gpu = GpuLine::ALL.map(|kind| model.gpu_line(op, kind));
         let plateau = match (
             model.op(op).and_then(|m| m.gpu),
             model.link,
@@ -246,11 +250,11 @@ impl OpCosts {
             pinned_plateau_ns_per_byte: plateau,
             op,
             cpu: model.op(op).map(|m| m.cpu),
-            gpu: [
-                line(HostMemory::Device),
-                line(HostMemory::Pinned),
-                line(HostMemory::Pageable),
-            ],
+            gpu,
+            thread_ns_per_byte: model
+                .op(op)
+                .and_then(|m| m.gpu)
+                .and_then(|g| g.thread_ns_per_byte),
         }
     }
 
@@ -262,8 +266,8 @@ impl OpCosts {
             .collect()
     }
 
-    fn gpu(&self, mem: HostMemory) -> Option<LinearCost> {
-        self.gpu[mem_index(mem)]
+    fn gpu(&self, line: GpuLine) -> Option<LinearCost> {
+        self.gpu[line_index(line)]
     }
 }
 
@@ -295,7 +299,8 @@ fn split_threads(
     gpu: GpuPart,
     g: f64,
 ) -> (usize, f64) {
-    let staging = gpu.bytes as f64 * staging_copies(c.op, stats.mem) * STAGE_NS_PER_BYTE;
+    let line = gpu_line_kind(stats.mem, gpu.bytes, gpu.segments);
+    let staging = gpu.bytes as f64 * staging_copies(c.op, line) * STAGE_NS_PER_BYTE;
     let need = if g > 0.0 && g.is_finite() {
         ((staging / g).ceil() as usize).max(1)
     } else {
@@ -319,7 +324,8 @@ fn split_finish(
 ) -> SplitPrice {
     let cpu_bytes = stats.bytes - gpu.bytes.min(stats.bytes);
     let cpu_segments = stats.segments - gpu.segments.min(stats.segments) + usize::from(cut_inside);
-    let g = gpu_time(c, gpu.bytes, gpu.segments, stats.mem).unwrap_or(f64::INFINITY);
+    let largest = stats.largest.min(gpu.bytes);
+    let g = gpu_time(c, gpu.bytes, gpu.segments, largest, stats.mem).unwrap_or(f64::INFINITY);
     let (threads, spill) = split_threads(c, stats, sides, gpu, g);
     let cpu = cpu_time(
         c,
@@ -334,6 +340,18 @@ fn split_finish(
             + SPLIT_OVERHEAD_NS,
         cpu_threads: threads,
     }
+}
+
+/// Whether the GPU would pack the job's pieces (under `DIRECT_MIN` on
+/// average) through its pinned slots. Such jobs are never split: packing
+/// is bound by host memory bandwidth on every core (H100 host, session 5:
+/// ~50 GB/s on all 16 cores, bench/RESULTS.md), so a GPU part of small
+/// pieces takes the cores its CPU part would run on. Priced with a copy at
+/// one core's speed, BLAKE3 splits of 512 B to 64 KiB pieces came out
+/// 25-40% ahead of the CPU; such splits ran at 0.64x the best (512 B
+/// pinned, session 5) and 0.1-0.7x in sessions 3-4.
+fn packed(stats: &JobStats) -> bool {
+    stats.mem != HostMemory::Device && stats.bytes < DIRECT_MIN * stats.segments as u64
 }
 
 /// Outcome of pricing a job from its totals.
@@ -361,7 +379,8 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
             sides.cpu_threads,
         );
     let gpu_finish = if sides.gpu && stats.segments > 0 {
-        gpu_time(c, stats.bytes, stats.segments, stats.mem).map(|t| sides.gpu_queued_ns + t)
+        gpu_time(c, stats.bytes, stats.segments, stats.largest, stats.mem)
+            .map(|t| sides.gpu_queued_ns + t)
     } else {
         None
     };
@@ -384,7 +403,11 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
     } else {
         (Sketch::Cpu, single(Plan::Cpu, cpu_finish))
     };
-    if stats.bytes < MIN_SPLIT_BYTES || (stats.segments < 2 && !cuttable(op)) || gpu_serial(op) {
+    if stats.bytes < MIN_SPLIT_BYTES
+        || (stats.segments < 2 && !cuttable(op))
+        || gpu_serial(op)
+        || packed(stats)
+    {
         return best;
     }
     // Neither side runs a share of the job in less than that share of the
@@ -445,7 +468,7 @@ fn balance_point(
     cpu_finish: f64,
     gpu_finish: f64,
 ) -> f64 {
-    let fixed_g = gpu_time(c, 0, 1, stats.mem).unwrap_or(0.0);
+    let fixed_g = gpu_time(c, 0, 1, 0, stats.mem).unwrap_or(0.0);
     let fixed_c = cpu_time(c, 0, 1, 0, sides.cpu_threads);
     let var_g = (gpu_finish - sides.gpu_queued_ns - fixed_g).max(0.0);
     let var_c = (cpu_finish - sides.cpu_queued_ns - fixed_c).max(0.0);
@@ -552,13 +575,13 @@ pub fn crossover(
     mem: HostMemory,
 ) -> Crossover {
     let c = &OpCosts::of(model, op);
-    let Some(g) = c.gpu(mem) else {
+    if c.gpu(gpu_line_kind(mem, u64::MAX, 1)).is_none() {
         return Crossover::NoGpu;
-    };
+    }
     let n = segments.max(1);
     let gpu_wins = |size: u64| {
         let cpu = cpu_time(c, size * n as u64, n, size, cpu_threads);
-        g.predict_ns(size * n as u64, n) < cpu
+        gpu_time(c, size * n as u64, n, size, mem).is_some_and(|g| g < cpu)
     };
     let (lo, hi) = (512u64, 1u64 << 30);
     if gpu_wins(lo) {
@@ -567,7 +590,8 @@ pub fn crossover(
     if !gpu_wins(hi) {
         return Crossover::GpuNeverFaster;
     }
-    // Bisection: the difference is linear in size, so it crosses once.
+    // Bisection: the GPU's lead grows with the size (the line switches
+    // once, to DMA'd pieces, at `DIRECT_MIN`), so it crosses about once.
     let (mut lo, mut hi) = (lo, hi);
     while hi - lo > 16 {
         let mid = lo + (hi - lo) / 2;
@@ -611,6 +635,8 @@ mod tests {
                         kernel: host(100.0),
                         pinned: Some(host(pinned)),
                         pageable: Some(host(pageable)),
+                        pinned_packed: None,
+                        thread_ns_per_byte: None,
                     }),
                 };
                 (op.name().to_string(), m)
@@ -800,7 +826,7 @@ mod tests {
         ] {
             let m = model_with(threads, cpu, gpu, gpu);
             for n in [2usize, 3, 5, 17, 40, 333] {
-                for size in [64u64 << 10, 1 << 20, 5 << 20] {
+                for size in [256u64 << 10, 1 << 20, 5 << 20] {
                     let lengths = vec![size; n];
                     let d = decide(&m, &shape(op, &lengths), &idle(threads));
                     let best = brute_force(&m, op, &lengths, &idle(threads));
@@ -829,7 +855,7 @@ mod tests {
             bytes: 128 << 20,
             segments: 128,
         };
-        let g = gpu_time(&gcm, part.bytes, part.segments, stats.mem).expect("gpu");
+        let g = gpu_time(&gcm, part.bytes, part.segments, 1 << 20, stats.mem).expect("gpu");
         assert_eq!(split_threads(&gcm, &stats, &idle(16), part, g), (14, 0.0));
         // A CPU side on 8 of 16 cores leaves the copies 8 already.
         let half = Sides {
@@ -960,12 +986,13 @@ mod tests {
             other => panic!("expected a crossing, got {other:?}"),
         };
         let (pinned, pageable) = (at(HostMemory::Pinned), at(HostMemory::Pageable));
-        assert!(pinned < pageable, "{pinned} {pageable}");
+        // Pinned pieces under DIRECT_MIN are packed like pageable ones.
+        assert!(pinned <= pageable, "{pinned} {pageable}");
         let c = OpCosts::of(&m, OpKind::Sha256);
         let t = |s: u64| {
             (
                 cpu_time(&c, s, 1, s, 1),
-                gpu_time(&c, s, 1, HostMemory::Pinned).expect("gpu"),
+                gpu_time(&c, s, 1, s, HostMemory::Pinned).expect("gpu"),
             )
         };
         let (c, g) = t(pinned);

@@ -45,6 +45,25 @@ const PINNED_GBPS: f64 = 55.0;
 const PAGEABLE_GBPS: f64 = 10.0;
 /// Of the ideal speed-up, what many segments on all cores achieve.
 const CPU_EFFICIENCY: f64 = 0.85;
+/// Host work per segment staged from host memory (descriptors, packing),
+/// a stage of its own: H100 host, SHA-256 512 B x 131072 pageable ran at
+/// 2.4 GB/s (28 ms, ~210 ns a segment) where 4 KiB x 16384 ran at 13.4
+/// (bench/RESULTS.md, session 5, call 4).
+const STAGED_NS_PER_SEGMENT: f64 = 210.0;
+
+/// One GPU thread's ns per byte for the ops run one thread per segment,
+/// from the H100 figures in bench/RESULTS.md (sessions 4, 5): SHA-256 at
+/// 1.93 GB/s resident for 1 MiB x 64 (64 threads: 33 ns/B each); MD5 from
+/// its 1 MiB x 4096 kernel rate against SHA-256's (212 vs 123 GB/s); the
+/// CRCs from calibration's 64-segment kernel rates (3.2-3.3 vs 3.46).
+fn thread_ns_per_byte(op: OpKind) -> Option<f64> {
+    match op {
+        OpKind::Sha256 => Some(33.0),
+        OpKind::Md5 => Some(19.0),
+        OpKind::Crc32 | OpKind::Crc32c => Some(35.0),
+        _ => None,
+    }
+}
 
 /// The shipped model, shaped for `identity` (its core count sets the CPU
 /// speed-up; GPU figures are included only when it names a GPU).
@@ -75,8 +94,11 @@ pub fn shipped(identity: Identity) -> CostModel {
                 pageable: Some(LinearCost {
                     fixed_ns: GPU_FIXED_NS + LINK_FIXED_NS,
                     ns_per_byte: gpu_b.max(1.0 / PAGEABLE_GBPS),
-                    ns_per_segment: gpu_s,
+                    ns_per_segment: gpu_s.max(STAGED_NS_PER_SEGMENT),
                 }),
+                // Small page-locked pieces are packed like pageable ones.
+                pinned_packed: None,
+                thread_ns_per_byte: thread_ns_per_byte(op),
             });
             (op.name().to_string(), OpModel { cpu, gpu })
         })
@@ -110,9 +132,10 @@ mod tests {
             assert!(m.op(op).is_some_and(|o| o.gpu.is_some()), "{op}");
         }
         // Pageable host data is priced slower than pinned, pinned slower
-        // than device-resident, for large jobs of every op.
+        // than device-resident, for large jobs of every op (pieces DMA'd,
+        // short enough that serial hashes are not thread-bound).
         for op in OpKind::ALL {
-            let t = |mem| m.gpu_ns(op, 1 << 30, 64, mem).expect("gpu");
+            let t = |mem| m.gpu_ns(op, 1 << 30, 4096, 256 << 10, mem).expect("gpu");
             assert!(t(HostMemory::Pageable) > t(HostMemory::Pinned), "{op}");
             assert!(t(HostMemory::Pinned) >= t(HostMemory::Device), "{op}");
         }

@@ -1,5 +1,14 @@
-//! Regression tests from the model calibrated on the H100 host (one H100,
-//! 16 cores) and the benchmark measured there with it (issue 5).
+//! Regression tests from the H100 host (one H100, 16 cores) and the
+//! benchmark measured there (issue 5; bench/RESULTS.md, session 5, calls
+//! 4-5). `testdata/h100-cost-model-s5.json` is call 4's calibrated model
+//! (`/work/.device/4/cost-model.json`) brought to format 3: its CPU lines,
+//! its GPU fixed costs and its DMA'd-pinned lines as calibrated; the
+//! pageable and packed-pinned lines derived from the measured 512 B x
+//! 131072, 4 KiB x 16384 and 64 KiB x 1024 cells below by the same
+//! envelope rule as `fit_stages` (each stage's rate the fastest no cell
+//! contradicts); SHA-256's per-thread rate from 1 MiB x 64 resident (1.93
+//! GB/s: 33 ns/B a thread) and its saturated resident rate from 1 MiB x
+//! 32768 (570 GB/s). The new calibration shapes measure exactly these.
 
 use super::decide::*;
 use super::model::{CostModel, HostMemory};
@@ -7,30 +16,31 @@ use crate::job::OpKind;
 
 fn h100() -> CostModel {
     let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model.json")).expect("parses");
+        serde_json::from_str(include_str!("testdata/h100-cost-model-s5.json")).expect("parses");
     m.validate().expect("valid");
     m
 }
 
 /// (op, segment size, segments, GB/s measured: cpu-all, gpu pageable,
-/// gpu pinned), from /work/prompts/h100-auto.txt.
-const MEASURED: [(OpKind, u64, usize, f64, f64, f64); 16] = [
-    (OpKind::AesGcmSeal, 512, 131072, 8.982, 1.157, 1.174),
-    (OpKind::AesGcmSeal, 4 << 10, 16384, 45.545, 7.931, 7.875),
-    (OpKind::AesGcmSeal, 64 << 10, 1024, 100.927, 13.838, 13.835),
-    (OpKind::AesGcmSeal, 1 << 20, 64, 106.653, 14.243, 21.004),
-    (OpKind::AesGcmSeal, 16 << 20, 4, 26.045, 13.392, 23.384),
-    (OpKind::AesGcmSeal, 64 << 20, 4, 20.769, 14.826, 37.425),
-    (OpKind::AesGcmSeal, 256 << 20, 4, 22.384, 18.351, 45.322),
-    (OpKind::AesGcmSeal, 1 << 30, 4, 22.966, 19.051, 46.905),
-    (OpKind::Sha256, 512, 131072, 9.996, 3.941, 3.865),
-    (OpKind::Sha256, 4 << 10, 16384, 16.263, 15.615, 16.460),
-    (OpKind::Sha256, 64 << 10, 1024, 17.886, 13.436, 13.831),
-    (OpKind::Sha256, 1 << 20, 64, 17.858, 1.792, 1.881),
-    (OpKind::Sha256, 16 << 20, 4, 4.747, 0.133, 0.133),
-    (OpKind::Sha256, 64 << 20, 4, 4.288, 0.133, 0.133),
-    (OpKind::Sha256, 256 << 20, 4, 4.812, 0.133, 0.133),
-    (OpKind::Sha256, 1 << 30, 4, 4.812, 0.133, 0.133),
+/// gpu pinned), calls 4 (GCM, SHA-256) and 5 (BLAKE3).
+const MEASURED: [(OpKind, u64, usize, f64, f64, f64); 17] = [
+    (OpKind::AesGcmSeal, 512, 131072, 8.720, 1.116, 1.334),
+    (OpKind::AesGcmSeal, 4 << 10, 16384, 37.814, 8.404, 8.794),
+    (OpKind::AesGcmSeal, 64 << 10, 1024, 86.509, 19.408, 19.571),
+    (OpKind::AesGcmSeal, 1 << 20, 64, 103.086, 17.921, 22.085),
+    (OpKind::AesGcmSeal, 64 << 20, 4, 24.966, 12.493, 35.888),
+    (OpKind::AesGcmSeal, 1 << 30, 4, 21.723, 18.865, 41.281),
+    (OpKind::Sha256, 512, 131072, 9.191, 2.399, 2.071),
+    (OpKind::Sha256, 4 << 10, 16384, 10.372, 13.379, 12.781),
+    (OpKind::Sha256, 64 << 10, 1024, 13.969, 13.482, 13.956),
+    (OpKind::Sha256, 1 << 20, 64, 13.341, 1.803, 1.867),
+    (OpKind::Sha256, 64 << 20, 4, 4.388, 0.133, 0.133),
+    (OpKind::Blake3, 512, 131072, 4.826, 2.009, 1.202),
+    (OpKind::Blake3, 4 << 10, 16384, 17.070, 11.153, 9.877),
+    (OpKind::Blake3, 64 << 10, 1024, 29.275, 18.943, 18.002),
+    (OpKind::Blake3, 1 << 20, 64, 28.840, 20.018, 35.010),
+    (OpKind::Blake3, 64 << 20, 4, 30.663, 20.190, 49.108),
+    (OpKind::Blake3, 1 << 30, 4, 32.362, 19.126, 52.634),
 ];
 
 fn idle() -> Sides {
@@ -43,54 +53,80 @@ fn idle() -> Sides {
     }
 }
 
+fn decide_h100(m: &CostModel, op: OpKind, lengths: &[u64], mem: HostMemory) -> Decision {
+    decide(m, &JobShape { op, lengths, mem }, &idle())
+}
+
 /// Every benchmarked cell, pageable and pinned: the backend chosen ran at
-/// 0.95x the better one measured or more. No cell of this table is
-/// predicted to gain from a split (the splits before the fix ran at
-/// 0.11x to 0.56x of the best).
+/// 0.95x the better one measured or more.
 #[test]
 fn h100_cells_pick_the_measured_best_backend() {
     let m = h100();
+    let mut misses = Vec::new();
     for (op, size, n, cpu, gpu_pageable, gpu_pinned) in MEASURED {
         for (mem, gpu) in [
             (HostMemory::Pageable, gpu_pageable),
             (HostMemory::Pinned, gpu_pinned),
         ] {
-            let lengths = vec![size; n];
-            let d = decide(
-                &m,
-                &JobShape {
-                    op,
-                    lengths: &lengths,
-                    mem,
-                },
-                &idle(),
-            );
+            let d = decide_h100(&m, op, &vec![size; n], mem);
             let got = match d.plan {
                 Plan::Cpu => cpu,
                 Plan::Gpu => gpu,
-                Plan::Split(p) => panic!("{op:?} {size} x {n} {mem:?}: split at {p:?}: {d:?}"),
+                // Not measured with this model: a split may only be taken
+                // where both sides are fast (BLAKE3 1 MiB x 64), and must
+                // not be priced beyond the measured rates added up.
+                Plan::Split(_) => {
+                    let ideal_ns = (size * n as u64) as f64 / (cpu + gpu);
+                    if d.plan_finish_ns >= 0.9 * ideal_ns && size >= 1 << 20 {
+                        cpu.max(gpu)
+                    } else {
+                        0.0
+                    }
+                }
             };
-            // 4 x 16 MiB pinned GCM: CPU 26.0, GPU 23.4 measured; the model
-            // has the CPU at 19.7 there (one thread per 16 MiB segment runs
-            // at ~6.5 GB/s, not the 8.9 fitted on cached sizes).
-            let need = if op == OpKind::AesGcmSeal && size == 16 << 20 && mem == HostMemory::Pinned
-            {
-                0.85
-            } else {
-                0.95
-            };
-            assert!(
-                got >= need * cpu.max(gpu),
-                "{op:?} {size} x {n} {mem:?}: {:?} runs at {got}, best {}: {d:?}",
-                d.plan,
-                cpu.max(gpu)
-            );
+            if got < 0.95 * cpu.max(gpu) {
+                misses.push(format!("{op:?} {size} x {n} {mem:?}: {d:?}"));
+            }
         }
     }
+    assert!(misses.is_empty(), "{misses:#?}");
+}
+
+/// Miss 1 of session 5: SHA-256 4 KiB x 16384 ran on the CPU (10.4 GB/s)
+/// where the GPU gave 13.4; with one thread per segment and 16384 of them
+/// the GPU is no longer thread-bound.
+#[test]
+fn h100_many_small_sha256_segments_go_to_the_gpu() {
+    let m = h100();
+    for mem in HostMemory::HOST {
+        let d = decide_h100(&m, OpKind::Sha256, &[4 << 10; 16384], mem);
+        assert_eq!(d.plan, Plan::Gpu, "{mem:?}: {d:?}");
+    }
+    // Few long segments are one thread each: 4 x 64 MiB stays on the CPU,
+    // and the GPU is priced near the 0.13 GB/s measured.
+    let d = decide_h100(&m, OpKind::Sha256, &[64 << 20; 4], HostMemory::Pinned);
+    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+    let gbps = (256u64 << 20) as f64 / d.gpu_finish_ns.expect("gpu");
+    assert!((0.1..0.2).contains(&gbps), "{gbps}");
+}
+
+/// Miss 2: BLAKE3 of pinned 512 B x 131072 was split (the GPU priced at 261
+/// ns a segment; it took ~56 ms) and ran at 0.64x; 64 KiB x 1024 pinned
+/// went to the GPU, priced at 35 GB/s as if DMA'd, and ran at 18 (packed).
+#[test]
+fn h100_small_pinned_blake3_pieces_stay_on_the_cpu() {
+    let m = h100();
+    let d = decide_h100(&m, OpKind::Blake3, &[512; 131072], HostMemory::Pinned);
+    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+    let d = decide_h100(&m, OpKind::Blake3, &[64 << 10; 1024], HostMemory::Pinned);
+    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+    // Large pinned pieces are DMA'd and go to the GPU.
+    let d = decide_h100(&m, OpKind::Blake3, &[64 << 20; 4], HostMemory::Pinned);
+    assert_eq!(d.plan, Plan::Gpu, "{d:?}");
 }
 
 /// The GPU's pinned rate past the calibrated sizes is the link/kernel
-/// plateau, not the fitted line (which has GCM at 23 GB/s everywhere).
+/// plateau, not the fitted line (which has GCM at 32 GB/s everywhere).
 #[test]
 fn h100_large_pinned_gcm_predicts_the_link_plateau() {
     let d = pinned_gcm(&h100(), &[1u64 << 30; 4]);
@@ -99,37 +135,14 @@ fn h100_large_pinned_gcm_predicts_the_link_plateau() {
     assert_eq!(d.plan, Plan::Gpu);
 }
 
-/// The model calibrated in session 4 (same host, interleaved benchmark)
-/// predicted a split of 64 x 1 MiB pinned GCM 7% faster than the CPU; it
-/// ran at 0.67x the CPU. Splits must now be predicted well ahead.
-#[test]
-fn h100_marginal_splits_are_not_taken() {
-    let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s4.json")).expect("parses");
-    m.validate().expect("valid");
-    let d = pinned_gcm(&m, &[1u64 << 20; 64]);
-    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
-}
-
 /// The decision for a GCM seal of pinned segments of `lengths`, idle host.
 fn pinned_gcm(m: &CostModel, lengths: &[u64]) -> Decision {
-    decide(
-        m,
-        &JobShape {
-            op: OpKind::AesGcmSeal,
-            lengths,
-            mem: HostMemory::Pinned,
-        },
-        &idle(),
-    )
+    decide_h100(m, OpKind::AesGcmSeal, lengths, HostMemory::Pinned)
 }
 
-/// Session 4's 0.87 on 64 x 1 MiB pinned GCM was not a wrong choice: with
-/// that session's model the CPU is predicted 1.16 ms, the GPU 1.87 ms and
-/// the best split 1.08 ms (7% ahead, under the margin), and the CPU ran at
-/// 5x the GPU. The cells where the CPU wins by far are decided from the
-/// totals alone, without asking the driver whether the memory is pinned
-/// (a query per sampled segment).
+/// The cells where the CPU wins by far (GCM of small and 1 MiB segments:
+/// 5x the GPU or more) are decided from the totals alone, without asking
+/// the driver whether the memory is pinned (a query per sampled segment).
 #[test]
 fn h100_cpu_bound_gcm_cells_skip_the_pinned_query() {
     use super::backend::AutoBackend;
@@ -141,7 +154,7 @@ fn h100_cpu_bound_gcm_cells_skip_the_pinned_query() {
 
     static QUERIES: AtomicUsize = AtomicUsize::new(0);
     let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s4.json")).expect("parses");
+        serde_json::from_str(include_str!("testdata/h100-cost-model-s5.json")).expect("parses");
     let auto = AutoBackend::from_parts(
         CpuBackend::with_threads(16),
         Some(Box::new(CpuBackend::with_threads(1))),

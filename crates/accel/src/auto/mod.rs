@@ -32,6 +32,7 @@ pub use file::{
     default_path, load, load_before_gpu, read, warn_once, write, ModelSource, UNOPENED_GPU,
 };
 pub use model::{
-    fit_linear, CostModel, CpuCost, GpuCost, HostMemory, Identity, LinearCost, LinkCost, OpModel,
+    fit_linear, fit_stages, gpu_line_kind, gpu_serial, gpu_stage_ns, CostModel, CpuCost, GpuCost,
+    GpuLine, HostMemory, Identity, LinearCost, LinkCost, OpModel, StageSample, DIRECT_MIN,
     FORMAT_VERSION,
 };

@@ -13,7 +13,24 @@ use crate::job::OpKind;
 /// Bumped whenever the file's meaning changes; other versions are ignored.
 /// 2: the GPU's end-to-end cost from page-locked and from pageable host
 /// memory apart (1 had one host figure, measured on pageable memory).
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: GPU lines are stage rates (fixed + the slowest of bytes, segments and
+/// the longest segment's thread), pinned jobs of small pieces have their own
+/// (packed) line, and serial hashes a per-thread rate.
+pub const FORMAT_VERSION: u32 = 3;
+
+/// Page-locked pieces at least this long are DMA'd straight from the
+/// caller's memory; shorter ones are packed into pinned slots by a CPU copy,
+/// like pageable data (mirrors `DIRECT_MIN` in gpu/stage.rs and gpu/ctr.rs).
+pub const DIRECT_MIN: u64 = 256 << 10;
+
+/// Ops the GPU runs one thread per segment (sequential hashes): a job
+/// takes at least its longest segment at one thread's rate.
+pub fn gpu_serial(op: OpKind) -> bool {
+    matches!(
+        op,
+        OpKind::Sha256 | OpKind::Md5 | OpKind::Crc32 | OpKind::Crc32c
+    )
+}
 
 /// fixed + bytes × ns_per_byte + segments × ns_per_segment, in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -83,11 +100,42 @@ impl CpuCost {
 /// memory that is page-locked (DMA straight from it) or not (staged through
 /// pinned slots by a CPU copy), when calibration measured them. Without a
 /// figure, pinned is kernel ⊕ link, and pageable is pinned.
+///
+/// Each line is read as a pipeline of overlapping stages (see
+/// [`gpu_stage_ns`]): fixed + max(bytes × ns_per_byte, segments ×
+/// ns_per_segment, longest segment × `thread_ns_per_byte`). On the H100
+/// host the additive form could not fit both 4 KiB x 16384 and 512 B x
+/// 131072 (SHA-256 pageable: 13.4 GB/s at 4 KiB and 64 KiB alike, 2.4 at
+/// 512 B; per-segment host work overlaps the copies until it is the
+/// slowest stage).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuCost {
     pub kernel: LinearCost,
     pub pinned: Option<LinearCost>,
     pub pageable: Option<LinearCost>,
+    /// Page-locked jobs whose pieces average under [`DIRECT_MIN`]: packed
+    /// by a CPU copy, not DMA'd. Without a figure, the pageable line.
+    #[serde(default)]
+    pub pinned_packed: Option<LinearCost>,
+    /// One GPU thread's rate on one segment, for [`gpu_serial`] ops: no
+    /// job finishes before its longest segment does.
+    #[serde(default)]
+    pub thread_ns_per_byte: Option<f64>,
+}
+
+/// A GPU line's time as overlapping stages: the slowest sets the pace.
+pub fn gpu_stage_ns(
+    line: &LinearCost,
+    thread_ns_per_byte: Option<f64>,
+    bytes: u64,
+    segments: usize,
+    largest: u64,
+) -> f64 {
+    let thread = thread_ns_per_byte.unwrap_or(0.0) * largest.min(bytes) as f64;
+    line.fixed_ns
+        + (line.ns_per_byte * bytes as f64)
+            .max(line.ns_per_segment * segments as f64)
+            .max(thread)
 }
 
 /// Where a job's data lives, as far as the GPU's cost is concerned.
@@ -99,6 +147,35 @@ pub enum HostMemory {
     Pinned,
     /// Ordinary host memory.
     Pageable,
+}
+
+/// Which of an op's GPU lines prices a job: its memory, and for pinned
+/// memory whether its pieces are DMA'd or packed.
+pub fn gpu_line_kind(mem: HostMemory, bytes: u64, segments: usize) -> GpuLine {
+    match mem {
+        HostMemory::Device => GpuLine::Kernel,
+        HostMemory::Pageable => GpuLine::Pageable,
+        HostMemory::Pinned if bytes < DIRECT_MIN * segments.max(1) as u64 => GpuLine::PinnedPacked,
+        HostMemory::Pinned => GpuLine::Pinned,
+    }
+}
+
+/// An op's GPU cost lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuLine {
+    Kernel,
+    Pinned,
+    PinnedPacked,
+    Pageable,
+}
+
+impl GpuLine {
+    pub const ALL: [GpuLine; 4] = [
+        GpuLine::Kernel,
+        GpuLine::Pinned,
+        GpuLine::PinnedPacked,
+        GpuLine::Pageable,
+    ];
 }
 
 impl HostMemory {
@@ -214,9 +291,21 @@ impl CostModel {
         }
     }
 
-    /// The GPU's cost line for `op` on data in `mem`, or `None` where the
-    /// model has no GPU figures for `op`.
+    /// The GPU's cost line for `op` on data in `mem` (pinned: DMA'd
+    /// pieces), or `None` where the model has no GPU figures for `op`.
     pub fn gpu_cost(&self, op: OpKind, mem: HostMemory) -> Option<LinearCost> {
+        self.gpu_line(
+            op,
+            match mem {
+                HostMemory::Device => GpuLine::Kernel,
+                HostMemory::Pinned => GpuLine::Pinned,
+                HostMemory::Pageable => GpuLine::Pageable,
+            },
+        )
+    }
+
+    /// One of `op`'s GPU lines, filled in where calibration left it out.
+    pub fn gpu_line(&self, op: OpKind, kind: GpuLine) -> Option<LinearCost> {
         let g = self.op(op)?.gpu?;
         let pinned = || {
             g.pinned.or_else(|| {
@@ -231,16 +320,28 @@ impl CostModel {
                 })
             })
         };
-        match mem {
-            HostMemory::Device => Some(g.kernel),
-            HostMemory::Pinned => pinned(),
-            HostMemory::Pageable => g.pageable.or_else(pinned),
+        let pageable = || g.pageable.or_else(pinned);
+        match kind {
+            GpuLine::Kernel => Some(g.kernel),
+            GpuLine::Pinned => pinned(),
+            GpuLine::PinnedPacked => g.pinned_packed.or_else(pageable),
+            GpuLine::Pageable => pageable(),
         }
     }
 
-    /// GPU time, or `None` where the model has no GPU figures for `op`.
-    pub fn gpu_ns(&self, op: OpKind, bytes: u64, segments: usize, mem: HostMemory) -> Option<f64> {
-        Some(self.gpu_cost(op, mem)?.predict_ns(bytes, segments))
+    /// GPU time of `segments` segments of `bytes` in all, the longest
+    /// `largest`, or `None` where the model has no GPU figures for `op`.
+    pub fn gpu_ns(
+        &self,
+        op: OpKind,
+        bytes: u64,
+        segments: usize,
+        largest: u64,
+        mem: HostMemory,
+    ) -> Option<f64> {
+        let line = self.gpu_line(op, gpu_line_kind(mem, bytes, segments))?;
+        let thread = self.op(op)?.gpu?.thread_ns_per_byte;
+        Some(gpu_stage_ns(&line, thread, bytes, segments, largest))
     }
 
     /// Checks a model read from a file: known version and ops, sane numbers.
@@ -269,6 +370,9 @@ impl CostModel {
                 g.kernel.is_valid()
                     && g.pinned.is_none_or(|h| h.is_valid())
                     && g.pageable.is_none_or(|h| h.is_valid())
+                    && g.pinned_packed.is_none_or(|h| h.is_valid())
+                    && g.thread_ns_per_byte
+                        .is_none_or(|t| t.is_finite() && t >= 0.0)
             });
             if !cpu_ok || !gpu_ok {
                 return Err(format!("{name}: a cost is negative or not a number"));
@@ -332,6 +436,59 @@ pub fn fit_linear(samples: &[(u64, usize, f64)]) -> Option<LinearCost> {
         ns_per_byte: c[1],
         ns_per_segment: c[2],
     })
+}
+
+/// A GPU timing: total bytes, segments, longest segment, nanoseconds.
+pub type StageSample = (u64, usize, u64, f64);
+
+/// Fits a stage line (and, with `serial`, a per-thread rate) to GPU
+/// timings, read as in [`gpu_stage_ns`]. Each stage's rate is the fastest
+/// that no sample contradicts: a stage takes at most a sample's time less
+/// the fixed cost, and calibration's shapes put every stage that matters in
+/// charge of at least one sample (many tiny segments: the segment stage;
+/// many mid-sized: bytes; a few long ones: the thread). Samples of under
+/// four times the fixed cost (the smallest job) only set that cost.
+pub fn fit_stages(samples: &[StageSample], serial: bool) -> Option<(LinearCost, Option<f64>)> {
+    let samples: Vec<StageSample> = samples
+        .iter()
+        .copied()
+        .filter(|s| s.3.is_finite() && s.3 > 0.0 && s.1 > 0)
+        .collect();
+    let smallest = samples.iter().min_by(|a, b| a.3.total_cmp(&b.3))?;
+    let mut fixed = smallest.3 / 2.0;
+    let mut fit = (LinearCost::default(), None);
+    for _ in 0..3 {
+        let rate = |x: &dyn Fn(&StageSample) -> f64| {
+            samples
+                .iter()
+                .filter(|s| s.3 >= 4.0 * fixed && x(s) > 0.0)
+                .map(|s| (s.3 - fixed) / x(s))
+                .min_by(f64::total_cmp)
+        };
+        let line = LinearCost {
+            fixed_ns: fixed,
+            ns_per_byte: rate(&|s| s.0 as f64).unwrap_or(0.0),
+            ns_per_segment: rate(&|s| s.1 as f64).unwrap_or(0.0),
+        };
+        let thread = if serial { rate(&|s| s.2 as f64) } else { None };
+        fit = (line, thread);
+        // The fixed cost the smallest job leaves once its stages are paid.
+        let (b, n, l, ns) = *smallest;
+        let stages = gpu_stage_ns(
+            &LinearCost {
+                fixed_ns: 0.0,
+                ..line
+            },
+            thread,
+            b,
+            n,
+            l,
+        );
+        fixed = (ns - stages).clamp(0.0, ns);
+    }
+    let (line, thread) = fit;
+    let ok = line.is_valid() && thread.is_none_or(|t| t.is_finite());
+    ok.then_some(fit)
 }
 
 /// Normal equations on the chosen columns, scaled for conditioning.
@@ -418,6 +575,56 @@ mod tests {
     fn fit_of_nothing_is_none() {
         assert_eq!(fit_linear(&[]), None);
         assert_eq!(fit_linear(&[(10, 1, f64::NAN)]), None);
+    }
+
+    #[test]
+    fn stage_fit_recovers_each_stage() {
+        let line = LinearCost {
+            fixed_ns: 100_000.0,
+            ns_per_byte: 0.07,
+            ns_per_segment: 210.0,
+        };
+        let thread = Some(33.0);
+        let shapes = [
+            (4096u64, 1usize),
+            (256 << 10, 4),
+            (1 << 20, 8),
+            (512, 131072),
+            (4096, 16384),
+            (64 << 10, 1024),
+        ];
+        let samples: Vec<StageSample> = shapes
+            .iter()
+            .map(|&(size, n)| {
+                let bytes = size * n as u64;
+                (bytes, n, size, gpu_stage_ns(&line, thread, bytes, n, size))
+            })
+            .collect();
+        let (fit, t) = fit_stages(&samples, true).expect("fits");
+        let close = |a: f64, b: f64| (a - b).abs() <= 0.02 * b;
+        assert!(close(fit.ns_per_segment, 210.0), "{fit:?}");
+        assert!(close(fit.ns_per_byte, 0.07), "{fit:?}");
+        assert!(close(t.expect("a thread rate"), 33.0), "{t:?}");
+        assert!(close(fit.fixed_ns, 100_000.0), "{fit:?}");
+        // Without the serial flag no thread rate is fitted.
+        assert_eq!(fit_stages(&samples, false).expect("fits").1, None);
+        assert_eq!(fit_stages(&[], true), None);
+    }
+
+    #[test]
+    fn small_pinned_pieces_are_priced_as_packed() {
+        assert_eq!(
+            gpu_line_kind(HostMemory::Pinned, 64 << 20, 1024),
+            GpuLine::PinnedPacked
+        );
+        assert_eq!(
+            gpu_line_kind(HostMemory::Pinned, 64 << 20, 64),
+            GpuLine::Pinned
+        );
+        assert_eq!(
+            gpu_line_kind(HostMemory::Pageable, 64 << 20, 64),
+            GpuLine::Pageable
+        );
     }
 
     #[test]

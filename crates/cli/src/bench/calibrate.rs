@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gvault_accel::auto::{
-    self, crossover, fit_linear, machine_identity, CostModel, CpuCost, Crossover, GpuCost,
-    HostMemory, LinearCost, LinkCost, OpModel, FORMAT_VERSION,
+    self, crossover, fit_linear, fit_stages, gpu_serial, machine_identity, CostModel, CpuCost,
+    Crossover, GpuCost, HostMemory, LinearCost, LinkCost, OpModel, StageSample, DIRECT_MIN,
+    FORMAT_VERSION,
 };
 use gvault_accel::cpu::CpuBackend;
 use gvault_accel::gpu::GpuBackend;
@@ -39,6 +40,40 @@ const SHAPES: [(usize, usize); 6] = [
     (16 << 20, 2),
 ];
 const QUICK_SHAPES: [(usize, usize); 4] = [(512, 64), (4096, 1), (4096, 16), (256 << 10, 4)];
+
+/// GPU shapes: each puts one stage in charge (see `fit_stages`). 4 KiB x 1:
+/// the fixed cost. Pieces of >= DIRECT_MIN (256 KiB x 4, 1 MiB x 8, 16
+/// MiB x 2) are DMA'd from pinned memory: the pinned line; 1 MiB x 8 is
+/// also one thread's rate for the serial hashes. 64 MiB of small pieces
+/// (512 B x 131072: the per-segment stage; 4 KiB x 16384 and 64 KiB x
+/// 1024: the packing copy, and the serial hashes' saturated rate): the
+/// pageable and packed-pinned lines. On the H100 host the earlier shapes,
+/// <= 32 MiB and <= 256 segments, missed all three (session 5).
+const GPU_SHAPES: [(usize, usize); 7] = [
+    (4096, 1),
+    (256 << 10, 4),
+    (1 << 20, 8),
+    (16 << 20, 2),
+    (512, 131072),
+    (4096, 16384),
+    (64 << 10, 1024),
+];
+const QUICK_GPU_SHAPES: [(usize, usize); 4] = [(4096, 1), (256 << 10, 4), (512, 4096), (4096, 512)];
+
+/// GPU shapes for `op`: a serial hash takes one thread 0.5 s per 16 MiB
+/// segment (H100), and 1 MiB x 8 gives its thread rate already.
+fn gpu_shapes(op: OpKind, quick: bool) -> Vec<(usize, usize)> {
+    let shapes: &[(usize, usize)] = if quick {
+        &QUICK_GPU_SHAPES
+    } else {
+        &GPU_SHAPES
+    };
+    shapes
+        .iter()
+        .copied()
+        .filter(|&(size, _)| !(gpu_serial(op) && size > 1 << 20))
+        .collect()
+}
 
 /// Segments in the jobs cross-overs are reported for.
 pub const CROSSOVER_SEGMENTS: usize = 64;
@@ -155,7 +190,7 @@ fn calibrate_op(
         speedup,
     };
     let gpu = match gpu {
-        Some(g) => calibrate_gpu(op, keys, shapes, g, min_time)?,
+        Some(g) => calibrate_gpu(op, keys, &gpu_shapes(op, quick), g, min_time)?,
         None => None,
     };
     Ok(OpModel { cpu, gpu })
@@ -171,41 +206,61 @@ fn calibrate_gpu(
     g: &GpuBackend,
     min_time: Duration,
 ) -> Result<Option<GpuCost>, String> {
-    let mut pageable = Vec::new();
-    let mut pinned = Vec::new();
+    let mut pageable: Vec<StageSample> = Vec::new();
+    let mut pinned: Vec<StageSample> = Vec::new();
+    let mut packed: Vec<StageSample> = Vec::new();
     for &(size, n) in shapes {
+        let sample = |ns| ((size * n) as u64, n, size as u64, ns);
         match time_ns(g, op, keys, size, n, min_time) {
-            Ok(ns) => pageable.push(((size * n) as u64, n, ns)),
+            Ok(ns) => pageable.push(sample(ns)),
             Err(e) if e.contains("does not implement") => return Ok(None),
             Err(e) => return Err(e),
         }
-        pinned.push((
-            (size * n) as u64,
-            n,
-            time_pinned_ns(g, op, keys, size, n, min_time)?,
-        ));
+        let ns = time_pinned_ns(g, op, keys, size, n, min_time)?;
+        if size as u64 >= DIRECT_MIN {
+            pinned.push(sample(ns));
+        } else {
+            packed.push(sample(ns));
+        }
     }
-    let fit = |samples: &[(u64, usize, f64)], what: &str| {
-        fit_linear(samples).ok_or_else(|| format!("{op}: no usable GPU timings ({what})"))
+    let serial = gpu_serial(op);
+    let fit = |samples: &[StageSample], what: &str| {
+        fit_stages(samples, serial).ok_or_else(|| format!("{op}: no usable GPU timings ({what})"))
     };
-    let pageable = fit(&pageable, "pageable")?;
-    let pinned = fit(&pinned, "pinned")?;
+    let (pageable, pageable_thread) = fit(&pageable, "pageable")?;
+    let (pinned, pinned_thread) = fit(&pinned, "pinned")?;
+    let pinned_packed = fit_stages(&packed, serial).map(|f| f.0);
+    // DMA'd pieces are never slower per byte or segment than packed ones;
+    // a serial hash's DMA'd shapes are all thread-bound, so only the
+    // packed shapes bound its byte and segment stages.
+    let pinned = match pinned_packed {
+        Some(p) => LinearCost {
+            fixed_ns: pinned.fixed_ns,
+            ns_per_byte: pinned.ns_per_byte.min(p.ns_per_byte),
+            ns_per_segment: pinned.ns_per_segment.min(p.ns_per_segment),
+        },
+        None => pinned,
+    };
     // Device-resident timings where the bench can place this op's input on
     // the GPU; otherwise the pinned figure stands in (it can only be slower).
-    let kernel = if gpu_supports(op) {
+    let (kernel, kernel_thread) = if gpu_supports(op) {
         let mut samples = Vec::new();
         for &(size, n) in shapes {
             let t = measure_device_resident(g, op, keys, size, n, min_time)?;
-            samples.push(((size * n) as u64, n, t.as_nanos() as f64));
+            samples.push(((size * n) as u64, n, size as u64, t.as_nanos() as f64));
         }
-        fit_linear(&samples).unwrap_or(pinned)
+        fit_stages(&samples, serial).unwrap_or((pinned, pinned_thread))
     } else {
-        pinned
+        (pinned, pinned_thread)
     };
+    // One thread's rate is the kernel's; host lines only add copies.
+    let thread_ns_per_byte = kernel_thread.or(pinned_thread).or(pageable_thread);
     Ok(Some(GpuCost {
         kernel,
         pinned: Some(pinned),
         pageable: Some(pageable),
+        pinned_packed,
+        thread_ns_per_byte,
     }))
 }
 
@@ -389,7 +444,12 @@ mod tests {
 
     #[test]
     fn the_planner_knows_the_largest_calibrated_job() {
-        let largest = SHAPES.iter().map(|&(s, n)| (s * n) as u64).max();
+        // Of the jobs whose pinned pieces are DMA'd (the pinned line).
+        let largest = GPU_SHAPES
+            .iter()
+            .filter(|&&(s, _)| s as u64 >= DIRECT_MIN)
+            .map(|&(s, n)| (s * n) as u64)
+            .max();
         assert_eq!(largest, Some(gvault_accel::auto::CALIBRATED_JOB_BYTES));
     }
 
