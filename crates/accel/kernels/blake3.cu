@@ -1,6 +1,6 @@
 // blake3.cu -- BLAKE3 (plain and keyed, 32-byte output) over many segments.
 //
-// Four kernels (extern "C", grid-stride, any grid size is correct): the two
+// Kernels (extern "C", grid-stride, any grid size is correct): the two
 // below and their _crc32c variants, which also compute each segment's
 // CRC-32C from the same loads (see README.md):
 //   blake3_chunks(key, flags, data, pieces, npieces, total_chunks, cvs, digests)
@@ -13,6 +13,9 @@
 //       which is BLAKE3's left-balanced tree) into cvs_out[first_out + k], or,
 //       when the group is the segment's whole level, into its root digest.
 //   blake3_chunks_crc32c(..., digests, crcs, crc_out)
+//       and its table schemes blake3_chunks_crc32c_rep2 / _rep4 (same
+//       arguments; blocks of 512 / 1024 threads, 64 / 128 KiB of dynamic
+//       shared memory; README.md "Fused CRC-32C: table schemes")
 //   blake3_reduce_crc32c(..., digests, crc_in, crc_out, crc_final)
 // key: 8 little-endian words (the IV for plain hashing); flags: 0 or
 // KEYED_HASH (16). See README.md.

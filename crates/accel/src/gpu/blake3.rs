@@ -59,10 +59,10 @@ pub(crate) enum CrcScheme {
 
 impl CrcScheme {
     /// `GVAULT_B3_CRC` (slice8, rep2 or rep4) when set, so the schemes can be
-    /// timed side by side in one build; otherwise rep4 where an SM has
-    /// >= 164 KiB of shared memory (sm_80, sm_90, sm_100: its one block of
-    /// 1024 threads an SM uses 132 KiB), rep2 where a block may have >= 66
-    /// KiB (other parts from sm_80 on, sm_70/72), else slice8.
+    /// timed side by side in one build; otherwise rep4 where an SM has at
+    /// least 164 KiB of shared memory (sm_80, sm_90, sm_100: one block of 1024
+    /// threads an SM, 132 KiB), rep2 where a block may have 66 KiB (other
+    /// parts from sm_80 on, sm_70/72), else slice8.
     pub(crate) fn pick(
         var: Result<String, std::env::VarError>,
         cc: (i32, i32),
