@@ -33,7 +33,7 @@ cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
 # Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
-# gear, slots, hashes, fused, group4g, many, e2e, trace, auto, lsm.
+# gear, slots, hashes, fused, group4g, many, e2e, trace, auto, lsm, crc.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -58,6 +58,13 @@ if has tests; then
   echo "== gpu-hash-tests (GVAULT_GEAR_VARIANT=direct)" | tee -a "$OUT/gpu-hash-tests.txt"
   GVAULT_GEAR_VARIANT=direct $B/gpu-hash-tests --test-threads=1 2>&1 | tee -a "$OUT/gpu-hash-tests.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  # and the fused CRC-32C tests with each table scheme forced (the default
+  # run above used the device's default)
+  for crc in slice8 rep2 rep4; do
+    echo "== gpu-hash-tests crc32c (GVAULT_B3_CRC=$crc)" | tee -a "$OUT/gpu-hash-tests.txt"
+    GVAULT_B3_CRC=$crc $B/gpu-hash-tests crc32c --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-hash-tests.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
 fi
 P="$B/gvault bench primitive --no-single-core --min-ms 200"
 if has ciphers; then
@@ -96,6 +103,14 @@ if has gear; then
     GVAULT_GEAR_VARIANT=$v $P --ops fastcdc,fastcdc-blake3 --sizes 1G 2>&1 | tee -a "$OUT/gear.txt"
     GVAULT_GEAR_VARIANT=$v GVAULT_GPU_TRACE=1 $B/gvault bench primitive --no-single-core --min-ms 1 \
       --ops fastcdc-blake3 --sizes 1G --total 1G 2>&1 | grep -E "trace" | tail -12 | tee -a "$OUT/gear.txt"
+  done
+fi
+if has crc; then
+  # The fused CRC-32C's table schemes side by side (kernels/README.md,
+  # "Fused CRC-32C"), device-resident 1 GiB x 4, next to the plain fused job.
+  for crc in slice8 rep2 rep4; do
+    echo "== GVAULT_B3_CRC=$crc" | tee -a "$OUT/crc.txt"
+    GVAULT_B3_CRC=$crc $P --ops fastcdc-blake3,fastcdc-blake3-crc32c --sizes 1G 2>&1 | tee -a "$OUT/crc.txt"
   done
 fi
 if has slots; then

@@ -1,6 +1,6 @@
 // blake3.cu -- BLAKE3 (plain and keyed, 32-byte output) over many segments.
 //
-// Four kernels (extern "C", grid-stride, any grid size is correct): the two
+// Kernels (extern "C", grid-stride, any grid size is correct): the two
 // below and their _crc32c variants, which also compute each segment's
 // CRC-32C from the same loads (see README.md):
 //   blake3_chunks(key, flags, data, pieces, npieces, total_chunks, cvs, digests)
@@ -13,6 +13,9 @@
 //       which is BLAKE3's left-balanced tree) into cvs_out[first_out + k], or,
 //       when the group is the segment's whole level, into its root digest.
 //   blake3_chunks_crc32c(..., digests, crcs, crc_out)
+//       and its table schemes blake3_chunks_crc32c_rep2 / _rep4 (same
+//       arguments; blocks of 512 / 1024 threads, 64 / 128 KiB of dynamic
+//       shared memory; README.md "Fused CRC-32C: table schemes")
 //   blake3_reduce_crc32c(..., digests, crc_in, crc_out, crc_final)
 // key: 8 little-endian words (the IV for plain hashing); flags: 0 or
 // KEYED_HASH (16). See README.md.
@@ -37,6 +40,9 @@ struct B3Level {
     unsigned int crc_last;           // the same for the segment's last node at this level
     unsigned int pad;
 };
+
+// Dynamic shared memory: the replicated CRC-32C tables (_crc32c_rep* only).
+extern __shared__ __align__(16) unsigned char gv_smem[];
 
 #define B3_CHUNK_START 1u
 #define B3_CHUNK_END 2u
@@ -205,14 +211,92 @@ __device__ __forceinline__ unsigned int b3_crc_partial(const unsigned int (*t)[2
     return c;
 }
 
+// CRC schemes for b3_chunk: block(c, m) runs the raw register c over the
+// 64 bytes of m, partial(c, m, n) over its first n < 64 bytes.
+struct B3CrcNone {   // blake3_chunks: no CRC, no code
+    static constexpr bool on = false;
+    __device__ __forceinline__ unsigned int block(unsigned int c, const unsigned int*) const { return c; }
+    __device__ __forceinline__ unsigned int partial(unsigned int c, const unsigned int*, unsigned int) const { return c; }
+};
+
+struct B3CrcSlice8 {   // slicing by 8 over the 8 KiB tables above (bank conflicts: see README.md)
+    static constexpr bool on = true;
+    const unsigned int (*t)[256];
+    __device__ __forceinline__ unsigned int block(unsigned int c, const unsigned int m[16]) const {
+        return b3_crc_block(t, c, m);
+    }
+    __device__ __forceinline__ unsigned int partial(unsigned int c, const unsigned int m[16], unsigned int n) const {
+        return b3_crc_partial(t, c, m, n);
+    }
+};
+
+// Replicated tables, conflict-free: every lane reads its own copy of each
+// table, in its own bank. Table k (byte b then k zero bytes, as t[k] above)
+// of TABLES = 2 or 4 lives in 64 KiB pair k / 2, entry e of lane l's copy at
+// byte (k / 2) * 65536 + e * 256 + (k % 2) * 128 + l * 4, i.e. bank l. That
+// offset is one PRMT of the data word and lane * 4 (byte e moved to bits
+// 8..15, lane * 4 in bits 0..7), the rest an LDS immediate: one ALU op and
+// one conflict-free LDS per byte, where slice8 spends two ops (shift, mask)
+// and a ~3.5-way conflicted LDS.
+#define B3_CRC_REP_PAIR_BYTES 65536u
+template <int TABLES>
+__device__ __forceinline__ void b3_crc_rep_tables(unsigned int* rep, unsigned int (*base)[256]) {
+    for (unsigned int i = threadIdx.x; i < 256u * TABLES; i += blockDim.x) {
+        unsigned int c = i & 255u;
+        for (unsigned int k = 0; k < 8u * ((i >> 8) + 1u); ++k) c = (c >> 1) ^ (B3_CRC_POLY & (0u - (c & 1u)));
+        base[i >> 8][i & 255u] = c;
+    }
+    __syncthreads();
+    // Consecutive threads write consecutive words (no conflicts) and a warp
+    // reads one base word (a broadcast).
+    for (unsigned int i = threadIdx.x; i < 8192u * TABLES; i += blockDim.x)
+        rep[i] = base[((i >> 14) << 1) | ((i >> 5) & 1u)][(i >> 6) & 255u];
+    __syncthreads();
+}
+
+template <int TABLES>
+struct B3CrcRep {
+    static constexpr bool on = true;
+    const unsigned char* tab;   // shared memory, B3_CRC_REP_PAIR_BYTES * TABLES / 2
+    unsigned int lane4;         // (lane & 31) * 4
+
+    // Table K's entry for byte J of a.
+    template <unsigned int K, unsigned int J>
+    __device__ __forceinline__ unsigned int look(unsigned int a) const {
+        const unsigned int off = __byte_perm(a, lane4, 0x5504u | (J << 4));
+        return *(const unsigned int*)(tab + (K >> 1) * B3_CRC_REP_PAIR_BYTES + (K & 1u) * 128u + off);
+    }
+    __device__ __forceinline__ unsigned int word(unsigned int c, unsigned int w) const {
+        const unsigned int a = c ^ w;
+        if (TABLES == 4) return look<3, 0>(a) ^ look<2, 1>(a) ^ look<1, 2>(a) ^ look<0, 3>(a);
+        const unsigned int h = (a >> 16) ^ look<1, 0>(a) ^ look<0, 1>(a);
+        return (h >> 16) ^ look<1, 0>(h) ^ look<0, 1>(h);
+    }
+    __device__ __forceinline__ unsigned int block(unsigned int c, const unsigned int m[16]) const {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) c = word(c, m[i]);
+        return c;
+    }
+    __device__ __forceinline__ unsigned int partial(unsigned int c, const unsigned int m[16], unsigned int n) const {
+#pragma unroll
+        for (unsigned int i = 0; i < 16; ++i) {
+            if (4u * i + 4u <= n) {
+                c = word(c, m[i]);
+            } else if (4u * i < n) {
+                for (unsigned int k = 0; k < n - 4u * i; ++k) c = (c >> 8) ^ look<0, 0>(c ^ (m[i] >> (8u * k)));
+            }
+        }
+        return c;
+    }
+};
+
 // Hashes one chunk of 0..=1024 bytes; returns its CV, or the root output
 // when `root` (a segment of one chunk). With CRC, also runs the CRC-32C
 // register `crc` over the same bytes as they are loaded.
-template <bool CRC>
+template <class Crc>
 __device__ __forceinline__ void b3_chunk(const unsigned int key[8], unsigned int flags, const unsigned char* p,
                                          unsigned int len, unsigned long long counter, bool root,
-                                         unsigned int cv[8], const unsigned int (*crc_tbl)[256],
-                                         unsigned int& crc) {
+                                         unsigned int cv[8], const Crc& crc_scheme, unsigned int& crc) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) cv[i] = key[i];
     const unsigned int nblocks = len == 0 ? 1u : (len + 63u) >> 6;
@@ -223,7 +307,7 @@ __device__ __forceinline__ void b3_chunk(const unsigned int key[8], unsigned int
         const unsigned int n = b + 1 < nblocks ? 64u : len - 64u * b;
         if (n == 64u) b3_reader_next(reader, m);
         else b3_load_partial(p + 64u * b, n, m);
-        if (CRC) crc = n == 64u ? b3_crc_block(crc_tbl, crc, m) : b3_crc_partial(crc_tbl, crc, m, n);
+        if (Crc::on) crc = n == 64u ? crc_scheme.block(crc, m) : crc_scheme.partial(crc, m, n);
         unsigned int f = flags;
         if (b == 0) f |= B3_CHUNK_START;
         if (b + 1 == nblocks) f |= B3_CHUNK_END | (root ? B3_ROOT : 0u);
@@ -303,12 +387,12 @@ __device__ __forceinline__ unsigned int b3_find_piece(const B3Piece* __restrict_
 // multiples of 32). With CRC, also the chunk's raw CRC-32C register: from
 // 0xFFFFFFFF for a segment's first chunk (the init), from 0 otherwise, so
 // the reduce combines registers linearly and the final xor comes last.
-template <bool CRC>
+template <class Crc>
 __device__ __forceinline__ void b3_chunks_body(const unsigned int* __restrict__ key_in, unsigned int flags,
                                                const unsigned char* __restrict__ data,
                                                const B3Piece* __restrict__ pieces, unsigned int npieces,
                                                unsigned long long total_chunks, unsigned int* __restrict__ cvs,
-                                               unsigned int* __restrict__ digests, const unsigned int (*crc_tbl)[256],
+                                               unsigned int* __restrict__ digests, const Crc& crc_scheme,
                                                unsigned int* __restrict__ crcs, unsigned int* __restrict__ crc_out) {
     unsigned int key[8];
 #pragma unroll
@@ -328,10 +412,10 @@ __device__ __forceinline__ void b3_chunks_body(const unsigned int* __restrict__ 
         const unsigned long long counter = __ldg(&pc->counter) + j;
         unsigned int cv[8];
         unsigned int crc = counter == 0ull ? 0xFFFFFFFFu : 0u;
-        b3_chunk<CRC>(key, flags, data + __ldg(&pc->offset) + 1024ull * j, n, counter, root, cv, crc_tbl, crc);
+        b3_chunk(key, flags, data + __ldg(&pc->offset) + 1024ull * j, n, counter, root, cv, crc_scheme, crc);
         if (root) b3_store8(digests + 8ull * __ldg(&pc->seg), cv);
         else b3_store8(cvs + 8ull * c, cv);
-        if (CRC) {
+        if (Crc::on) {
             if (root) crc_out[__ldg(&pc->seg)] = crc ^ 0xFFFFFFFFu;
             else crcs[c] = crc;
         }
@@ -343,7 +427,7 @@ blake3_chunks(const unsigned int* __restrict__ key_in, unsigned int flags, const
               const B3Piece* __restrict__ pieces, unsigned int npieces, unsigned long long total_chunks,
               unsigned int* __restrict__ cvs, unsigned int* __restrict__ digests) {
     if (npieces == 0) return;
-    b3_chunks_body<false>(key_in, flags, data, pieces, npieces, total_chunks, cvs, digests, nullptr, nullptr, nullptr);
+    b3_chunks_body(key_in, flags, data, pieces, npieces, total_chunks, cvs, digests, B3CrcNone{}, nullptr, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -355,8 +439,26 @@ blake3_chunks_crc32c(const unsigned int* __restrict__ key_in, unsigned int flags
     __shared__ unsigned int tbl[8][256];
     if (npieces == 0 || (unsigned long long)blockIdx.x * blockDim.x >= total_chunks) return;
     b3_crc_tables(tbl);
-    b3_chunks_body<true>(key_in, flags, data, pieces, npieces, total_chunks, cvs, digests, tbl, crcs, crc_out);
+    b3_chunks_body(key_in, flags, data, pieces, npieces, total_chunks, cvs, digests, B3CrcSlice8{tbl}, crcs, crc_out);
 }
+
+// The replicated-table variants: tables in dynamic shared memory
+// (B3_CRC_REP2_BYTES / B3_CRC_REP4_BYTES), blocks of 512 / 1024 threads
+// (two blocks / one block an SM: 32 warps at 64 registers, as the others).
+#define B3_CHUNKS_CRC_REP(NAME, TABLES, THREADS)                                                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                            \
+    NAME(const unsigned int* __restrict__ key_in, unsigned int flags, const unsigned char* __restrict__ data,        \
+         const B3Piece* __restrict__ pieces, unsigned int npieces, unsigned long long total_chunks,                  \
+         unsigned int* __restrict__ cvs, unsigned int* __restrict__ digests, unsigned int* __restrict__ crcs,        \
+         unsigned int* __restrict__ crc_out) {                                                                       \
+        __shared__ unsigned int base[TABLES][256];                                                                   \
+        if (npieces == 0 || (unsigned long long)blockIdx.x * blockDim.x >= total_chunks) return;                     \
+        b3_crc_rep_tables<TABLES>((unsigned int*)gv_smem, base);                                                     \
+        const B3CrcRep<TABLES> scheme{gv_smem, (threadIdx.x & 31u) * 4u};                                            \
+        b3_chunks_body(key_in, flags, data, pieces, npieces, total_chunks, cvs, digests, scheme, crcs, crc_out);     \
+    }
+B3_CHUNKS_CRC_REP(blake3_chunks_crc32c_rep2, 2, 512)
+B3_CHUNKS_CRC_REP(blake3_chunks_crc32c_rep4, 4, 1024)
 
 #define B3_GROUP 16
 

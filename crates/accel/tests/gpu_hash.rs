@@ -647,6 +647,52 @@ fn chunk_digest_crc32c_device_resident() {
     }
 }
 
+/// The CRC-32C table scheme under test (`GVAULT_B3_CRC`: slice8, rep2 or
+/// rep4; unset: the device's default). scripts/gpu-check.sh runs the CRC
+/// tests once per scheme.
+fn crc_scheme() -> String {
+    std::env::var("GVAULT_B3_CRC").unwrap_or_else(|_| "default".into())
+}
+
+/// More 1 KiB BLAKE3 chunks in one launch than a resident wave of threads
+/// (132 SMs x 1024 on an H100 or H200): the replicated-table schemes run one
+/// wave whose grid-stride loop must go round several times, with each
+/// block's tables built once. Random, zero and periodic data, device-resident
+/// at odd offsets; small content-defined chunks, so many end mid-KiB.
+#[test]
+fn chunk_digest_crc32c_over_several_waves() {
+    let Some(g) = gpu() else { return };
+    println!("GVAULT_B3_CRC={}", crc_scheme());
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([29; 32]);
+    let mut sizes = vec![(200 << 20) + 3, (60 << 20) + 1001, 1, 0];
+    sizes.extend(mixed_sizes(300, 81, 5000));
+    let data = inputs(&sizes, 82);
+    let mut packed = Vec::new();
+    let mut at = Vec::new();
+    for (i, d) in data.iter().enumerate() {
+        packed.extend(std::iter::repeat_n(0x3Cu8, 1 + i % 13));
+        at.push(packed.len());
+        packed.extend_from_slice(d);
+    }
+    let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+    let slices: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    let p = ChunkParams::new(1024, 4096, 16384, 2).unwrap();
+    let dev: Vec<Data<'_>> = at
+        .iter()
+        .zip(&data)
+        .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
+        .collect();
+    let got = chunk_digest_crc_job(g, p, &key, true, dev);
+    assert_crcs(&got, &slices, true);
+    assert_eq!(
+        chunk_digest_crc_job(&cpu, p, &key, true, data.iter().map(Data::from).collect()),
+        got,
+        "GVAULT_B3_CRC={}",
+        crc_scheme()
+    );
+}
+
 /// `gear_candidates` reads 32-byte-aligned blocks and funnel-shifts the hit
 /// words by the input's misalignment: one device-resident buffer chunked at
 /// every offset 0..32, with parameters whose boundaries depend on most

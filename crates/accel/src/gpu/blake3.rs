@@ -46,6 +46,85 @@ const IV: [u32; 8] = [
     0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19,
 ];
 
+/// How `blake3_chunks_crc32c*` looks its CRC-32C tables up (kernels/README.md,
+/// "Fused CRC-32C"): `slice8`, slicing by 8 over 8 KiB of tables shared by a
+/// warp's lanes (bank conflicts); `rep2` / `rep4`, slicing by 2 / 4 over
+/// tables replicated per lane (64 / 128 KiB, conflict-free).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CrcScheme {
+    Slice8,
+    Rep2,
+    Rep4,
+}
+
+impl CrcScheme {
+    /// `GVAULT_B3_CRC` (slice8, rep2 or rep4) when set, so the schemes can be
+    /// timed side by side in one build; otherwise rep4 where an SM has at
+    /// least 164 KiB of shared memory (sm_80, sm_90, sm_100: one block of 1024
+    /// threads an SM, 132 KiB), rep2 where a block may have 66 KiB (other
+    /// parts from sm_80 on, sm_70/72), else slice8.
+    pub(crate) fn pick(
+        var: Result<String, std::env::VarError>,
+        cc: (i32, i32),
+    ) -> Result<Self, DevError> {
+        match var {
+            Err(std::env::VarError::NotPresent) => Ok(match cc {
+                (8, 0) | (9, _) | (10, _) => Self::Rep4,
+                (major, _) if major >= 8 => Self::Rep2,
+                (7, 0) | (7, 2) => Self::Rep2,
+                _ => Self::Slice8,
+            }),
+            Ok(v) => match v.as_str() {
+                "slice8" => Ok(Self::Slice8),
+                "rep2" => Ok(Self::Rep2),
+                "rep4" => Ok(Self::Rep4),
+                _ => Err(format!(
+                    "GVAULT_B3_CRC={v:?}: expected \"slice8\", \"rep2\" or \"rep4\""
+                )),
+            },
+            Err(e) => Err(format!("GVAULT_B3_CRC: {e}")),
+        }
+    }
+
+    fn kernel(self) -> &'static str {
+        match self {
+            Self::Slice8 => "blake3_chunks_crc32c",
+            Self::Rep2 => "blake3_chunks_crc32c_rep2",
+            Self::Rep4 => "blake3_chunks_crc32c_rep4",
+        }
+    }
+
+    /// Threads a block (the kernels' __launch_bounds__).
+    fn block(self) -> u32 {
+        match self {
+            Self::Slice8 => CHUNKS_BLOCK,
+            Self::Rep2 => 512,
+            Self::Rep4 => 1024,
+        }
+    }
+
+    /// Dynamic shared memory a block (the replicated tables).
+    fn dynamic_shared(self) -> u32 {
+        match self {
+            Self::Slice8 => 0,
+            Self::Rep2 => 64 << 10,
+            Self::Rep4 => 128 << 10,
+        }
+    }
+
+    /// Grid for `total` chunks: the replicated schemes build 64-128 KiB of
+    /// tables a block, so their grid is one resident wave (2 or 1 blocks an
+    /// SM at 64 registers) and the grid-stride loop covers the rest.
+    fn grid(self, dev: &Device, total: u64) -> u32 {
+        let grid = dev.grid_for(total, self.block());
+        match self {
+            Self::Slice8 => grid,
+            Self::Rep2 => grid.min(dev.multiprocessors.max(1) * 2),
+            Self::Rep4 => grid.min(dev.multiprocessors.max(1)),
+        }
+    }
+}
+
 /// Chunks of a segment: an empty one is one empty chunk.
 pub(crate) fn chunks_of(len: u64) -> u64 {
     len.div_ceil(1024).max(1)
@@ -297,19 +376,30 @@ fn launch_chunks(
         &mut cvs as *mut u64 as *mut c_void,
         &mut digests as *mut u64 as *mut c_void,
     ];
-    let name = if crc.is_some() {
+    let (name, grid, block, shared) = if crc.is_some() {
         params.push(&mut crcs as *mut u64 as *mut c_void);
         params.push(&mut crc_out as *mut u64 as *mut c_void);
-        "blake3_chunks_crc32c"
+        let scheme = CrcScheme::pick(std::env::var("GVAULT_B3_CRC"), dev.compute_capability)?;
+        (
+            scheme.kernel(),
+            scheme.grid(dev, total),
+            scheme.block(),
+            scheme.dynamic_shared(),
+        )
     } else {
-        "blake3_chunks"
+        (
+            "blake3_chunks",
+            dev.grid_for(total, CHUNKS_BLOCK),
+            CHUNKS_BLOCK,
+            0,
+        )
     };
-    let grid = dev.grid_for(total, CHUNKS_BLOCK);
     // SAFETY: the parameters match the kernel's signature (8, or 10 for the
-    // CRC variant); data + offset ranges are staged slot bytes or
+    // CRC variants); data + offset ranges are staged slot bytes or
     // caller-guaranteed device memory; cvs/digests (and the CRC arrays)
-    // hold every index the descriptors name.
-    unsafe { dev.launch(name, grid, CHUNKS_BLOCK, 0, stream, &mut params) }
+    // hold every index the descriptors name; block and shared memory are
+    // what the chosen kernel was written for.
+    unsafe { dev.launch(name, grid, block, shared, stream, &mut params) }
 }
 
 /// Every reduce level up front: per level, one descriptor per segment that
@@ -468,7 +558,36 @@ pub(crate) fn crc_mul(a: u32, mut b: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{crc_mul, crc_shift, levels};
+    use super::{crc_mul, crc_shift, levels, CrcScheme};
+
+    #[test]
+    fn crc_scheme_follows_the_env_var_and_the_device() {
+        use std::env::VarError::NotPresent;
+        assert_eq!(
+            CrcScheme::pick(Err(NotPresent), (9, 0)),
+            Ok(CrcScheme::Rep4)
+        );
+        assert_eq!(
+            CrcScheme::pick(Err(NotPresent), (8, 9)),
+            Ok(CrcScheme::Rep2)
+        );
+        assert_eq!(
+            CrcScheme::pick(Err(NotPresent), (7, 5)),
+            Ok(CrcScheme::Slice8)
+        );
+        for (v, want) in [
+            ("slice8", CrcScheme::Slice8),
+            ("rep2", CrcScheme::Rep2),
+            ("rep4", CrcScheme::Rep4),
+        ] {
+            assert_eq!(CrcScheme::pick(Ok(v.into()), (7, 5)), Ok(want));
+        }
+        let bad = CrcScheme::pick(Ok("rep8".into()), (9, 0)).unwrap_err();
+        assert!(
+            bad.contains("GVAULT_B3_CRC") && bad.contains("rep8"),
+            "{bad}"
+        );
+    }
 
     #[test]
     fn crc_shift_combines_as_the_crc32c_crate() {

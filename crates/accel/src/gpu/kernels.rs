@@ -45,6 +45,8 @@ pub const SOURCES: &[KernelSource] = &[
             "blake3_chunks",
             "blake3_reduce",
             "blake3_chunks_crc32c",
+            "blake3_chunks_crc32c_rep2",
+            "blake3_chunks_crc32c_rep4",
             "blake3_reduce_crc32c",
         ],
     },
