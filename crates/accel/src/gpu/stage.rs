@@ -80,9 +80,18 @@ where
             // Runs of equal page-locked pieces at a constant stride go by
             // one 2D copy each.
             let direct: Vec<bool> = batch.iter().map(|st| is_direct(pieces[st.idx])).collect();
-            let (runs, unpacked) = strided_runs(&batch, pieces, &direct, |p, n| {
+            let (mut runs, mut unpacked) = strided_runs(&batch, pieces, &direct, |p, n| {
                 super::runtime::is_page_locked(p, n)
             });
+            share_runs(&mut runs, &mut unpacked, &batch, pieces, strided_share());
+            // SAFETY: the slot's stream was synchronised before reuse; the
+            // runs are page-locked memory borrowed until every stream is
+            // synchronised below. Queued first, they move while we pack.
+            unsafe {
+                for run in &runs {
+                    copy_run(slot, &batch, pieces, run)?;
+                }
+            }
             let parts: Vec<(usize, &[u8])> = batch
                 .iter()
                 .zip(&unpacked)
@@ -94,12 +103,9 @@ where
             debug_assert!(used <= SLOT_BYTES);
             // SAFETY: the slot holds SLOT_BYTES >= used; its stream was
             // synchronised before the host buffer was refilled; direct
-            // pieces and strided runs are page-locked memory borrowed until
-            // every stream is synchronised below.
+            // pieces are page-locked memory borrowed until every stream is
+            // synchronised below.
             unsafe {
-                for run in &runs {
-                    copy_run(slot, &batch, pieces, run)?;
-                }
                 for (from, to) in packed_ranges(&batch, &unpacked, pieces) {
                     sys::cuMemcpyHtoDAsync_v2(
                         slot.dev + from as u64,
@@ -275,6 +281,45 @@ fn strided_runs(
         i = j;
     }
     (runs, unpacked)
+}
+
+/// Percent of each strided run that goes by 2D copy (the rest is packed,
+/// so the CPU's copy and the DMA engine's share the work):
+/// `GVAULT_STRIDED_SHARE`, 0..=100.
+fn strided_share() -> usize {
+    static SHARE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SHARE.get_or_init(|| {
+        std::env::var("GVAULT_STRIDED_SHARE")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&p| p <= 100)
+            .unwrap_or(STRIDED_SHARE)
+    })
+}
+
+const STRIDED_SHARE: usize = 100;
+
+/// Keeps the first `share` percent of each run's pieces in the run and
+/// marks the rest for packing; runs left under STRIDED_MIN are packed whole.
+fn share_runs(
+    runs: &mut Vec<StridedRun>,
+    unpacked: &mut [bool],
+    batch: &[Staged],
+    pieces: &[&[u8]],
+    share: usize,
+) {
+    runs.retain_mut(|run| {
+        let keep = (run.count * share).div_ceil(100);
+        let n = pieces[batch[run.first].idx].len();
+        let keep = if keep >= 2 && keep * n >= STRIDED_MIN {
+            keep
+        } else {
+            0
+        };
+        unpacked[run.first + keep..run.first + run.count].fill(false);
+        run.count = keep;
+        keep > 0
+    });
 }
 
 /// Queues one run's 2D copy from the caller's memory into the slot.
@@ -454,7 +499,9 @@ pub(crate) fn upload_on(
 
 #[cfg(test)]
 mod tests {
-    use super::{next_batch, packed_ranges, strided_runs, Staged, StridedRun, SLOT_BYTES};
+    use super::{
+        next_batch, packed_ranges, share_runs, strided_runs, Staged, StridedRun, SLOT_BYTES,
+    };
 
     /// Round `r` of striping `segs` equal segments of `seg` bytes laid end
     /// to end in `buf`, `piece` bytes each, staged back to back.
@@ -501,6 +548,26 @@ mod tests {
         // Pageable memory: nothing changes.
         let (runs, unpacked) = strided_runs(&batch, &pieces, &direct, |_, _| false);
         assert!(runs.is_empty() && unpacked.iter().all(|&u| !u));
+    }
+
+    #[test]
+    fn a_share_of_each_run_goes_by_dma_and_the_rest_is_packed() {
+        let buf = vec![0u8; 64 << 20];
+        let pieces = round(&buf, 1 << 20, 64, 64 << 10, 0);
+        let batch = staged(&pieces);
+        let direct = vec![false; 64];
+        for (share, want) in [(100, 64), (50, 32), (30, 20), (1, 0), (0, 0)] {
+            let (mut runs, mut unpacked) = strided_runs(&batch, &pieces, &direct, |_, _| true);
+            share_runs(&mut runs, &mut unpacked, &batch, &pieces, share);
+            // 1 % would keep one piece: below two pieces and 1 MiB, packed.
+            assert_eq!(
+                runs.iter().map(|r| r.count).sum::<usize>(),
+                want,
+                "{share}%"
+            );
+            assert_eq!(unpacked.iter().filter(|&&u| u).count(), want, "{share}%");
+            assert!(unpacked[..want].iter().all(|&u| u));
+        }
     }
 
     #[test]
