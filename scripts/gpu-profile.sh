@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Hardware counters for the kernels that miss their targets (gear pass,
-# BLAKE3 with fused CRC-32C), when Nsight Compute is on the GPU machine.
+# Hardware counters for the kernels that miss their targets (plain and
+# fused-CRC-32C BLAKE3 of chunks), when Nsight Compute is on the GPU machine.
 # Run after `scripts/gpu-check.sh --build`; writes under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ if [ -z "$NCU" ]; then
   exit 0
 fi
 export GVAULT_KERNEL_CACHE=/tmp/gvault-kernels
-for k in gear_candidates blake3_chunks blake3_chunks_crc32c; do
+for k in blake3_chunks blake3_chunks_crc32c_rep2; do
   timeout 120 "$NCU" --kernel-name "$k" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats \
