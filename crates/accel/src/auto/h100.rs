@@ -188,3 +188,22 @@ fn h100_cpu_bound_gcm_cells_skip_the_pinned_query() {
     }
     assert_eq!(QUERIES.load(Ordering::Relaxed), 0);
 }
+
+/// Session 6, call 3: with that call's calibrated model
+/// (`testdata/h100-cost-model-s6.json`), AES-GCM over 4 large pageable
+/// segments went to the GPU (predicted ~20 GB/s, ran at 6-13) where all
+/// cores ran 18-21 GB/s: the CPU line priced 4 busy threads on a straight
+/// speed-up line (1.9x). With the roofline speed-up they stay on the CPU;
+/// pinned, where the GPU ran 32-43 GB/s, they still go to the GPU.
+#[test]
+fn few_large_pageable_gcm_segments_stay_on_the_cpu() {
+    let m: CostModel =
+        serde_json::from_str(include_str!("testdata/h100-cost-model-s6.json")).expect("parses");
+    m.validate().expect("valid");
+    for size in [16u64 << 20, 64 << 20, 256 << 20, 1 << 30] {
+        let d = decide_h100(&m, OpKind::AesGcmSeal, &[size; 4], HostMemory::Pageable);
+        assert_eq!(d.plan, Plan::Cpu, "{size} x 4 pageable: {d:?}");
+        let d = decide_h100(&m, OpKind::AesGcmSeal, &[size; 4], HostMemory::Pinned);
+        assert_eq!(d.plan, Plan::Gpu, "{size} x 4 pinned: {d:?}");
+    }
+}

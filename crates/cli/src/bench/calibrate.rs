@@ -61,7 +61,10 @@ const GPU_SHAPES: [(usize, usize); 7] = [
 const QUICK_GPU_SHAPES: [(usize, usize); 4] = [(4096, 1), (256 << 10, 4), (512, 4096), (4096, 512)];
 
 /// GPU shapes for `op`: a serial hash takes one thread 0.5 s per 16 MiB
-/// segment (H100), and 1 MiB x 8 gives its thread rate already.
+/// segment (H100), and 1 MiB x 8 gives its thread rate already. Chunking
+/// runs per segment group with host work between kernels, so thousands of
+/// tiny segments take seconds a run and tell the planner nothing it uses
+/// (nobody chunks 512-byte buffers): chunking ops keep <= 1024 segments.
 fn gpu_shapes(op: OpKind, quick: bool) -> Vec<(usize, usize)> {
     let shapes: &[(usize, usize)] = if quick {
         &QUICK_GPU_SHAPES
@@ -72,6 +75,7 @@ fn gpu_shapes(op: OpKind, quick: bool) -> Vec<(usize, usize)> {
         .iter()
         .copied()
         .filter(|&(size, _)| !(gpu_serial(op) && size > 1 << 20))
+        .filter(|&(_, n)| !(matches!(op, OpKind::Chunk | OpKind::ChunkDigest) && n > 1024))
         .collect()
 }
 
@@ -117,6 +121,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), String> {
         ops: Default::default(),
     };
     for op in OpKind::ALL {
+        let op_started = Instant::now();
         let m = if op == OpKind::RsaPrivate {
             calibrate_rsa(&one, &all, min_time)?
         } else {
@@ -132,6 +137,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), String> {
             )?
         };
         model.ops.insert(op.name().to_string(), m);
+        println!("  {op}: {:.1} s", op_started.elapsed().as_secs_f64());
     }
     if let Some(g) = &gpu {
         model.link = calibrate_link(g)?;
@@ -155,7 +161,7 @@ fn time_ns(
     n: usize,
     min_time: Duration,
 ) -> Result<f64, String> {
-    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| random(size)).collect();
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| pool_bytes(i * size, size)).collect();
     Ok(measure_dyn(backend, op, keys, &mut bufs, min_time)?.as_nanos() as f64)
 }
 
@@ -274,10 +280,27 @@ fn time_pinned_ns(
     min_time: Duration,
 ) -> Result<f64, String> {
     let mut buf = g.alloc_pinned(size * n).map_err(|e| e.to_string())?;
-    let src = random(size * n);
-    buf.copy_from_slice(&src);
+    buf.copy_from_slice(&pool_bytes(0, size * n));
     let mut views: Vec<&mut [u8]> = buf.chunks_mut(size.max(1)).take(n).collect();
     Ok(measure_dyn(g, op, keys, &mut views, min_time)?.as_nanos() as f64)
+}
+
+/// `len` random bytes from `at` on in a pool made once: generating 64 MiB
+/// per shape and memory kind (ChaCha, ~1 GB/s) cost calibration seconds.
+/// Wraps around the pool; the bytes stay random within any segment
+/// shorter than the pool, which is all chunking needs.
+fn pool_bytes(at: usize, len: usize) -> Vec<u8> {
+    const POOL: usize = 16 << 20;
+    static BYTES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let pool = BYTES.get_or_init(|| random(POOL));
+    let mut out = Vec::with_capacity(len);
+    let mut at = at % POOL;
+    while out.len() < len {
+        let take = (len - out.len()).min(POOL - at);
+        out.extend_from_slice(&pool[at..at + take]);
+        at = 0;
+    }
+    out
 }
 
 /// RSA-2048 private operations: a cost per segment (key sizes differ by
@@ -441,6 +464,15 @@ pub fn print_model(model: &CostModel, cpu_threads: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_bytes_wrap_around_the_pool() {
+        let a = super::pool_bytes(5, 100);
+        let whole = super::pool_bytes(0, (16 << 20) + 300);
+        assert_eq!(a[..], whole[5..105]);
+        assert_eq!(whole[16 << 20..], whole[..300]);
+        assert!(super::pool_bytes(0, 0).is_empty());
+    }
 
     #[test]
     fn the_planner_knows_the_largest_calibrated_job() {
