@@ -18,7 +18,8 @@ use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 use parking_lot::RwLock;
 
 use crate::codec::{
-    BlockCodec, BlockContext, OpenError, Reseal, ResealError, SealError, SealSlot, CONTEXT_LEN,
+    BlockCodec, BlockContext, OpenError, OpenSlot, Reseal, ResealError, SealError, SealSlot,
+    CONTEXT_LEN,
 };
 
 pub const TAG_LEN: usize = 16;
@@ -308,6 +309,83 @@ impl BlockCodec for GcmCodec {
         Ok(())
     }
 
+    fn opens_in_parallel(&self) -> bool {
+        true
+    }
+
+    /// One open job per data key named in the batch (one, but for files
+    /// written across a rotation); per-block results.
+    fn open_many_in_place(&self, blocks: &mut [OpenSlot<'_>]) -> Vec<Result<usize, OpenError>> {
+        let mut results: Vec<Result<usize, OpenError>> = blocks
+            .iter()
+            .map(|b| {
+                b.sealed.len().checked_sub(TAG_LEN).ok_or_else(|| {
+                    OpenError(format!("block of {} bytes is too short", b.sealed.len()))
+                })
+            })
+            .collect();
+        let mut key_ids: Vec<u32> = blocks.iter().map(|b| b.ctx.key_id).collect();
+        key_ids.sort_unstable();
+        key_ids.dedup();
+        for key_id in key_ids {
+            let members: Vec<usize> = (0..blocks.len())
+                .filter(|&i| blocks[i].ctx.key_id == key_id && results[i].is_ok())
+                .collect();
+            let Some(key) = self.key(key_id) else {
+                for i in members {
+                    results[i] = Err(OpenError(format!(
+                        "data key {key_id} is not in the key registry"
+                    )));
+                }
+                continue;
+            };
+            let aads: Vec<[u8; AAD_LEN]> =
+                members.iter().map(|&i| self.aad(&blocks[i].ctx)).collect();
+            let mut segments = Vec::with_capacity(members.len());
+            for (b, aad) in blocks
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| members.binary_search(i).is_ok())
+                .map(|(_, b)| b)
+                .zip(&aads)
+            {
+                let n = b.sealed.len() - TAG_LEN;
+                let (data, tag) = b.sealed.split_at_mut(n);
+                segments.push(OpenSegment {
+                    nonce: Nonce96::from_parts(b.ctx.file_number, b.ctx.block_number),
+                    aad,
+                    tag: Tag::try_from_slice(tag).expect("16 bytes"),
+                    data: DataMut::Host(data),
+                });
+            }
+            let mut job = Job::Open { key: &key, segments };
+            match self.backend.run(&mut job) {
+                Ok(opened) if opened.len() == members.len() => {
+                    for (&i, r) in members.iter().zip(opened) {
+                        if r.is_err() {
+                            results[i] = Err(auth_failed(blocks[i].ctx.kind));
+                        }
+                    }
+                }
+                Ok(_) => {
+                    for &i in &members {
+                        results[i] = Err(OpenError("open job returned too few results".into()));
+                    }
+                }
+                Err(e) => {
+                    let why = format!(
+                        "accelerator {} refused an open job: {e}",
+                        self.backend.name()
+                    );
+                    for &i in &members {
+                        results[i] = Err(OpenError(why.clone()));
+                    }
+                }
+            }
+        }
+        results
+    }
+
     fn open_in_place(&self, ctx: &BlockContext, sealed: &mut [u8]) -> Result<usize, OpenError> {
         let n = sealed
             .len()
@@ -339,13 +417,16 @@ impl BlockCodec for GcmCodec {
         })?;
         match results.into_iter().next() {
             Some(Ok(_)) => Ok(n),
-            Some(Err(_)) => Err(OpenError(format!(
-                "authentication failed for {:?} block (damaged, moved, swapped or from another store)",
-                ctx.kind
-            ))),
+            Some(Err(_)) => Err(auth_failed(ctx.kind)),
             None => Err(OpenError("open job returned no result".into())),
         }
     }
+}
+
+fn auth_failed(kind: crate::codec::BlockKind) -> OpenError {
+    OpenError(format!(
+        "authentication failed for {kind:?} block (damaged, moved, swapped or from another store)"
+    ))
 }
 
 #[cfg(test)]
