@@ -52,9 +52,12 @@ impl DbIterator {
         let mut mems = vec![mem];
         mems.extend(imms);
         let iter = merging(inner, &mems, &version)?;
-        let ahead = inner
-            .codec
-            .opens_in_parallel()
+        let cores = || std::thread::available_parallelism().map_or(1, |n| n.get());
+        let wanted = inner
+            .opts
+            .read_ahead
+            .unwrap_or_else(|| cores() >= crate::options::READ_AHEAD_MIN_CORES);
+        let ahead = (wanted && inner.codec.opens_in_parallel())
             .then(|| parking_lot::Mutex::new(ReadAhead::new()));
         Ok(DbIterator {
             inner: inner.clone(),

@@ -103,9 +103,9 @@ impl ValueLog {
             .zip(errors)
             .map(|(((ptr, key), buf), err)| match (buf, err) {
                 (Some((_, buf)), _) => {
-                    let r = opened
-                        .next()
-                        .unwrap_or_else(|| Err(OpenError("open batch returned too few results".into())));
+                    let r = opened.next().unwrap_or_else(|| {
+                        Err(OpenError("open batch returned too few results".into()))
+                    });
                     self.finish(ptr, key, buf, r)
                 }
                 (None, Some(e)) => Err(e),

@@ -19,6 +19,8 @@ fn options(mode: Mode) -> Options {
         encryption: mode.encryption(),
         // Big enough that values stay in a few files.
         vlog_file_size: 4 << 20,
+        // Whatever this machine's core count.
+        read_ahead: Some(true),
         ..small_options()
     }
 }
@@ -218,4 +220,7 @@ fn damaged_frame_fails_only_its_entry(mode: Mode) {
     it.next();
     assert!(it.value().is_ok());
 }
-both_modes!(damaged_frame_ahead_fails_only_its_entry, damaged_frame_fails_only_its_entry);
+both_modes!(
+    damaged_frame_ahead_fails_only_its_entry,
+    damaged_frame_fails_only_its_entry
+);

@@ -89,6 +89,17 @@ pub struct LsmArgs {
     /// (without --workloads or --seed-000) it runs only this.
     #[arg(long, value_name = "GIB")]
     reencrypt: Option<f64>,
+    /// Read-ahead of encrypted iteration (readseq): auto (the store's
+    /// default: on with at least 4 cores), on or off.
+    #[arg(long, value_enum, default_value = "auto")]
+    read_ahead: ReadAhead,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAhead {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Serialize)]
@@ -146,7 +157,12 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
     if args.reencrypt.is_some() && modes.iter().all(|m| *m == Encrypt::None) {
         modes.push(Encrypt::Cpu);
     }
-    let backends = Backends::new(&modes)?;
+    let mut backends = Backends::new(&modes)?;
+    backends.read_ahead = match args.read_ahead {
+        ReadAhead::Auto => None,
+        ReadAhead::On => Some(true),
+        ReadAhead::Off => Some(false),
+    };
     let base = match &args.dir {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;

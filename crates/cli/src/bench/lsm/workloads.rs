@@ -87,14 +87,19 @@ impl Case {
     /// Same workload, size, count and sync: the cases that differ only in
     /// their encryption mode, whose runs take turns.
     pub fn same_cell(&self, other: &Case) -> bool {
-        (self.workload, self.value_bytes, self.sync, self.num, self.threads)
-            == (
-                other.workload,
-                other.value_bytes,
-                other.sync,
-                other.num,
-                other.threads,
-            )
+        (
+            self.workload,
+            self.value_bytes,
+            self.sync,
+            self.num,
+            self.threads,
+        ) == (
+            other.workload,
+            other.value_bytes,
+            other.sync,
+            other.num,
+            other.threads,
+        )
     }
 }
 
