@@ -31,7 +31,7 @@ fn key(k: u64) -> Vec<u8> {
 
 /// Values of 150 to ~3 KiB in the value log, every fifth one inline.
 fn value_len(k: u64, ver: u64) -> usize {
-    if (k + ver) % 5 == 0 {
+    if (k + ver).is_multiple_of(5) {
         40
     } else {
         150 + ((k * 37 + ver * 11) % 3000) as usize
