@@ -70,8 +70,8 @@ pub struct Options {
     /// Forward iteration of an encrypted store reads value-log values
     /// ahead (up to 1 MiB of frames) and opens them in one job spread over
     /// cores. `None`: only with at least `READ_AHEAD_MIN_CORES` cores (on
-    /// fewer, the hand-off to the pool costs about what it saves: measured
-    /// on 2 cores, sequential 4 KiB and 64 KiB reads were 0-10% slower).
+    /// fewer, the hand-off to the pool costs about what it saves: on 2
+    /// cores no gain was measurable for 4 KiB or 64 KiB values).
     pub read_ahead: Option<bool>,
 }
 
