@@ -119,6 +119,12 @@ impl SealSlot<'_> {
     }
 }
 
+/// One sealed block to open in place: payload ‖ seal, under `ctx`.
+pub struct OpenSlot<'a> {
+    pub ctx: BlockContext,
+    pub sealed: &'a mut [u8],
+}
+
 /// Why a batch could not be sealed (the accelerator refused the job).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealError(pub String);
@@ -175,6 +181,24 @@ pub trait BlockCodec: Send + Sync + fmt::Debug {
     /// length (the payload is `sealed[..len]`). Readers that keep a buffer
     /// of their own use this to avoid allocating and copying per block.
     fn open_in_place(&self, ctx: &BlockContext, sealed: &mut [u8]) -> Result<usize, OpenError>;
+
+    /// Opens many blocks in place, each independently: result i is block
+    /// i's payload length or why it would not open, so one damaged block
+    /// fails only itself. This default opens them one by one; an encrypting
+    /// codec overrides it to run one accelerator job over all of them
+    /// (spread over cores), which is what read-ahead is for.
+    fn open_many_in_place(&self, blocks: &mut [OpenSlot<'_>]) -> Vec<Result<usize, OpenError>> {
+        blocks
+            .iter_mut()
+            .map(|b| self.open_in_place(&b.ctx, b.sealed))
+            .collect()
+    }
+
+    /// Whether [`Self::open_many_in_place`] spreads a batch over cores, so
+    /// that reading ahead pays off (CRC32C is cheaper than the hand-off).
+    fn opens_in_parallel(&self) -> bool {
+        false
+    }
 
     /// Re-seals a batch in place (key rotation). This default copies each
     /// block; codecs override it to run one open job and one seal job over

@@ -10,7 +10,8 @@ use crate::error::Result;
 use crate::format::{internal_key, parse_internal_key, user_key, ValueType, TYPE_FOR_SEEK};
 use crate::iterator::{InternalIterator, MergingIterator};
 use crate::level_iterator::LevelIterator;
-use crate::memtable::MemTableIterator;
+use crate::memtable::{MemTable, MemTableIterator};
+use crate::read_ahead::ReadAhead;
 use crate::table_reader::TableIterator;
 use crate::version::Version;
 
@@ -33,6 +34,11 @@ pub struct DbIterator {
     saved_value: Vec<u8>,
     saved_type: ValueType,
     error: Option<crate::error::Error>,
+    /// What the scout of the read-ahead iterates: the pinned memtables.
+    mems: Vec<Arc<MemTable>>,
+    /// Forward read-ahead of value-log values; only where opening spreads
+    /// over cores (an encrypted store).
+    ahead: Option<parking_lot::Mutex<ReadAhead>>,
 }
 
 impl DbIterator {
@@ -43,22 +49,19 @@ impl DbIterator {
             let imms: Vec<_> = st.imm.iter().map(|i| i.mem.clone()).collect();
             (st.mem.clone(), imms, st.current.clone())
         };
-        let mut children: Vec<Box<dyn InternalIterator>> =
-            vec![Box::new(MemTableIterator::new(mem))];
-        for m in imms {
-            children.push(Box::new(MemTableIterator::new(m)));
-        }
-        for f in &version.levels[0] {
-            children.push(Box::new(TableIterator::new(inner.tables.get(f)?)));
-        }
-        for level in &version.levels[1..] {
-            if !level.is_empty() {
-                children.push(Box::new(LevelIterator::new(inner.clone(), level.clone())));
-            }
-        }
+        let mut mems = vec![mem];
+        mems.extend(imms);
+        let iter = merging(inner, &mems, &version)?;
+        let cores = || std::thread::available_parallelism().map_or(1, |n| n.get());
+        let wanted = inner
+            .opts
+            .read_ahead
+            .unwrap_or_else(|| cores() >= crate::options::READ_AHEAD_MIN_CORES);
+        let ahead = (wanted && inner.codec.opens_in_parallel())
+            .then(|| parking_lot::Mutex::new(ReadAhead::new()));
         Ok(DbIterator {
             inner: inner.clone(),
-            iter: MergingIterator::new(children),
+            iter,
             guard,
             _version: version,
             direction: Direction::Forward,
@@ -67,6 +70,8 @@ impl DbIterator {
             saved_value: Vec::new(),
             saved_type: ValueType::Deletion,
             error: None,
+            mems,
+            ahead,
         })
     }
 
@@ -99,16 +104,37 @@ impl DbIterator {
             }
             Direction::Reverse => (self.saved_type, &self.saved_value[..]),
         };
+        if let (Direction::Forward, ValueType::Pointer, Some(ahead)) =
+            (self.direction, t, &self.ahead)
+        {
+            return ahead.lock().value(
+                &self.inner,
+                self.guard.seq,
+                self.iter.key(),
+                self.key(),
+                stored,
+                || merging(&self.inner, &self.mems, &self._version),
+            );
+        }
         self.inner.resolve(self.key(), t, stored)
     }
 
+    /// Read ahead no more (the cursor jumped or turned).
+    fn reset_ahead(&mut self) {
+        if let Some(a) = &self.ahead {
+            a.lock().reset();
+        }
+    }
+
     pub fn seek_to_first(&mut self) {
+        self.reset_ahead();
         self.direction = Direction::Forward;
         self.iter.seek_to_first();
         self.find_next_user_entry(false);
     }
 
     pub fn seek_to_last(&mut self) {
+        self.reset_ahead();
         self.direction = Direction::Reverse;
         self.iter.seek_to_last();
         self.find_prev_user_entry();
@@ -116,6 +142,7 @@ impl DbIterator {
 
     /// Positions at the first key >= `target`.
     pub fn seek(&mut self, target: &[u8]) {
+        self.reset_ahead();
         self.direction = Direction::Forward;
         self.iter
             .seek(&internal_key(target, self.guard.seq, TYPE_FOR_SEEK));
@@ -137,6 +164,7 @@ impl DbIterator {
             return;
         }
         if self.direction == Direction::Reverse {
+            self.reset_ahead();
             // The merged iterator sits before this key's entries: step in.
             self.direction = Direction::Forward;
             if self.iter.valid() {
@@ -156,6 +184,7 @@ impl DbIterator {
     }
 
     pub fn prev(&mut self) {
+        self.reset_ahead();
         if !self.valid {
             return;
         }
@@ -258,6 +287,27 @@ impl DbIterator {
             ));
         }
     }
+}
+
+/// A merged cursor over the pinned memtables and the tables of `version`.
+fn merging(
+    inner: &Arc<DbInner>,
+    mems: &[Arc<MemTable>],
+    version: &Version,
+) -> Result<MergingIterator> {
+    let mut children: Vec<Box<dyn InternalIterator>> = mems
+        .iter()
+        .map(|m| Box::new(MemTableIterator::new(m.clone())) as Box<dyn InternalIterator>)
+        .collect();
+    for f in &version.levels[0] {
+        children.push(Box::new(TableIterator::new(inner.tables.get(f)?)));
+    }
+    for level in &version.levels[1..] {
+        if !level.is_empty() {
+            children.push(Box::new(LevelIterator::new(inner.clone(), level.clone())));
+        }
+    }
+    Ok(MergingIterator::new(children))
 }
 
 /// A range scan as a Rust iterator: keys in [start, end), forward or

@@ -63,6 +63,7 @@ mod log_writer;
 mod manifest;
 mod memtable;
 pub mod options;
+mod read_ahead;
 mod recovery;
 mod reseal;
 mod rotation;

@@ -1,12 +1,13 @@
 //! Reading values back from the value log through their pointers.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::codec::{BlockCodec, BlockContext, BlockKind};
+use crate::codec::{BlockCodec, BlockContext, BlockKind, OpenError, OpenSlot};
 use crate::env::FileSystem;
 use crate::error::{Error, Result};
 use crate::format::{vlog_path, FileKind, ValuePointer};
@@ -63,25 +64,120 @@ impl ValueLog {
     /// the front, then the value over the key). Error texts are only built
     /// on error: formatting them cost ~0.2 µs per read.
     pub fn read(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Vec<u8>> {
-        let path = || vlog_path(&self.dir, ptr.file);
-        let loc = || format!("block {} at offset {}", ptr.frame.block, ptr.frame.offset);
-        let corrupt = |why: &str| Error::corruption(path(), loc(), why);
+        let mut buf = vec![0u8; FRAME_HEADER_LEN + ptr.frame.len as usize];
+        let ctx = self.fetch_into(ptr, &mut buf)?;
+        let opened = self.codec.open_in_place(&ctx, &mut buf[FRAME_HEADER_LEN..]);
+        let value = self.value_range(ptr, key, &buf, opened)?;
+        // Move the value to the front of the buffer and drop the rest.
+        let len = value.len();
+        buf.copy_within(value, 0);
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// Reads many values at once (read-ahead of an iterator) into `buf`,
+    /// which the caller keeps from batch to batch: the frames are read one
+    /// by one, then opened in one batch, which an encrypting codec spreads
+    /// over cores. Result i is where `wanted[i]`'s value lies in `buf`, or
+    /// why it could not be read: a damaged frame fails only its own entry.
+    ///
+    /// One reused buffer, because fresh buffers per frame cost page faults:
+    /// the allocator hands a megabyte batch back to the kernel once it is
+    /// freed, and 64 KiB values read this way ran 35% slower.
+    pub fn read_many(
+        &self,
+        wanted: &[(ValuePointer, &[u8])],
+        buf: &mut Vec<u8>,
+    ) -> Vec<Result<Range<usize>>> {
+        let sizes: Vec<usize> = wanted
+            .iter()
+            .map(|(p, _)| FRAME_HEADER_LEN + p.frame.len as usize)
+            .collect();
+        let total: usize = sizes.iter().sum();
+        if buf.len() < total {
+            buf.resize(total, 0);
+        }
+        let mut frames: Vec<&mut [u8]> = Vec::with_capacity(wanted.len());
+        let mut rest = &mut buf[..total];
+        for &n in &sizes {
+            let (frame, tail) = rest.split_at_mut(n);
+            frames.push(frame);
+            rest = tail;
+        }
+        let mut results: Vec<Result<Range<usize>>> = Vec::with_capacity(wanted.len());
+        let mut slots: Vec<OpenSlot<'_>> = Vec::with_capacity(wanted.len());
+        let mut fetched: Vec<usize> = Vec::with_capacity(wanted.len());
+        for (i, ((ptr, _), frame)) in wanted.iter().zip(frames).enumerate() {
+            match self.fetch_into(ptr, frame) {
+                Ok(ctx) => {
+                    results.push(Ok(0..0));
+                    fetched.push(i);
+                    slots.push(OpenSlot {
+                        ctx,
+                        sealed: &mut frame[FRAME_HEADER_LEN..],
+                    });
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        let opened = self.codec.open_many_in_place(&mut slots);
+        drop(slots);
+        let starts: Vec<usize> = sizes
+            .iter()
+            .scan(0, |at, &n| {
+                let start = *at;
+                *at += n;
+                Some(start)
+            })
+            .collect();
+        let mut opened = opened.into_iter();
+        for i in fetched {
+            let (ptr, key) = &wanted[i];
+            let r = opened
+                .next()
+                .unwrap_or_else(|| Err(OpenError("open batch returned too few results".into())));
+            let frame = &buf[starts[i]..starts[i] + sizes[i]];
+            results[i] = self
+                .value_range(ptr, key, frame, r)
+                .map(|v| starts[i] + v.start..starts[i] + v.end);
+        }
+        results
+    }
+
+    fn corrupt(&self, ptr: &ValuePointer, why: &str) -> Error {
+        Error::corruption(
+            vlog_path(&self.dir, ptr.file),
+            format!("block {} at offset {}", ptr.frame.block, ptr.frame.offset),
+            why,
+        )
+    }
+
+    /// Reads the frame `ptr` names (header and sealed block) into `buf`,
+    /// which is exactly its size, and checks its header against the
+    /// pointer; returns the block's context.
+    fn fetch_into(&self, ptr: &ValuePointer, buf: &mut [u8]) -> Result<BlockContext> {
         let file = self.file(ptr.file)?;
-        let sealed_len = ptr.frame.len as usize;
-        let mut buf = vec![0u8; FRAME_HEADER_LEN + sealed_len];
         file.file
-            .read_exact_at(&mut buf, ptr.frame.offset)
+            .read_exact_at(buf, ptr.frame.offset)
             .map_err(|e| {
                 if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    corrupt("value frame runs past the end of the file")
+                    self.corrupt(ptr, "value frame runs past the end of the file")
                 } else {
-                    Error::io(format!("reading {} ({})", path().display(), loc()), e)
+                    Error::io(
+                        format!(
+                            "reading {} (block {} at offset {})",
+                            vlog_path(&self.dir, ptr.file).display(),
+                            ptr.frame.block,
+                            ptr.frame.offset
+                        ),
+                        e,
+                    )
                 }
             })?;
         let len = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes"));
         let block = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
         if len != ptr.frame.len || block != ptr.frame.block || buf[8] != BlockKind::LogValue as u8 {
-            return Err(corrupt("frame header does not match the value pointer"));
+            return Err(self.corrupt(ptr, "frame header does not match the value pointer"));
         }
         let ctx = BlockContext {
             key_id: file.key_id,
@@ -90,24 +186,28 @@ impl ValueLog {
             offset: ptr.frame.offset,
             kind: BlockKind::LogValue,
         };
-        let payload_len = self
-            .codec
-            .open_in_place(&ctx, &mut buf[FRAME_HEADER_LEN..])
-            .map_err(|e| corrupt(&e.0))?;
-        let payload = &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + payload_len];
+        Ok(ctx)
+    }
+
+    /// Checks an opened frame against `key`; returns where in the frame
+    /// its value lies (the payload's tail).
+    fn value_range(
+        &self,
+        ptr: &ValuePointer,
+        key: &[u8],
+        frame: &[u8],
+        opened: std::result::Result<usize, OpenError>,
+    ) -> Result<Range<usize>> {
+        let payload_len = opened.map_err(|e| self.corrupt(ptr, &e.0))?;
+        let payload = &frame[FRAME_HEADER_LEN..FRAME_HEADER_LEN + payload_len];
         let Some((k, v)) = decode_value_frame(payload) else {
-            return Err(corrupt("malformed value frame"));
+            return Err(self.corrupt(ptr, "malformed value frame"));
         };
         if k != key {
-            return Err(corrupt("value frame belongs to another key"));
+            return Err(self.corrupt(ptr, "value frame belongs to another key"));
         }
-        // The value is the payload's tail: move it to the front of the
-        // buffer and drop the rest.
-        let start = FRAME_HEADER_LEN + payload_len - v.len();
-        let value_len = v.len();
-        buf.copy_within(start..start + value_len, 0);
-        buf.truncate(value_len);
-        Ok(buf)
+        let end = FRAME_HEADER_LEN + payload_len;
+        Ok(end - v.len()..end)
     }
 
     pub fn forget(&self, n: u64) {

@@ -32,7 +32,11 @@ impl Encrypt {
 
 /// The accelerators of the requested modes, built once for the whole run
 /// (a GPU backend compiles its kernels; auto loads its cost model).
-pub struct Backends(HashMap<Encrypt, Arc<dyn Backend>>);
+pub struct Backends {
+    by_mode: HashMap<Encrypt, Arc<dyn Backend>>,
+    /// The stores' `read_ahead` option (None: the store's default).
+    pub read_ahead: Option<bool>,
+}
 
 impl Backends {
     pub fn new(modes: &[Encrypt]) -> Result<Backends, String> {
@@ -49,18 +53,25 @@ impl Backends {
             };
             m.insert(mode, b);
         }
-        Ok(Backends(m))
+        Ok(Backends {
+            by_mode: m,
+            read_ahead: None,
+        })
     }
 
     /// Store options for `mode`: a fresh random master key (the benchmark
     /// stores are thrown away) and the mode's accelerator.
     pub fn options(&self, mode: Encrypt) -> Options {
-        match self.0.get(&mode) {
-            None => Options::default(),
+        let base = Options {
+            read_ahead: self.read_ahead,
+            ..Options::default()
+        };
+        match self.by_mode.get(&mode) {
+            None => base,
             Some(b) => Options {
                 encryption: Some(Encryption::with_key(gvault_store::keys::generate_key())),
                 crypto_backend: Some(b.clone()),
-                ..Options::default()
+                ..base
             },
         }
     }

@@ -83,6 +83,26 @@ pub struct Case {
     pub encrypt: Encrypt,
 }
 
+impl Case {
+    /// Same workload, size, count and sync: the cases that differ only in
+    /// their encryption mode, whose runs take turns.
+    pub fn same_cell(&self, other: &Case) -> bool {
+        (
+            self.workload,
+            self.value_bytes,
+            self.sync,
+            self.num,
+            self.threads,
+        ) == (
+            other.workload,
+            other.value_bytes,
+            other.sync,
+            other.num,
+            other.threads,
+        )
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
     pub ops: u64,
