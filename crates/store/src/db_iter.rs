@@ -52,11 +52,7 @@ impl DbIterator {
         let mut mems = vec![mem];
         mems.extend(imms);
         let iter = merging(inner, &mems, &version)?;
-        let cores = || std::thread::available_parallelism().map_or(1, |n| n.get());
-        let wanted = inner
-            .opts
-            .read_ahead
-            .unwrap_or_else(|| cores() >= crate::options::READ_AHEAD_MIN_CORES);
+        let wanted = inner.opts.read_ahead.unwrap_or(false);
         let ahead = (wanted && inner.codec.opens_in_parallel())
             .then(|| parking_lot::Mutex::new(ReadAhead::new()));
         Ok(DbIterator {

@@ -90,7 +90,7 @@ pub struct LsmArgs {
     #[arg(long, value_name = "GIB")]
     reencrypt: Option<f64>,
     /// Read-ahead of encrypted iteration (readseq): auto (the store's
-    /// default: on with at least 4 cores), on or off.
+    /// default: off), on or off.
     #[arg(long, value_enum, default_value = "auto")]
     read_ahead: ReadAhead,
 }
