@@ -207,3 +207,26 @@ fn few_large_pageable_gcm_segments_stay_on_the_cpu() {
         assert_eq!(d.plan, Plan::Gpu, "{size} x 4 pinned: {d:?}");
     }
 }
+
+/// Session 6, call 5 (`testdata/h100-cost-model-s6b.json`, calibrated in
+/// that call): the two cells auto lost there. BLAKE3 1 MiB x 64 pageable
+/// was split (predicted 34% ahead) and ran at 0.65x the CPU alone: pageable
+/// jobs are not split now. BLAKE3 64 KiB x 1024 pinned went to the GPU
+/// (predicted 8% ahead) and ran at 0.74x the CPU: the GPU must now be
+/// GPU_MARGIN ahead. The pinned BLAKE3 splits that ran at 1.1-1.7x the
+/// better backend (1 MiB x 64 and up) are still taken.
+#[test]
+fn session6_auto_misses_are_decided_otherwise() {
+    let m: CostModel =
+        serde_json::from_str(include_str!("testdata/h100-cost-model-s6b.json")).expect("parses");
+    m.validate().expect("valid");
+    let d = decide_h100(&m, OpKind::Blake3, &[1 << 20; 64], HostMemory::Pageable);
+    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+    let d = decide_h100(&m, OpKind::Blake3, &[64 << 10; 1024], HostMemory::Pinned);
+    assert_eq!(d.plan, Plan::Cpu, "{d:?}");
+    for size in [1u64 << 20, 64 << 20] {
+        let n = if size == 1 << 20 { 64 } else { 4 };
+        let d = decide_h100(&m, OpKind::Blake3, &vec![size; n], HostMemory::Pinned);
+        assert!(matches!(d.plan, Plan::Split(_)), "{size}: {d:?}");
+    }
+}
