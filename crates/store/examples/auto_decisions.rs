@@ -18,7 +18,8 @@ use gvault_accel::cpu::CpuBackend;
 use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
 use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 
-const H100_MODEL: &str = include_str!("../../accel/src/auto/testdata/h100-cost-model.json");
+/// Calibrated on the H100 host in session 6 (call 5).
+const H100_MODEL: &str = include_str!("../../accel/src/auto/testdata/h100-cost-model-s6b.json");
 
 fn auto(model: CostModel, name: &str) -> AutoBackend {
     let stand_in: Box<dyn Backend> = Box::new(CpuBackend::with_threads(1));
