@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use gvault_accel::cpu::CpuBackend;
-use gvault_accel::gpu::GpuBackend;
+use gvault_accel::gpu::{DeviceAllocation, GpuBackend};
 use gvault_accel::*;
 use std::sync::OnceLock;
 
@@ -619,24 +619,13 @@ fn chunk_digest_crc32c_device_resident() {
     sizes.extend(mixed_sizes(40, 71, 300_000));
     let mut data = inputs(&sizes, 72);
     data.push(real_data(4 << 20));
-    let mut packed = Vec::new();
-    let mut at = Vec::new();
-    for (i, d) in data.iter().enumerate() {
-        packed.extend(std::iter::repeat_n(0xA7u8, 1 + i % 15));
-        at.push(packed.len());
-        packed.extend_from_slice(d);
-    }
-    let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+    let (alloc, at) = place_at_odd_offsets(g, &data, 0xA7, 15);
     let slices: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
     for p in [
         ChunkParams::new(4096, 16384, 65536, 1).unwrap(),
         ChunkParams::DEFAULT,
     ] {
-        let dev: Vec<Data<'_>> = at
-            .iter()
-            .zip(&data)
-            .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
-            .collect();
+        let dev = device_views(&alloc, &at, &data);
         let got = chunk_digest_crc_job(g, p, &key, true, dev);
         assert_crcs(&got, &slices, true);
         assert_eq!(
@@ -645,6 +634,33 @@ fn chunk_digest_crc32c_device_resident() {
             "{p:?} device-resident"
         );
     }
+}
+
+/// `data` copied into one device allocation, each input after 1..=`gap`
+/// bytes of `fill`, so inputs start at arbitrary offsets; returns the
+/// allocation and each input's offset.
+fn place_at_odd_offsets(
+    g: &GpuBackend,
+    data: &[Vec<u8>],
+    fill: u8,
+    gap: usize,
+) -> (DeviceAllocation, Vec<usize>) {
+    let mut packed = Vec::new();
+    let mut at = Vec::new();
+    for (i, d) in data.iter().enumerate() {
+        packed.extend(std::iter::repeat_n(fill, 1 + i % gap));
+        at.push(packed.len());
+        packed.extend_from_slice(d);
+    }
+    (g.alloc_device(0, packed.len(), &packed).unwrap(), at)
+}
+
+/// The inputs placed by [`place_at_odd_offsets`], as job data.
+fn device_views<'a>(alloc: &'a DeviceAllocation, at: &[usize], data: &[Vec<u8>]) -> Vec<Data<'a>> {
+    at.iter()
+        .zip(data)
+        .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
+        .collect()
 }
 
 /// The CRC-32C table scheme under test (`GVAULT_B3_CRC`: slice8, rep2 or
@@ -668,21 +684,10 @@ fn chunk_digest_crc32c_over_several_waves() {
     let mut sizes = vec![(200 << 20) + 3, (60 << 20) + 1001, 1, 0];
     sizes.extend(mixed_sizes(300, 81, 5000));
     let data = inputs(&sizes, 82);
-    let mut packed = Vec::new();
-    let mut at = Vec::new();
-    for (i, d) in data.iter().enumerate() {
-        packed.extend(std::iter::repeat_n(0x3Cu8, 1 + i % 13));
-        at.push(packed.len());
-        packed.extend_from_slice(d);
-    }
-    let alloc = g.alloc_device(0, packed.len(), &packed).unwrap();
+    let (alloc, at) = place_at_odd_offsets(g, &data, 0x3C, 13);
     let slices: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
     let p = ChunkParams::new(1024, 4096, 16384, 2).unwrap();
-    let dev: Vec<Data<'_>> = at
-        .iter()
-        .zip(&data)
-        .map(|(&o, d)| Data::Device(alloc.slice(o, d.len()).unwrap()))
-        .collect();
+    let dev = device_views(&alloc, &at, &data);
     let got = chunk_digest_crc_job(g, p, &key, true, dev);
     assert_crcs(&got, &slices, true);
     assert_eq!(
