@@ -33,7 +33,7 @@ cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
 # Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
-# gear, slots, hashes, fused, group4g, many, e2e, trace, auto, lsm, crc.
+# gear, slots, hashes, fused, group4g, many, wide, e2e, trace, auto, lsm, crc.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -146,6 +146,16 @@ if has many; then
   # Seed 001: sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if has wide; then
+  # SHA-256 / MD5 over 4096 x 1 MiB page-locked: rounds of 2D DMA into wide
+  # device buffers (gpu/serial_pinned.rs) by round size; 0 = the staging
+  # slots (16 KiB rows at 64 MiB a round). Pageable as the reference.
+  for mib in ${WIDE_MIB:-0 64 128 256 512}; do
+    echo "== GVAULT_SERIAL_WIDE_MIB=$mib" | tee -a "$OUT/wide.txt"
+    GVAULT_SERIAL_WIDE_MIB=$mib $P --pinned --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee -a "$OUT/wide.txt"
+  done
+  $P --ops sha256,md5 --sizes 1M --total 4G 2>&1 | tee -a "$OUT/wide.txt"
 fi
 if has e2e; then
   # Host end to end at 1 GiB next to the link, same run (pinned user memory).

@@ -24,6 +24,7 @@ pub mod link;
 mod runtime;
 mod seed001;
 mod serial;
+mod serial_pinned;
 mod stage;
 
 use std::sync::atomic::Ordering;

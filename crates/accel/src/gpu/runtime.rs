@@ -641,6 +641,14 @@ impl Drop for OutstandingGuard<'_> {
 /// (cuMemHostAlloc or cuMemHostRegister) that the DMA engines can read and
 /// write directly. Pageable memory answers false.
 pub(crate) fn is_page_locked(ptr: *const u8, len: usize) -> bool {
+    page_locked_range(ptr).is_some_and(|(start, size)| {
+        let addr = ptr as usize;
+        addr >= start && addr + len <= start + size
+    })
+}
+
+/// The page-locked host allocation (start, size) that holds `ptr`, if any.
+pub(crate) fn page_locked_range(ptr: *const u8) -> Option<(usize, usize)> {
     use sys::CUpointer_attribute::{
         CU_POINTER_ATTRIBUTE_MEMORY_TYPE as MEMORY_TYPE,
         CU_POINTER_ATTRIBUTE_RANGE_SIZE as RANGE_SIZE,
@@ -659,7 +667,7 @@ pub(crate) fn is_page_locked(ptr: *const u8, len: usize) -> bool {
             .is_err()
             || mem_type != sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
         {
-            return false;
+            return None;
         }
         if sys::cuPointerGetAttribute(
             &mut start as *mut CUdeviceptr as *mut c_void,
@@ -672,10 +680,10 @@ pub(crate) fn is_page_locked(ptr: *const u8, len: usize) -> bool {
                 .result()
                 .is_err()
         {
-            return false;
+            return None;
         }
     }
-    addr >= start && addr + len as u64 <= start + size as u64
+    Some((start as usize, size))
 }
 
 /// Page-locked host memory from the driver: segments in it cross the link

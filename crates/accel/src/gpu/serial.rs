@@ -13,12 +13,12 @@ use crate::job::{Digest, DigestAlgo};
 /// `SerialPiece` of kernels/serial.cu.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-struct SerialPiece {
-    offset: u64,
-    len: u64,
-    total_len: u64,
-    seg: u32,
-    flags: u32,
+pub(super) struct SerialPiece {
+    pub offset: u64,
+    pub len: u64,
+    pub total_len: u64,
+    pub seg: u32,
+    pub flags: u32,
 }
 
 const FIRST: u32 = 1;
@@ -62,7 +62,10 @@ pub(crate) fn hash_all(
             }),
         }
     }
-    let (host_pieces, host_descs) = stripe(&host_segs);
+    if super::serial_pinned::hash(dev, kernel, &host_segs, state.ptr, digests.ptr)? {
+        host_segs.clear();
+    }
+    let (host_pieces, host_descs) = stripe(&host_segs, slot_piece(host_segs.len()));
     let piece_segs: Vec<u32> = host_descs.iter().map(|d| d.seg).collect();
     let max_batch = DESC_BYTES / std::mem::size_of::<SerialPiece>();
     stage_host(
@@ -125,15 +128,27 @@ pub(crate) fn hash_all(
         .collect())
 }
 
+/// The piece length that lets `segs` segments share `room` bytes: whole
+/// hash blocks, at least 4 KiB.
+pub(super) fn piece_for(segs: usize, room: usize) -> usize {
+    const MIN_PIECE: usize = 4 << 10;
+    (room / segs.max(1) / 64 * 64).clamp(MIN_PIECE, room.max(MIN_PIECE))
+}
+
+fn slot_piece(segs: usize) -> usize {
+    piece_for(segs, SLOT_BYTES)
+}
+
 /// Host segments cut into pieces taken round-robin (piece r of every
 /// segment, then piece r + 1): each staging slot then carries a piece of
 /// as many segments as fit, so each launch runs that many threads. Cut
 /// one slot after another instead, a job of 4096 x 1 MiB ran 64 threads
 /// per launch (1.7 GB/s). Pieces are multiples of 64 bytes (hash blocks)
 /// except a segment's last.
-fn stripe<'a>(segs: &[(u32, &'a [u8])]) -> (Vec<&'a [u8]>, Vec<SerialPiece>) {
-    const MIN_PIECE: usize = 4 << 10;
-    let piece = (SLOT_BYTES / segs.len().max(1) / 64 * 64).clamp(MIN_PIECE, SLOT_BYTES);
+pub(super) fn stripe<'a>(
+    segs: &[(u32, &'a [u8])],
+    piece: usize,
+) -> (Vec<&'a [u8]>, Vec<SerialPiece>) {
     let (mut pieces, mut descs) = (Vec::new(), Vec::new());
     let rounds = segs
         .iter()
@@ -162,7 +177,7 @@ fn stripe<'a>(segs: &[(u32, &'a [u8])]) -> (Vec<&'a [u8]>, Vec<SerialPiece>) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch(
+pub(super) fn launch(
     dev: &Device,
     kernel: &str,
     data: u64,
@@ -214,7 +229,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, v)| (i as u32 + 1, &v[..])),
         );
-        let (pieces, descs) = stripe(&segs);
+        let (pieces, descs) = stripe(&segs, super::slot_piece(segs.len()));
         assert_eq!(pieces.len(), descs.len());
         let mut by_seg: Vec<Vec<usize>> = vec![Vec::new(); segs.len()];
         for (k, d) in descs.iter().enumerate() {

@@ -89,7 +89,7 @@ where
             // synchronised below. Queued first, they move while we pack.
             unsafe {
                 for run in &runs {
-                    copy_run(slot, &batch, pieces, run)?;
+                    copy_run(slot.dev, slot.stream, &batch, pieces, run)?;
                 }
             }
             let parts: Vec<(usize, &[u8])> = batch
@@ -219,10 +219,10 @@ fn is_direct(piece: &[u8]) -> bool {
 /// Equal pieces of one page-locked buffer at a constant stride, staged at
 /// consecutive slot offsets: batch entries `first..first + count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct StridedRun {
-    first: usize,
-    count: usize,
-    pitch: usize,
+pub(crate) struct StridedRun {
+    pub first: usize,
+    pub count: usize,
+    pub pitch: usize,
 }
 
 /// A run must carry this much to be worth a 2D copy rather than packing.
@@ -234,7 +234,7 @@ const STRIDED_MIN: usize = 1 << 20;
 /// in each slot; packing them on the CPU bound that job at ~45 GB/s).
 /// Returns the runs and, per batch entry, whether it is not packed (direct
 /// or in a run). `locked(ptr, len)` says whether memory is page-locked.
-fn strided_runs(
+pub(crate) fn strided_runs(
     batch: &[Staged],
     pieces: &[&[u8]],
     direct: &[bool],
@@ -322,13 +322,15 @@ fn share_runs(
     });
 }
 
-/// Queues one run's 2D copy from the caller's memory into the slot.
+/// Queues one run's 2D copy from the caller's memory into the device
+/// buffer at `dst` (pieces at their batch offsets), on `stream`.
 ///
 /// # Safety
-/// The run's pieces are page-locked and stay borrowed until the slot's
-/// stream is synchronised; the slot holds them at their batch offsets.
-unsafe fn copy_run(
-    slot: &Slot,
+/// The run's pieces are page-locked and stay borrowed until `stream` is
+/// synchronised; the buffer at `dst` holds them at their batch offsets.
+pub(crate) unsafe fn copy_run(
+    dst: u64,
+    stream: sys::CUstream,
     batch: &[Staged],
     pieces: &[&[u8]],
     run: &StridedRun,
@@ -347,13 +349,13 @@ unsafe fn copy_run(
         dstY: 0,
         dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
         dstHost: std::ptr::null_mut(),
-        dstDevice: slot.dev + first.off as u64,
+        dstDevice: dst + first.off as u64,
         dstArray: std::ptr::null_mut(),
         dstPitch: piece.len(),
         WidthInBytes: piece.len(),
         Height: run.count,
     };
-    sys::cuMemcpy2DAsync_v2(&copy, slot.stream)
+    sys::cuMemcpy2DAsync_v2(&copy, stream)
         .result()
         .map_err(|e| err("strided copy-in", e))
 }
