@@ -390,9 +390,8 @@ pub(crate) fn launch_pieces(
         return Ok(());
     }
     let total = pieces.total;
-    let (mut key, mut flags, mut data, mut segs, mut n, mut total_v, mut cvs, mut digests) = (
-        key, flags, data, pieces.ptr, pieces.n, total, cvs, digests,
-    );
+    let (mut key, mut flags, mut data, mut segs, mut n, mut total_v, mut cvs, mut digests) =
+        (key, flags, data, pieces.ptr, pieces.n, total, cvs, digests);
     let (mut crcs, mut crc_out) = crc.unwrap_or((0, 0));
     let mut params = vec![
         &mut key as *mut u64 as *mut c_void,
@@ -621,7 +620,48 @@ pub(crate) fn crc_mul(a: u32, mut b: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{crc_mul, crc_shift, levels, CrcScheme};
+    use super::{crc_mul, crc_pow2, crc_shift, levels, CrcScheme};
+
+    /// Square and multiply, the reference for the table-driven crc_shift.
+    fn slow_shift(len: u64) -> u32 {
+        let (mut power, mut square, mut n) = (1u32 << 31, 1u32 << 23, len);
+        while n > 0 {
+            if n & 1 == 1 {
+                power = crc_mul(square, power);
+            }
+            square = crc_mul(square, square);
+            n >>= 1;
+        }
+        power
+    }
+
+    #[test]
+    fn crc_shift_table_matches_square_and_multiply_and_the_kernel() {
+        for len in [
+            0u64,
+            1,
+            2,
+            1023,
+            1024,
+            1025,
+            16 << 10,
+            (1 << 20) + 77,
+            u64::MAX,
+        ] {
+            assert_eq!(crc_shift(len), slow_shift(len), "len {len}");
+        }
+        let src = include_str!("../../kernels/fused.cu");
+        let body = &src[src.find("B3_CRC_X8POW[64] = {").expect("table")..];
+        let body = &body[body.find('{').unwrap() + 1..body.find("};").unwrap()];
+        let kernel: Vec<u32> = body
+            .split(',')
+            .map(|w| {
+                u32::from_str_radix(w.trim().trim_start_matches("0x").trim_end_matches('u'), 16)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(kernel, crc_pow2().to_vec());
+    }
 
     #[test]
     fn crc_scheme_follows_the_env_var_and_the_device() {

@@ -218,7 +218,10 @@ mod tests {
         assert_eq!(DescSide::pick(Ok("device".into())), Ok(DescSide::Device));
         assert_eq!(DescSide::pick(Ok("host".into())), Ok(DescSide::Host));
         let bad = DescSide::pick(Ok("gpu".into())).unwrap_err();
-        assert!(bad.contains("GVAULT_FUSED_DESC") && bad.contains("gpu"), "{bad}");
+        assert!(
+            bad.contains("GVAULT_FUSED_DESC") && bad.contains("gpu"),
+            "{bad}"
+        );
     }
 
     #[test]

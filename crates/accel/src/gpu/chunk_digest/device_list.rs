@@ -88,9 +88,8 @@ pub(crate) fn run_group(
     sync(stream)?;
     let mut head_bytes = [0u8; HEAD_WORDS * 8];
     download(&mut head_bytes, head.ptr)?;
-    let word = |i: usize| {
-        u64::from_le_bytes(head_bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-    };
+    let word =
+        |i: usize| u64::from_le_bytes(head_bytes[8 * i..8 * i + 8].try_into().expect("8 bytes"));
     trace.mark("count and scan");
     if word(OVERFLOWED) != 0 {
         return Err(OVERFLOW.into());
@@ -142,7 +141,10 @@ pub(crate) fn run_group(
     let key_buf = dev.alloc(32)?;
     upload_on(stream, key_buf.ptr, as_bytes(&words))?;
     let first_groups = groups[0].max(1) as usize;
-    let cvs = [dev.alloc(nkib as usize * 32)?, dev.alloc(first_groups * 32)?];
+    let cvs = [
+        dev.alloc(nkib as usize * 32)?,
+        dev.alloc(first_groups * 32)?,
+    ];
     let regs: Option<[DeviceBuffer; 2]> = if crc32c {
         Some([dev.alloc(nkib as usize * 4)?, dev.alloc(first_groups * 4)?])
     } else {
@@ -154,12 +156,24 @@ pub(crate) fn run_group(
         total: nkib,
     };
     let chunk_crc = regs.as_ref().map(|r| (r[0].ptr, crcs));
-    launch_pieces(dev, key_buf.ptr, flags, 0, pieces_on, cvs[0].ptr, digests, chunk_crc, stream)?;
+    launch_pieces(
+        dev,
+        key_buf.ptr,
+        flags,
+        0,
+        pieces_on,
+        cvs[0].ptr,
+        digests,
+        chunk_crc,
+        stream,
+    )?;
     let mut input = 0usize;
     for (l, &g) in groups.iter().enumerate().take_while(|(_, &g)| g > 0) {
         let lv = levels.ptr + l as u64 * nchunks * LEVEL_BYTES;
         let io = (cvs[input].ptr, cvs[1 - input].ptr, digests);
-        let crc_io = regs.as_ref().map(|r| (r[input].ptr, r[1 - input].ptr, crcs));
+        let crc_io = regs
+            .as_ref()
+            .map(|r| (r[input].ptr, r[1 - input].ptr, crcs));
         launch_level(dev, key_buf.ptr, flags, (lv, n, g), io, crc_io, stream)?;
         input = 1 - input;
     }
@@ -190,7 +204,11 @@ fn split(
         let mut chunks = Vec::new();
         let mut pos = 0u64;
         while pos < seg.len as u64 {
-            let bad = || format!("fused: device chunk list does not tile segment {si} at {pos} (internal error)");
+            let bad = || {
+                format!(
+                    "fused: device chunk list does not tile segment {si} at {pos} (internal error)"
+                )
+            };
             if c >= n {
                 return Err(bad());
             }
@@ -217,7 +235,9 @@ fn split(
         out.push(chunks);
     }
     if c != n {
-        return Err(format!("fused: {n} device chunks, {c} used (internal error)"));
+        return Err(format!(
+            "fused: {n} device chunks, {c} used (internal error)"
+        ));
     }
     Ok(out)
 }
