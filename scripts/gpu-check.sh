@@ -112,6 +112,19 @@ if has crc; then
     echo "== GVAULT_B3_CRC=$crc" | tee -a "$OUT/crc.txt"
     GVAULT_B3_CRC=$crc $P --ops fastcdc-blake3,fastcdc-blake3-crc32c --sizes 1G 2>&1 | tee -a "$OUT/crc.txt"
   done
+  # The fused job's chunk list built on the host (session 6) and on the
+  # device (default), side by side, with and without CRC, then each side's
+  # phase trace and the fused tests under the host side (the tests phase ran
+  # the device side).
+  for side in device host; do
+    echo "== GVAULT_FUSED_DESC=$side" | tee -a "$OUT/crc.txt"
+    GVAULT_FUSED_DESC=$side $P --ops fastcdc-blake3,fastcdc-blake3-crc32c --sizes 1G 2>&1 | tee -a "$OUT/crc.txt"
+    GVAULT_FUSED_DESC=$side GVAULT_GPU_TRACE=1 $B/gvault bench primitive --no-single-core --min-ms 1 \
+      --ops fastcdc-blake3,fastcdc-blake3-crc32c --sizes 1G 2>&1 | grep "^trace" | tail -24 | tee -a "$OUT/crc.txt"
+  done
+  echo "== gpu-hash-tests chunk_digest (GVAULT_FUSED_DESC=host)" | tee -a "$OUT/crc.txt"
+  GVAULT_FUSED_DESC=host $B/gpu-hash-tests chunk_digest --test-threads=1 2>&1 | tee -a "$OUT/crc.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has slots; then
   # Staging slots 3 (default) vs 4 for host jobs, with the staging loop's
@@ -126,6 +139,8 @@ if has slots; then
 fi
 if has fused; then
   $P --pinned --ops ${FUSED_OPS:-blake3,fastcdc,fastcdc-blake3,fastcdc-blake3-crc32c} --sizes ${FUSED_SIZES:-1M,256M,1G} 2>&1 | tee "$OUT/fused.txt"
+  echo "== GVAULT_FUSED_DESC=host" | tee -a "$OUT/fused.txt"
+  GVAULT_FUSED_DESC=host $P --pinned --ops fastcdc-blake3,fastcdc-blake3-crc32c --sizes ${FUSED_SIZES:-1M,256M,1G} 2>&1 | tee -a "$OUT/fused.txt"
   $B/gvault bench seed001 --sizes 1M,16M,256M 2>&1 | tee "$OUT/seed001.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi

@@ -739,3 +739,32 @@ fn chunk_boundaries_device_resident_at_every_alignment() {
         }
     }
 }
+
+/// The chunk list the device builds (`GVAULT_FUSED_DESC=device`, the
+/// default; `scripts/gpu-check.sh` runs it again with `host`): thousands of
+/// segments under `min` (one chunk each, many in one section list), 0-byte
+/// segments between them, and zeros cut at `max` = 8 MiB, whose BLAKE3 tree
+/// needs four reduce levels, device-resident at odd offsets, with and
+/// without CRC-32C.
+#[test]
+fn chunk_digest_device_list_many_tiny_and_max_chunks() {
+    let Some(g) = gpu() else { return };
+    let cpu = CpuBackend::new();
+    let key = Blake3Key::from_bytes([29; 32]);
+    let mut sizes: Vec<usize> = (0..3000).map(|i| [0, 1, 17, 1024, 4095][i % 5]).collect();
+    sizes.extend([(8 << 20) + 1, 17 << 20]);
+    let mut data = inputs(&sizes, 91);
+    data.push(vec![0u8; 20 << 20]);
+    data.push(Vec::new());
+    let (alloc, at) = place_at_odd_offsets(g, &data, 0x5C, 7);
+    let slices: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    for crc in [false, true] {
+        let p = ChunkParams::DEFAULT;
+        let want = chunk_digest_crc_job(&cpu, p, &key, crc, data.iter().map(Data::from).collect());
+        let got = chunk_digest_crc_job(g, p, &key, crc, device_views(&alloc, &at, &data));
+        assert_crcs(&got, &slices, crc);
+        assert_eq!(want, got, "device-resident, crc {crc}");
+        let host = chunk_digest_crc_job(g, p, &key, crc, data.iter().map(Data::from).collect());
+        assert_eq!(want, host, "host data, crc {crc}");
+    }
+}

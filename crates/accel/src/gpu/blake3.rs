@@ -354,16 +354,44 @@ fn launch_chunks(
         return Ok(());
     };
     let total = last.first_chunk + chunks_of(last.len);
-    let (mut key, mut flags, mut data, mut segs, mut n, mut total_v, mut cvs, mut digests) = (
-        key,
-        flags,
-        data,
-        desc_ptr,
-        descs.len() as u32,
+    let n = u32::try_from(descs.len()).map_err(|_| "blake3: over 2^32 pieces in one launch")?;
+    let pieces = Pieces {
+        ptr: desc_ptr,
+        n,
         total,
-        cvs,
-        digests,
-    );
+    };
+    launch_pieces(dev, key, flags, data, pieces, cvs, digests, crc, stream)
+}
+
+/// Piece descriptors already on the device: `n` of them at `ptr`, covering
+/// `total` 1 KiB chunks (the last piece's first_chunk + its chunks).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pieces {
+    pub ptr: u64,
+    pub n: u32,
+    pub total: u64,
+}
+
+/// Launches `blake3_chunks` (or with `crc` its CRC-32C variant) over pieces
+/// that lie on the device.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_pieces(
+    dev: &Device,
+    key: u64,
+    flags: u32,
+    data: u64,
+    pieces: Pieces,
+    cvs: u64,
+    digests: u64,
+    crc: Option<(u64, u64)>,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<(), DevError> {
+    if pieces.n == 0 {
+        return Ok(());
+    }
+    let total = pieces.total;
+    let (mut key, mut flags, mut data, mut segs, mut n, mut total_v, mut cvs, mut digests) =
+        (key, flags, data, pieces.ptr, pieces.n, total, cvs, digests);
     let (mut crcs, mut crc_out) = crc.unwrap_or((0, 0));
     let mut params = vec![
         &mut key as *mut u64 as *mut c_void,
@@ -420,12 +448,13 @@ fn levels(lens: &[u64], firsts: &[u64], crc: bool) -> Vec<(Vec<B3Level>, u64)> {
         .collect();
     while !level.is_empty() {
         let mut groups = 0u64;
+        let full = if crc { crc_shift(node) } else { 0 };
         for l in level.iter_mut() {
             l.first_out = groups;
             groups += l.count.div_ceil(GROUP);
             if crc {
                 let len = lens[l.seg as usize];
-                l.crc_full = crc_shift(node);
+                l.crc_full = full;
                 l.crc_last = crc_shift(len - (l.count - 1) * node);
             }
         }
@@ -484,35 +513,11 @@ fn reduce(
     let mut input = 0usize;
     let mut at = 0usize;
     for (level, groups) in &levels {
-        let (mut key, mut flags, mut n, mut total) = (key, flags, level.len() as u32, *groups);
-        let mut lv = desc.ptr + (at * std::mem::size_of::<B3Level>()) as u64;
-        let (mut cin, mut cout, mut dg) = (cv_bufs[input], cv_bufs[1 - input], digests);
-        let (mut rin, mut rout, mut rfin) = (crc_bufs[input], crc_bufs[1 - input], crc_final);
-        let mut params = vec![
-            &mut key as *mut u64 as *mut c_void,
-            &mut flags as *mut u32 as *mut c_void,
-            &mut lv as *mut u64 as *mut c_void,
-            &mut n as *mut u32 as *mut c_void,
-            &mut total as *mut u64 as *mut c_void,
-            &mut cin as *mut u64 as *mut c_void,
-            &mut cout as *mut u64 as *mut c_void,
-            &mut dg as *mut u64 as *mut c_void,
-        ];
-        let name = if crc.is_some() {
-            params.push(&mut rin as *mut u64 as *mut c_void);
-            params.push(&mut rout as *mut u64 as *mut c_void);
-            params.push(&mut rfin as *mut u64 as *mut c_void);
-            "blake3_reduce_crc32c"
-        } else {
-            "blake3_reduce"
-        };
-        let grid = dev.grid_for(*groups, REDUCE_BLOCK);
-        // SAFETY: parameters match the kernel (8, or 11 for the CRC
-        // variant); cvs_in holds every first_in + count, cvs_out every
-        // first_out + groups (the output buffer of level L+1 is the input
-        // of level L, which is larger), the same for the CRC arrays; the
-        // levels lie in `desc`. Stream order separates the levels.
-        unsafe { dev.launch(name, grid, REDUCE_BLOCK, 0, stream, &mut params)? };
+        let lv = desc.ptr + (at * std::mem::size_of::<B3Level>()) as u64;
+        let n = u32::try_from(level.len()).map_err(|_| "blake3: over 2^32 reduce descriptors")?;
+        let crc_io = crc.map(|_| (crc_bufs[input], crc_bufs[1 - input], crc_final));
+        let io = (cv_bufs[input], cv_bufs[1 - input], digests);
+        launch_level(dev, key, flags, (lv, n, *groups), io, crc_io, stream)?;
         at += level.len();
         input = 1 - input;
     }
@@ -521,20 +526,78 @@ fn reduce(
     Ok(keep)
 }
 
+/// Launches one reduce level: `level` = (descriptors on the device, their
+/// count, the level's group count, or an upper bound: groups past the last
+/// descriptor's are skipped); `io` = (CVs in, CVs out, digests); with
+/// `crc` = (registers in, registers out, per-segment CRCs), the CRC variant.
+pub(crate) fn launch_level(
+    dev: &Device,
+    key: u64,
+    flags: u32,
+    level: (u64, u32, u64),
+    io: (u64, u64, u64),
+    crc: Option<(u64, u64, u64)>,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<(), DevError> {
+    let (mut key, mut flags) = (key, flags);
+    let (mut lv, mut n, mut total) = level;
+    let (mut cin, mut cout, mut dg) = io;
+    let (mut rin, mut rout, mut rfin) = crc.unwrap_or((0, 0, 0));
+    let mut params = vec![
+        &mut key as *mut u64 as *mut c_void,
+        &mut flags as *mut u32 as *mut c_void,
+        &mut lv as *mut u64 as *mut c_void,
+        &mut n as *mut u32 as *mut c_void,
+        &mut total as *mut u64 as *mut c_void,
+        &mut cin as *mut u64 as *mut c_void,
+        &mut cout as *mut u64 as *mut c_void,
+        &mut dg as *mut u64 as *mut c_void,
+    ];
+    let name = if crc.is_some() {
+        params.push(&mut rin as *mut u64 as *mut c_void);
+        params.push(&mut rout as *mut u64 as *mut c_void);
+        params.push(&mut rfin as *mut u64 as *mut c_void);
+        "blake3_reduce_crc32c"
+    } else {
+        "blake3_reduce"
+    };
+    let grid = dev.grid_for(total, REDUCE_BLOCK);
+    // SAFETY: parameters match the kernel (8, or 11 for the CRC variant);
+    // the caller guarantees that cvs_in holds every first_in + count of the
+    // n descriptors at lv, cvs_out (and the CRC arrays alike) every
+    // first_out + groups, and digests every segment index they name. Stream
+    // order separates the levels.
+    unsafe { dev.launch(name, grid, REDUCE_BLOCK, 0, stream, &mut params) }
+}
+
+/// x^(8 * 2^k) modulo the CRC-32C polynomial for k = 0..64 (the table
+/// `B3_CRC_X8POW` of kernels/fused.cu).
+pub(crate) fn crc_pow2() -> &'static [u32; 64] {
+    static TABLE: std::sync::OnceLock<[u32; 64]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = [0u32; 64];
+        t[0] = 1 << 23; // x^8: one byte
+        for k in 1..64 {
+            t[k] = crc_mul(t[k - 1], t[k - 1]);
+        }
+        t
+    })
+}
+
 /// x^(8 len) modulo the CRC-32C polynomial (bit-reflected, x^0 = bit 31):
 /// the factor that moves a CRC register past `len` more bytes, so that
 /// crc(A || B) = crc_mul(crc_shift(|B|), crc(A)) ^ crc(B) (as zlib's
 /// crc32_combine).
 pub(crate) fn crc_shift(len: u64) -> u32 {
+    // One multiply per set bit of len, from the table of squares (the
+    // square-and-multiply loop cost ~2 us a call: ~13 ms of host time a
+    // 4 GiB fused CRC job, session 6's missing half).
+    let table = crc_pow2();
     let mut power = 1u32 << 31; // x^0
-    let mut square = 1u32 << 23; // x^8: one byte
     let mut n = len;
-    while n > 0 {
-        if n & 1 == 1 {
-            power = crc_mul(square, power);
-        }
-        square = crc_mul(square, square);
-        n >>= 1;
+    while n != 0 {
+        power = crc_mul(table[n.trailing_zeros() as usize], power);
+        n &= n - 1;
     }
     power
 }
@@ -557,7 +620,48 @@ pub(crate) fn crc_mul(a: u32, mut b: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{crc_mul, crc_shift, levels, CrcScheme};
+    use super::{crc_mul, crc_pow2, crc_shift, levels, CrcScheme};
+
+    /// Square and multiply, the reference for the table-driven crc_shift.
+    fn slow_shift(len: u64) -> u32 {
+        let (mut power, mut square, mut n) = (1u32 << 31, 1u32 << 23, len);
+        while n > 0 {
+            if n & 1 == 1 {
+                power = crc_mul(square, power);
+            }
+            square = crc_mul(square, square);
+            n >>= 1;
+        }
+        power
+    }
+
+    #[test]
+    fn crc_shift_table_matches_square_and_multiply_and_the_kernel() {
+        for len in [
+            0u64,
+            1,
+            2,
+            1023,
+            1024,
+            1025,
+            16 << 10,
+            (1 << 20) + 77,
+            u64::MAX,
+        ] {
+            assert_eq!(crc_shift(len), slow_shift(len), "len {len}");
+        }
+        let src = include_str!("../../kernels/fused.cu");
+        let body = &src[src.find("B3_CRC_X8POW[64] = {").expect("table")..];
+        let body = &body[body.find('{').unwrap() + 1..body.find("};").unwrap()];
+        let kernel: Vec<u32> = body
+            .split(',')
+            .map(|w| {
+                u32::from_str_radix(w.trim().trim_start_matches("0x").trim_end_matches('u'), 16)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(kernel, crc_pow2().to_vec());
+    }
 
     #[test]
     fn crc_scheme_follows_the_env_var_and_the_device() {

@@ -7,7 +7,7 @@
 //! bytes per chunk) come back; the host reads the chunk spans from them.
 
 use super::blake3::Input;
-use super::runtime::{download, kernel_args, sync, DevError, Device};
+use super::runtime::{download, kernel_args, sync, DevError, Device, DeviceBuffer};
 use super::stage::{as_bytes, upload_on};
 use crate::cdc_resolve::masks;
 use crate::chunking::ChunkParams;
@@ -128,12 +128,81 @@ pub(crate) fn chunk_all(
     Ok(out)
 }
 
-/// Chunk boundaries of segments that lie on the device, resolved there.
+/// Chunk boundaries of segments that lie on the device, resolved there;
+/// the section lists come down and the host assembles the spans.
 pub(crate) fn boundaries(
     dev: &Device,
     params: &ChunkParams,
     segs: &[OnDevice],
 ) -> Result<Vec<Vec<ChunkSpan>>, DevError> {
+    let Some(r) = resolve(dev, params, segs)? else {
+        return Ok(segs.iter().map(|_| Vec::new()).collect());
+    };
+    let mut trace = super::runtime::Trace::new("cdc", r.stream);
+    sync(r.stream)?;
+    let mut overflow = [0u8; 4];
+    download(&mut overflow, r.flags.ptr + segs.len() as u64 * 4)?;
+    if overflow != [0; 4] {
+        return Err(OVERFLOW.into());
+    }
+    let ns = r.sections as usize;
+    let cap = r.cap;
+    let mut sec_bytes = vec![0u8; ns * std::mem::size_of::<CdcSec>()];
+    // 16 bytes a section and `cap` words a section (MB per GiB of input):
+    // through the page-locked buffer.
+    dev.download_pinned(&mut sec_bytes, r.secs.ptr)?;
+    let mut list_bytes = vec![0u8; ns * cap as usize * 4];
+    dev.download_pinned(&mut list_bytes, r.lists.ptr)?;
+    let words_of = |b: &[u8]| -> Vec<u32> {
+        b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let secs: Vec<CdcSec> = words_of(&sec_bytes)
+        .chunks_exact(4)
+        .map(|w| CdcSec {
+            n: w[0],
+            v: w[1],
+            e: w[2],
+            pad: w[3],
+        })
+        .collect();
+    trace.mark("downloads");
+    let lens: Vec<usize> = segs.iter().map(|s| s.len).collect();
+    let spans = assemble(&lens, r.section, cap, &secs, &words_of(&list_bytes));
+    trace.mark("assemble");
+    spans
+}
+
+/// The error of a section list overflow (cdc.cu sets `flags[nsegs]`).
+pub(crate) const OVERFLOW: &str = "cdc_walk: a section list overflowed (internal error)";
+
+/// Resolved section lists on the device, queued on `stream` (not yet
+/// synchronised): `lists` holds `cap` words a section, `secs` one `CdcSec`
+/// a section, `flags[nsegs]` the overflow flag; `job` and `segs` are the
+/// kernels' `CdcJob` and `CdcSeg`s. The buffers must outlive the stream's
+/// use of them.
+pub(crate) struct Resolved {
+    pub stream: cudarc::driver::sys::CUstream,
+    pub section: u64,
+    pub cap: u32,
+    pub sections: u64,
+    pub job: DeviceBuffer,
+    pub segs: DeviceBuffer,
+    pub lists: DeviceBuffer,
+    pub secs: DeviceBuffer,
+    pub flags: DeviceBuffer,
+    /// The candidate index and failure bits the kernels read (kept alive).
+    _scratch: [DeviceBuffer; 2],
+}
+
+/// Queues the boundary kernels for segments that lie on the device; None
+/// when they hold no bytes (no sections).
+pub(crate) fn resolve(
+    dev: &Device,
+    params: &ChunkParams,
+    segs: &[OnDevice],
+) -> Result<Option<Resolved>, DevError> {
     let section = section_bytes(params);
     let mut first_words = Vec::with_capacity(segs.len());
     let mut first_sections = Vec::with_capacity(segs.len());
@@ -148,7 +217,7 @@ pub(crate) fn boundaries(
         sections += (s.len as u64).div_ceil(section);
     }
     if sections == 0 {
-        return Ok(segs.iter().map(|_| Vec::new()).collect());
+        return Ok(None);
     }
     let stream = dev
         .slots
@@ -301,37 +370,18 @@ pub(crate) fn boundaries(
         };
         trace.mark(kernel);
     }
-    sync(stream)?;
-    let mut overflow = [0u8; 4];
-    download(&mut overflow, flags.ptr + segs.len() as u64 * 4)?;
-    if overflow != [0; 4] {
-        return Err("cdc_walk: a section list overflowed (internal error)".into());
-    }
-    let mut sec_bytes = vec![0u8; ns * std::mem::size_of::<CdcSec>()];
-    // 16 bytes a section and `cap` words a section (MB per GiB of input):
-    // through the page-locked buffer.
-    dev.download_pinned(&mut sec_bytes, secs.ptr)?;
-    let mut list_bytes = vec![0u8; ns * cap as usize * 4];
-    dev.download_pinned(&mut list_bytes, lists.ptr)?;
-    let words_of = |b: &[u8]| -> Vec<u32> {
-        b.chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
-    let secs: Vec<CdcSec> = words_of(&sec_bytes)
-        .chunks_exact(4)
-        .map(|w| CdcSec {
-            n: w[0],
-            v: w[1],
-            e: w[2],
-            pad: w[3],
-        })
-        .collect();
-    trace.mark("downloads");
-    let lens: Vec<usize> = segs.iter().map(|s| s.len).collect();
-    let spans = assemble(&lens, section, cap, &secs, &words_of(&list_bytes));
-    trace.mark("assemble");
-    spans
+    Ok(Some(Resolved {
+        stream,
+        section,
+        cap,
+        sections,
+        job: job_buf,
+        segs: seg_buf,
+        lists,
+        secs,
+        flags,
+        _scratch: [index, fails],
+    }))
 }
 
 /// The chunk spans of each segment from the resolved section lists:

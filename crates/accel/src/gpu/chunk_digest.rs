@@ -4,8 +4,14 @@
 //! `gpu::cdc::boundaries` finds the FastCDC boundaries on the device (gear
 //! candidates, a find-next index, section walks that resynchronise, see
 //! kernels/cdc.cu), and the BLAKE3 kernels hash every chunk where it lies
-//! (computing its CRC-32C from the same loads when asked). Only the section
-//! lists (a few bytes per chunk) and the digests come back.
+//! (computing its CRC-32C from the same loads when asked).
+//!
+//! `GVAULT_FUSED_DESC` picks where the chunk list is built:
+//! * `device` (default, `device_list.rs`): kernels turn the section lists
+//!   into the BLAKE3 descriptors in place; the host waits once for the
+//!   totals and downloads once (digests, spans, CRCs).
+//! * `host` (session 6): the section lists come down, the host assembles the
+//!   spans and uploads one BLAKE3 piece per chunk, the digests come down.
 
 use super::blake3::{hash, Input};
 use super::cdc::{boundaries, OnDevice};
@@ -14,6 +20,29 @@ use super::stage::{copy_in, cut};
 use crate::chunking::ChunkParams;
 use crate::job::{ChunkSpan, DigestedChunk};
 use crate::types::Blake3Key;
+
+mod device_list;
+
+/// Where the fused job builds its chunk list (`GVAULT_FUSED_DESC`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DescSide {
+    Host,
+    Device,
+}
+
+impl DescSide {
+    fn pick(var: Result<String, std::env::VarError>) -> Result<Self, DevError> {
+        match var {
+            Err(std::env::VarError::NotPresent) => Ok(Self::Device),
+            Ok(v) if v == "device" => Ok(Self::Device),
+            Ok(v) if v == "host" => Ok(Self::Host),
+            Ok(v) => Err(format!(
+                "GVAULT_FUSED_DESC={v:?}: expected \"host\" or \"device\""
+            )),
+            Err(e) => Err(format!("GVAULT_FUSED_DESC: {e}")),
+        }
+    }
+}
 
 /// Device memory a group may take, counted as host bytes (copied into one
 /// job buffer, plus ~1/4 of that for candidate bitmaps and their index and
@@ -48,9 +77,16 @@ pub(crate) fn run(
     inputs: &[Input<'_>],
 ) -> Result<Vec<Vec<DigestedChunk>>, DevError> {
     dev.bind()?;
+    let side = DescSide::pick(std::env::var("GVAULT_FUSED_DESC"))?;
     let mut out = Vec::with_capacity(inputs.len());
     for group in groups(inputs) {
-        out.extend(run_group(dev, params, key, crc32c, group)?);
+        out.extend(match side {
+            DescSide::Host => run_group(dev, params, key, crc32c, group)?,
+            DescSide::Device => {
+                let (placed, _resident) = place(dev, group)?;
+                device_list::run_group(dev, params, key, crc32c, &placed)?
+            }
+        });
     }
     Ok(out)
 }
@@ -173,7 +209,20 @@ pub(crate) fn place(
 
 #[cfg(test)]
 mod tests {
-    use super::{groups, Input};
+    use super::{groups, DescSide, Input};
+
+    #[test]
+    fn desc_side_follows_the_env_var() {
+        use std::env::VarError::NotPresent;
+        assert_eq!(DescSide::pick(Err(NotPresent)), Ok(DescSide::Device));
+        assert_eq!(DescSide::pick(Ok("device".into())), Ok(DescSide::Device));
+        assert_eq!(DescSide::pick(Ok("host".into())), Ok(DescSide::Host));
+        let bad = DescSide::pick(Ok("gpu".into())).unwrap_err();
+        assert!(
+            bad.contains("GVAULT_FUSED_DESC") && bad.contains("gpu"),
+            "{bad}"
+        );
+    }
 
     #[test]
     fn groups_count_resident_bytes_at_a_quarter() {

@@ -62,6 +62,17 @@ pub const SOURCES: &[KernelSource] = &[
         ],
     },
     KernelSource {
+        // The fused job's device-built chunk list shares the structs and
+        // helpers of blake3.cu and cdc.cu (kernels/fused.cu).
+        name: "fused",
+        source: concat!(
+            include_str!("../../kernels/blake3.cu"),
+            include_str!("../../kernels/cdc.cu"),
+            include_str!("../../kernels/fused.cu")
+        ),
+        functions: &["fused_count", "fused_scan", "fused_scatter"],
+    },
+    KernelSource {
         // Seed 001's sliding-window MD5 reuses serial.cu's MD5.
         name: "seed001",
         source: concat!(
