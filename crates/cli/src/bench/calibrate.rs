@@ -185,7 +185,7 @@ fn calibrate_op(
         ));
     }
     let one_thread = fit_linear(&samples).ok_or_else(|| format!("{op}: no usable CPU timings"))?;
-    let speedup = cpu_speedup(op, keys, one, all, min_time, quick)?;
+    let speedup = cpu_speedup(op, keys, &one_thread, one, all, min_time, quick)?;
     let cpu = CpuCost {
         one_thread,
         threads: all.threads(),
@@ -198,21 +198,26 @@ fn calibrate_op(
     Ok(OpModel { cpu, gpu })
 }
 
-/// Speed-up of all cores over one, on 4 segments a thread (1 MiB each;
-/// 64 on 16 cores, the shape `bench primitive` runs at 1 MiB): the median
-/// of three rounds, each timing one thread and then all threads, so a
-/// host's drift during calibration hits both sides of each ratio alike.
+/// Speed-up of all cores over one, on 4 segments a thread (up to 1 MiB
+/// each; 64 on 16 cores, the shape `bench primitive` runs at 1 MiB): the
+/// median of three rounds, each timing one thread and then all threads, so
+/// a host's drift during calibration hits both sides of each ratio alike.
 /// One pair of timings on 2 segments a thread swung the H100 host's GCM
-/// figure from 59 to 108 GB/s between calls (session 6).
+/// figure from 59 to 108 GB/s between calls (session 6). Segments shrink
+/// for slow ops (`one_thread`: TEA) so one thread's pass stays near 40 ms.
 fn cpu_speedup(
     op: OpKind,
     keys: &Keys,
+    one_thread: &LinearCost,
     one: &CpuBackend,
     all: &CpuBackend,
     min_time: Duration,
     quick: bool,
 ) -> Result<f64, String> {
-    let (size, n) = (if quick { 256 << 10 } else { 1 << 20 }, all.threads() * 4);
+    let n = all.threads() * 4;
+    let largest = if quick { 256 << 10 } else { 1 << 20 };
+    let per_byte = one_thread.ns_per_byte.max(1e-3);
+    let size = ((40e6 / per_byte) as usize / n / 4096 * 4096).clamp(64 << 10, largest);
     let rounds = if quick { 1 } else { 3 };
     let mut ratios = Vec::with_capacity(rounds);
     for _ in 0..rounds {
