@@ -310,7 +310,7 @@ mod speed {
         let key = Aes256Key::from_bytes([4; 32]);
         let whole = GcmKey::new(&key);
         let nonce = Nonce96([1; 12]);
-        let len = 16 << 20;
+        let len = 64 << 20;
         let mut data = vec![7u8; len];
         let pool = |n| {
             rayon::ThreadPoolBuilder::new()
@@ -385,7 +385,7 @@ mod speed {
             ),
         ];
         let mut best = vec![f64::INFINITY; variants.len()];
-        for _ in 0..15 {
+        for _ in 0..7 {
             for (i, (_, f)) in variants.iter_mut().enumerate() {
                 let t = Instant::now();
                 f(&mut data);
