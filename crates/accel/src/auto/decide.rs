@@ -12,7 +12,7 @@ use super::model::{
     gpu_line_kind, gpu_serial, gpu_stage_ns, CostModel, CpuCost, GpuLine, HostMemory, LinearCost,
     DIRECT_MIN,
 };
-use crate::cpu::DEFAULT_SPLIT_BYTES;
+use crate::cpu::{gcm_cut_applies, DEFAULT_SPLIT_BYTES, GCM_CUT_COST, GCM_CUT_PIECES};
 use crate::job::{OpKind, MAX_SEGMENT_LEN};
 
 /// Jobs below this many bytes are never split: a thread start and a second
@@ -180,6 +180,21 @@ fn cpu_time(c: &OpCosts, bytes: u64, segments: usize, largest: u64, threads: usi
     }
     let op = c.op;
     let piece = DEFAULT_SPLIT_BYTES as u64;
+    let gcm = matches!(op, OpKind::AesGcmSeal | OpKind::AesGcmOpen);
+    if gcm && gcm_cut_applies(segments, largest, threads, piece * GCM_CUT_PIECES as u64) {
+        // The CPU backend cuts these segments (see `gcm_cut_applies`).
+        let units = segments + (bytes / piece) as usize;
+        return c.cpu.map_or(0.0, |m| {
+            m.predict_cut_ns(
+                bytes,
+                segments,
+                units,
+                largest.min(piece),
+                threads,
+                GCM_CUT_COST,
+            )
+        });
+    }
     let (units, largest_unit) = if cpu_cuts_inside(op, threads) {
         // Each segment is at most ceil(len / piece) pieces: at most this many.
         (segments + (bytes / piece) as usize, largest.min(piece))
@@ -783,10 +798,12 @@ mod tests {
 
     /// The H200 host's GCM case: 32 cores at 4.5 GB/s each, GPU at 45 GB/s
     /// from pinned memory and 9.8 GB/s from pageable. Four 16 MiB segments
-    /// keep only 4 cores busy; giving the GPU some of them leaves the CPU
-    /// as long as before, so no split can win.
+    /// used to keep only 4 cores busy (18 GB/s, so the GPU won pinned); the
+    /// CPU backend now cuts them across all 32 threads at GCM_CUT_COST per
+    /// byte (~63 GB/s), so the CPU wins pageable and pinned takes the CPU
+    /// or a split, never the GPU alone.
     #[test]
-    fn four_unsplittable_segments_pick_the_better_single_backend() {
+    fn four_large_gcm_segments_are_cut_across_every_thread() {
         let m = model_with(32, 4.5, 45.0, 9.8);
         let lengths = vec![16u64 << 20; 4];
         let op = OpKind::AesGcmSeal;
@@ -796,12 +813,20 @@ mod tests {
         };
         let pageable = decide(&m, &pageable, &idle(32));
         assert_eq!(pageable.plan, Plan::Cpu, "{pageable:?}");
+        let gbps = (64u64 << 20) as f64 / pageable.cpu_finish_ns;
+        let cut = 32.0 * 4.5 / GCM_CUT_COST;
+        assert!((0.9 * cut..1.01 * cut).contains(&gbps), "{gbps} GB/s");
         let pinned = JobShape {
             mem: HostMemory::Pinned,
             ..shape(op, &lengths)
         };
         let d = decide(&m, &pinned, &idle(32));
-        assert_eq!(d.plan, Plan::Gpu, "{d:?}");
+        assert!(matches!(d.plan, Plan::Cpu | Plan::Split(_)), "{d:?}");
+        // On 8 threads four segments are not worth cutting (4 x 2.3 > 8):
+        // priced as 4 busy threads.
+        let d = decide(&m, &shape(op, &lengths), &idle(8));
+        let gbps = (64u64 << 20) as f64 / d.cpu_finish_ns;
+        assert!((0.9 * 18.0..18.01).contains(&gbps), "{gbps} GB/s");
         // Large pinned jobs use the GPU; with many segments the CPU may
         // join them; pageable ones of many segments stay on the 32 cores.
         let big = vec![256u64 << 20; 4];

@@ -97,6 +97,33 @@ impl CpuCost {
     }
 }
 
+impl CpuCost {
+    /// Time with `threads` threads for a job whose segments are cut into
+    /// `units` pieces (the largest `largest_unit` bytes) on a path that
+    /// costs `cost` times the fitted per-byte rate on one thread (cut
+    /// AES-GCM: CTR and GHASH as two passes). The extra work is computed in
+    /// cache, so it scales with busy threads; the measured all-thread
+    /// speed-up still caps the whole (memory bandwidth).
+    pub fn predict_cut_ns(
+        &self,
+        bytes: u64,
+        segments: usize,
+        units: usize,
+        largest_unit: u64,
+        threads: usize,
+        cost: f64,
+    ) -> f64 {
+        let capped = self.predict_ns(bytes, segments, units, largest_unit, threads);
+        let c = &self.one_thread;
+        let busy = threads.min(units.max(1)).max(1) as f64;
+        let spread =
+            (c.ns_per_byte * cost * bytes as f64 + c.ns_per_segment * segments as f64) / busy;
+        let longest = c.ns_per_byte * cost * largest_unit.min(bytes) as f64 + c.ns_per_segment;
+        let computed = c.fixed_ns + spread.max(if segments > 0 { longest } else { 0.0 });
+        capped.max(computed)
+    }
+}
+
 /// One op on the GPU. `kernel` is device-resident data (no byte crosses the
 /// link); `pinned` and `pageable` are measured end-to-end costs from host
 /// memory that is page-locked (DMA straight from it) or not (staged through

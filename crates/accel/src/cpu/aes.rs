@@ -49,6 +49,11 @@ impl GcmKey {
         })
     }
 
+    /// The expanded aws-lc key (for [`super::gcm_cut::GcmCut`]).
+    pub fn aead(&self) -> &LessSafeKey {
+        &self.0
+    }
+
     pub fn seal(&self, nonce: &Nonce96, aad: &[u8], data: &mut [u8]) -> Tag {
         let nonce = aead::Nonce::assume_unique_for_key(nonce.0);
         let tag = self
