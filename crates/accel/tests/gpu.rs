@@ -534,6 +534,19 @@ fn concurrent_jobs_spread_over_every_gpu() {
     }
 }
 
+/// The digests of `segments` by `b`.
+fn digests(b: &dyn Backend, algo: DigestAlgo, segments: &[Data]) -> Vec<Digest> {
+    let mut job = Job::Digest {
+        algo,
+        segments: segments.to_vec(),
+    };
+    b.run(&mut job)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap().digest().unwrap())
+        .collect()
+}
+
 /// Page-locked segments only (equal ones, one at an odd offset, a short
 /// one, an empty one), large enough for the wide rounds of 2D DMA with no
 /// staging (gpu/serial_pinned.rs) and long enough for several rounds, so
@@ -550,18 +563,11 @@ fn pinned_segments_hash_in_wide_rounds_like_the_cpu() {
         segments[n / 2] = Data::Host(&pinned[(n / 2) * seg + 7..(n / 2 + 1) * seg]);
         segments.insert(n / 3, Data::Host(&pinned[seg * n..seg * n + 4000]));
         segments.insert(n / 4, Data::Host(&pinned[..0]));
-        let run = |b: &dyn Backend| {
-            let mut job = Job::Digest {
-                algo,
-                segments: segments.clone(),
-            };
-            b.run(&mut job)
-                .unwrap()
-                .into_iter()
-                .map(|r| r.unwrap().digest().unwrap())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(run(g), run(&cpu), "{algo:?}");
+        assert_eq!(
+            digests(g, algo, &segments),
+            digests(&cpu, algo, &segments),
+            "{algo:?}"
+        );
     }
 }
 
@@ -579,17 +585,10 @@ fn pinned_equal_segments_hash_like_the_cpu() {
         let mut segments: Vec<Data> = pinned.chunks(seg).map(Data::Host).collect();
         segments[n / 2] = Data::Host(&pinned[(n / 2) * seg + 7..(n / 2 + 1) * seg]);
         segments.insert(n / 3, Data::Host(&pageable));
-        let run = |b: &dyn Backend| {
-            let mut job = Job::Digest {
-                algo,
-                segments: segments.clone(),
-            };
-            b.run(&mut job)
-                .unwrap()
-                .into_iter()
-                .map(|r| r.unwrap().digest().unwrap())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(run(g), run(&cpu), "{algo:?}");
+        assert_eq!(
+            digests(g, algo, &segments),
+            digests(&cpu, algo, &segments),
+            "{algo:?}"
+        );
     }
 }
