@@ -11,7 +11,7 @@ use crate::format::{internal_key, parse_internal_key, user_key, ValueType, TYPE_
 use crate::iterator::{InternalIterator, MergingIterator};
 use crate::level_iterator::LevelIterator;
 use crate::memtable::{MemTable, MemTableIterator};
-use crate::read_ahead::ReadAhead;
+use crate::read_ahead::{ReadAhead, ScoutSource};
 use crate::table_reader::TableIterator;
 use crate::version::Version;
 
@@ -103,16 +103,23 @@ impl DbIterator {
         if let (Direction::Forward, ValueType::Pointer, Some(ahead)) =
             (self.direction, t, &self.ahead)
         {
-            return ahead.lock().value(
-                &self.inner,
-                self.guard.seq,
-                self.iter.key(),
-                self.key(),
-                stored,
-                || merging(&self.inner, &self.mems, &self._version),
-            );
+            let ahead =
+                ahead
+                    .lock()
+                    .value(&self.inner, self.guard.seq, self.iter.key(), stored, || {
+                        self.scout_source()
+                    });
+            if let Some(v) = ahead {
+                return v;
+            }
         }
         self.inner.resolve(self.key(), t, stored)
+    }
+
+    /// What the read-ahead worker builds its own cursor from.
+    fn scout_source(&self) -> ScoutSource {
+        let (inner, mems, version) = (self.inner.clone(), self.mems.clone(), self._version.clone());
+        Box::new(move || merging(&inner, &mems, &version))
     }
 
     /// Read ahead no more (the cursor jumped or turned).
