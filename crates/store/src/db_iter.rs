@@ -52,7 +52,10 @@ impl DbIterator {
         let mut mems = vec![mem];
         mems.extend(imms);
         let iter = merging(inner, &mems, &version)?;
-        let wanted = inner.opts.read_ahead.unwrap_or(false);
+        let wanted = inner.opts.read_ahead.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+                >= crate::options::READ_AHEAD_MIN_CORES
+        });
         let ahead = (wanted && inner.codec.opens_in_parallel())
             .then(|| parking_lot::Mutex::new(ReadAhead::new()));
         Ok(DbIterator {
@@ -114,6 +117,13 @@ impl DbIterator {
             }
         }
         self.inner.resolve(self.key(), t, stored)
+    }
+
+    /// Values this cursor took from read-ahead batches rather than reading
+    /// them itself (0 where read-ahead is off).
+    #[doc(hidden)]
+    pub fn read_ahead_hits(&self) -> u64 {
+        self.ahead.as_ref().map_or(0, |a| a.lock().hits())
     }
 
     /// What the read-ahead worker builds its own cursor from.

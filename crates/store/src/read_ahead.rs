@@ -106,6 +106,8 @@ pub(crate) struct ReadAhead {
     worker: Option<Worker>,
     /// False once the worker could not be started or went away.
     usable: bool,
+    /// Values handed out from batches (for tests and diagnostics).
+    hits: u64,
 }
 
 impl ReadAhead {
@@ -117,7 +119,12 @@ impl ReadAhead {
             direct: 0,
             worker: None,
             usable: true,
+            hits: 0,
         }
+    }
+
+    pub fn hits(&self) -> u64 {
+        self.hits
     }
 
     /// Drops what was read ahead (a seek, a step back, a change of
@@ -152,7 +159,11 @@ impl ReadAhead {
                     }
                     CmpOrdering::Equal => {
                         let a = self.window.pop_front()?;
-                        return (a.pointer == pointer).then_some(a.value);
+                        if a.pointer != pointer {
+                            return None;
+                        }
+                        self.hits += 1;
+                        return Some(a.value);
                     }
                     // Not in the scout's stream (asked twice, or skipped).
                     CmpOrdering::Greater => return None,
