@@ -73,19 +73,20 @@ pub struct Options {
     /// consumes the previous batch. `None`: on for encrypted stores on a
     /// machine of at least `READ_AHEAD_MIN_CORES` cores. The pipeline takes
     /// the scout's walk, the reads and the decryption off the iterating
-    /// thread (on the 2-core development machine its CPU time per entry
-    /// fell from 24.9 to 1.0 us at 64 KiB, 3.3 to 0.35-0.48 us at 4 KiB,
-    /// against 20 and 2.1-2.4 us plain) but costs ~20-30% more CPU in all
-    /// (a second walk of the tables, hand-offs), which only spare cores
-    /// absorb: on 2 busy cores it ran slower by wall time. Plain stores
+    /// thread, at the price of more CPU in all (a second walk of the
+    /// tables, the hand-offs, a copy out of the batch). On the 2-core
+    /// development machine, a whole-store scan (wall, median of 5): 4 KiB
+    /// values 0.87 of plain with it against 0.76 without, 64 KiB values
+    /// 1.04 against 0.81; the iterating thread's CPU per entry fell from
+    /// 2.3 to 0.5 us (4 KiB) and from 24.7 to 5.9 us (64 KiB). Plain stores
     /// never read ahead (a CRC32C is cheaper than the hand-off).
     pub read_ahead: Option<bool>,
 }
 
 /// Cores a machine needs for `read_ahead: None` to turn the pipelined
-/// read-ahead on: the iterating thread, the worker and at least two pool
-/// threads for the reads and opens.
-pub const READ_AHEAD_MIN_CORES: usize = 4;
+/// read-ahead on: on one core the worker could only take turns with the
+/// iterating thread, adding its overhead to the scan.
+pub const READ_AHEAD_MIN_CORES: usize = 2;
 
 impl Default for Options {
     fn default() -> Self {

@@ -5,7 +5,8 @@
 //! batch spread over cores, and queues the batch. The iterating thread only
 //! takes finished values: while it consumes batch k, batch k+1 waits in the
 //! queue and k+2 is being built, so neither the scout's walk, the reads nor
-//! the decryption (nor their hand-off to the pool) are on its path.
+//! the decryption (nor their hand-off to the pool) are on its path: it
+//! copies each value out of the batch.
 //!
 //! Correctness does not rest on the worker being in step with the cursor:
 //! both walk internal keys in order, an entry is matched by its exact
@@ -14,13 +15,14 @@
 //! direct read would. Anything not matched is read directly. Each entry
 //! keeps its own result, so a damaged frame ahead fails only its own entry.
 //!
-//! Memory: at most three batches (the one being consumed, one queued, one
-//! being built) of about `MAX_BATCH_BYTES` each. A seek, a step back or a
+//! Memory: at most four batches (the one being consumed, one queued, one
+//! being built, one on its way back to be refilled) of about
+//! `MAX_BATCH_BYTES` each; consumed batches are reused, not freed. A seek, a step back or a
 //! change of direction moves to a new generation: the worker drops what it
 //! was building at its next check, and stale batches are thrown away.
 
 use std::cmp::Ordering as CmpOrdering;
-use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
@@ -48,15 +50,20 @@ const SPARSE_BATCH_BYTES: usize = 64 << 10;
 /// Entries read directly after a sparse batch, before starting again.
 const SPARSE_BACK_OFF: usize = 4096;
 
+/// Values read directly after a seek (or the iterator's start) before a
+/// run starts: a short scan never pays for a worker thread, a first batch
+/// it would not use, or the join when it is dropped.
+const WARM_UP: usize = 4;
+
 /// Builds the scout's cursor (on the worker).
 pub(crate) type ScoutSource = Box<dyn FnOnce() -> Result<MergingIterator> + Send>;
 
-/// One value read ahead.
+/// One value read ahead; ranges into its batch's buffers.
 struct Ahead {
-    ikey: Vec<u8>,
+    ikey: Range<usize>,
     /// The entry's stored value: the encoded pointer.
-    pointer: Vec<u8>,
-    value: Result<Vec<u8>>,
+    pointer: Range<usize>,
+    value: Result<Range<usize>>,
 }
 
 /// How a run of batches ended.
@@ -68,10 +75,29 @@ enum End {
     Sparse,
 }
 
+/// A batch of values read ahead. Batches go back to the worker once
+/// consumed and are refilled: no buffer is allocated on one thread and
+/// freed on another (that contended on the allocator's arena locks).
 struct Batch {
     generation: u64,
+    /// Internal keys and pointers of the entries, back to back.
+    keys: Vec<u8>,
+    /// The frames, opened; each value lies somewhere in its frame.
+    values: Vec<u8>,
     entries: Vec<Ahead>,
     end: Option<End>,
+}
+
+impl Batch {
+    fn empty() -> Batch {
+        Batch {
+            generation: 0,
+            keys: Vec::new(),
+            values: Vec::new(),
+            entries: Vec::new(),
+            end: None,
+        }
+    }
 }
 
 /// Asks the worker for a run of batches after the entry `from`.
@@ -93,6 +119,8 @@ enum State {
 struct Worker {
     starts: Sender<Start>,
     batches: Receiver<Batch>,
+    /// Consumed batches, back to the worker to refill.
+    spent: Sender<Batch>,
     handle: JoinHandle<()>,
 }
 
@@ -100,8 +128,10 @@ pub(crate) struct ReadAhead {
     /// Shared with the worker: a change tells it to drop its batch.
     generation: Arc<AtomicU64>,
     state: State,
-    window: VecDeque<Ahead>,
-    /// Entries still to read directly (after a sparse batch).
+    /// The batch being consumed, and its next entry.
+    window: Option<Batch>,
+    at: usize,
+    /// Entries still to read directly (after a seek, or a sparse batch).
     direct: usize,
     worker: Option<Worker>,
     /// False once the worker could not be started or went away.
@@ -115,8 +145,9 @@ impl ReadAhead {
         ReadAhead {
             generation: Arc::new(AtomicU64::new(0)),
             state: State::Idle,
-            window: VecDeque::new(),
-            direct: 0,
+            window: None,
+            at: 0,
+            direct: WARM_UP,
             worker: None,
             usable: true,
             hits: 0,
@@ -134,8 +165,8 @@ impl ReadAhead {
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
         self.state = State::Idle;
-        self.window.clear();
-        self.direct = 0;
+        self.recycle();
+        self.direct = WARM_UP;
     }
 
     /// The value of the pointer entry under the user's cursor, whose
@@ -151,24 +182,26 @@ impl ReadAhead {
         scout: impl FnOnce() -> ScoutSource,
     ) -> Option<Result<Vec<u8>>> {
         loop {
-            while let Some(front) = self.window.front() {
-                match compare_internal(&front.ikey, ikey) {
-                    // The cursor passed it (or it was a hidden version).
-                    CmpOrdering::Less => {
-                        self.window.pop_front();
-                    }
-                    CmpOrdering::Equal => {
-                        let a = self.window.pop_front()?;
-                        if a.pointer != pointer {
-                            return None;
+            if let Some(b) = self.window.as_mut() {
+                while let Some(e) = b.entries.get_mut(self.at) {
+                    match compare_internal(&b.keys[e.ikey.clone()], ikey) {
+                        // The cursor passed it (or it was a hidden version).
+                        CmpOrdering::Less => self.at += 1,
+                        CmpOrdering::Equal => {
+                            self.at += 1;
+                            if b.keys[e.pointer.clone()] != *pointer {
+                                return None;
+                            }
+                            self.hits += 1;
+                            let value = std::mem::replace(&mut e.value, Ok(0..0));
+                            return Some(value.map(|r| b.values[r].to_vec()));
                         }
-                        self.hits += 1;
-                        return Some(a.value);
+                        // Not in the scout's stream (asked twice, or skipped).
+                        CmpOrdering::Greater => return None,
                     }
-                    // Not in the scout's stream (asked twice, or skipped).
-                    CmpOrdering::Greater => return None,
                 }
             }
+            self.recycle();
             match self.state {
                 State::Exhausted => return None,
                 State::Idle => {
@@ -200,10 +233,13 @@ impl ReadAhead {
                 return None;
             };
             if batch.generation != current {
-                continue; // built before a seek
+                self.give_back(batch); // built before a seek
+                continue;
             }
-            self.window.extend(batch.entries);
-            match batch.end {
+            let end = batch.end;
+            self.window = Some(batch);
+            self.at = 0;
+            match end {
                 None => {}
                 Some(End::Exhausted) => self.state = State::Exhausted,
                 Some(End::Sparse) => {
@@ -212,6 +248,21 @@ impl ReadAhead {
                 }
             }
             return Some(());
+        }
+    }
+
+    /// Hands the consumed batch back to the worker to refill.
+    fn recycle(&mut self) {
+        if let Some(b) = self.window.take() {
+            self.give_back(b);
+        }
+        self.at = 0;
+    }
+
+    fn give_back(&self, batch: Batch) {
+        if let Some(w) = &self.worker {
+            // A worker that is gone needs no buffers.
+            let _ = w.spent.send(batch);
         }
     }
 
@@ -259,11 +310,13 @@ impl Drop for ReadAhead {
         if let Some(Worker {
             starts,
             batches,
+            spent,
             handle,
         }) = self.worker.take()
         {
             drop(starts);
             drop(batches);
+            drop(spent);
             let _ = handle.join();
         }
     }
@@ -278,15 +331,29 @@ fn spawn_worker(
     let (starts, start_rx) = mpsc::channel::<Start>();
     // One finished batch queued while the cursor consumes another.
     let (batch_tx, batches) = mpsc::sync_channel::<Batch>(1);
+    let (spent, spent_rx) = mpsc::channel::<Batch>();
+    let channels = WorkerChannels {
+        starts: start_rx,
+        out: batch_tx,
+        spent: spent_rx,
+    };
     let handle = std::thread::Builder::new()
         .name("gvault-read-ahead".into())
-        .spawn(move || run_worker(&inner, seq, scout, &generation, &start_rx, &batch_tx))
+        .spawn(move || run_worker(&inner, seq, scout, &generation, &channels))
         .ok()?;
     Some(Worker {
         starts,
         batches,
+        spent,
         handle,
     })
+}
+
+/// The worker's ends of the channels.
+struct WorkerChannels {
+    starts: Receiver<Start>,
+    out: SyncSender<Batch>,
+    spent: Receiver<Batch>,
 }
 
 fn run_worker(
@@ -294,9 +361,9 @@ fn run_worker(
     seq: u64,
     scout: ScoutSource,
     generation: &AtomicU64,
-    starts: &Receiver<Start>,
-    out: &SyncSender<Batch>,
+    ch: &WorkerChannels,
 ) {
+    let (starts, out) = (&ch.starts, &ch.out);
     // The scout's own errors are not reported: the cursor meets the same
     // damage when it gets there, and reads it directly.
     let mut scout = scout().ok();
@@ -308,8 +375,8 @@ fn run_worker(
         let Some(scout) = scout.as_mut() else {
             let end = Batch {
                 generation: start.generation,
-                entries: Vec::new(),
                 end: Some(End::Exhausted),
+                ..Batch::empty()
             };
             if out.send(end).is_err() {
                 return;
@@ -325,13 +392,13 @@ fn run_worker(
             if !live() {
                 continue 'runs;
             }
-            let Some(batch) = build_batch(inner, seq, scout, budget, &live) else {
+            // At most four batches exist: one consumed, one queued, one
+            // being built, one on its way back.
+            let mut batch = ch.spent.try_recv().unwrap_or_else(|_| Batch::empty());
+            if !build_batch(inner, seq, scout, budget, &live, &mut batch) {
                 continue 'runs;
-            };
-            let batch = Batch {
-                generation: start.generation,
-                ..batch
-            };
+            }
+            batch.generation = start.generation;
             let ended = batch.end.is_some();
             if out.send(batch).is_err() {
                 return; // the iterator is gone
@@ -345,15 +412,19 @@ fn run_worker(
 }
 
 /// Scouts up to `budget` frame bytes from the scout's position and reads
-/// them; `None` when the run was abandoned meanwhile.
+/// them into `batch` (its buffers reused); false when the run was
+/// abandoned meanwhile.
 fn build_batch(
     inner: &DbInner,
     seq: u64,
     scout: &mut MergingIterator,
     budget: usize,
     live: &dyn Fn() -> bool,
-) -> Option<Batch> {
-    let mut wanted: Vec<(ValuePointer, Vec<u8>, Vec<u8>)> = Vec::new();
+    batch: &mut Batch,
+) -> bool {
+    batch.keys.clear();
+    batch.entries.clear();
+    let mut wanted: Vec<(ValuePointer, Range<usize>)> = Vec::new();
     let (mut bytes, mut scouted) = (0usize, 0usize);
     // At least two values per batch, or a batch of one big value would
     // have nothing to spread over cores.
@@ -368,13 +439,25 @@ fn build_batch(
                 // A malformed pointer is left to the cursor to report.
                 if let Some(ptr) = ValuePointer::decode(scout.value()) {
                     bytes += ptr.frame.len as usize;
-                    wanted.push((ptr, scout.key().to_vec(), scout.value().to_vec()));
+                    let keys = &mut batch.keys;
+                    let at = keys.len();
+                    keys.extend_from_slice(scout.key());
+                    let user_key = at..at + p.user_key.len();
+                    let ikey = at..keys.len();
+                    keys.extend_from_slice(scout.value());
+                    let pointer = ikey.end..keys.len();
+                    batch.entries.push(Ahead {
+                        ikey,
+                        pointer,
+                        value: Ok(0..0),
+                    });
+                    wanted.push((ptr, user_key));
                 }
             }
         }
         scout.next();
     }
-    let end = if !scout.valid() {
+    batch.end = if !scout.valid() {
         Some(End::Exhausted)
     } else if scouted >= MAX_SCOUTED && bytes < SPARSE_BATCH_BYTES {
         Some(End::Sparse)
@@ -382,29 +465,16 @@ fn build_batch(
         None
     };
     if !live() {
-        return None;
+        return false;
     }
     let requests: Vec<(ValuePointer, &[u8])> = wanted
         .iter()
-        .map(|(p, ikey, _)| {
-            let user_key = parse_internal_key(ikey).map_or(&[][..], |k| k.user_key);
-            (*p, user_key)
-        })
+        .map(|(p, k)| (*p, &batch.keys[k.clone()]))
         .collect();
-    let values = inner.vlog.read_many(&requests);
+    let values = inner.vlog.read_many(&requests, &mut batch.values);
     drop(requests);
-    let entries = wanted
-        .into_iter()
-        .zip(values)
-        .map(|((_, ikey, pointer), value)| Ahead {
-            ikey,
-            pointer,
-            value,
-        })
-        .collect();
-    Some(Batch {
-        generation: 0,
-        entries,
-        end,
-    })
+    for (e, v) in batch.entries.iter_mut().zip(values) {
+        e.value = v;
+    }
+    true
 }

@@ -93,11 +93,11 @@ fn iteration_equals_model(mode: Mode) {
     let mut it = s.iter(&ReadOptions::default()).unwrap();
     assert_eq!(forward(&mut it), as_vec(&model));
     // Encrypted: nearly every value-log value came from a batch (the
-    // first of a run is read directly); plain stores never read ahead.
+    // first few of a run are read directly); plain stores never read ahead.
     let in_log = model.values().filter(|v| v.len() > 40).count() as u64;
     match mode {
         Mode::Encrypted => assert!(
-            it.read_ahead_hits() >= in_log - 5,
+            it.read_ahead_hits() >= in_log - 10,
             "{} of {in_log} values read ahead",
             it.read_ahead_hits()
         ),
@@ -228,7 +228,7 @@ fn damaged_frame_fails_only_its_entry(mode: Mode) {
     assert_eq!(ok, 119);
     if mode == Mode::Encrypted {
         // The damaged frame was met in a batch, not read directly.
-        assert!(it.read_ahead_hits() >= 118, "{}", it.read_ahead_hits());
+        assert!(it.read_ahead_hits() >= 114, "{}", it.read_ahead_hits());
     }
     // Entries before the damage read fine from a fresh cursor too, and the
     // damaged one still fails after a seek to it.

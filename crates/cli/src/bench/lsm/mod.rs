@@ -90,7 +90,7 @@ pub struct LsmArgs {
     #[arg(long, value_name = "GIB")]
     reencrypt: Option<f64>,
     /// Pipelined read-ahead of encrypted iteration (readseq): auto (the
-    /// store's default: on with at least 4 cores), on or off.
+    /// store's default: on with at least 2 cores), on or off.
     #[arg(long, value_enum, default_value = "auto")]
     read_ahead: ReadAhead,
 }
