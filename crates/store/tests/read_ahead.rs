@@ -252,7 +252,7 @@ fn random_walk_matches_model(mode: Mode) {
     let mut model = Model::new();
     fill(&s, 600, &mut model);
     let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7ea_d);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7ead);
     let mut it = s.iter(&ReadOptions::default()).unwrap();
     it.seek_to_first();
     let mut at = Some(0usize);
