@@ -11,7 +11,7 @@ use crate::format::{internal_key, parse_internal_key, user_key, ValueType, TYPE_
 use crate::iterator::{InternalIterator, MergingIterator};
 use crate::level_iterator::LevelIterator;
 use crate::memtable::{MemTable, MemTableIterator};
-use crate::read_ahead::ReadAhead;
+use crate::read_ahead::{ReadAhead, ScoutSource};
 use crate::table_reader::TableIterator;
 use crate::version::Version;
 
@@ -52,7 +52,10 @@ impl DbIterator {
         let mut mems = vec![mem];
         mems.extend(imms);
         let iter = merging(inner, &mems, &version)?;
-        let wanted = inner.opts.read_ahead.unwrap_or(false);
+        let wanted = inner.opts.read_ahead.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+                >= crate::options::READ_AHEAD_MIN_CORES
+        });
         let ahead = (wanted && inner.codec.opens_in_parallel())
             .then(|| parking_lot::Mutex::new(ReadAhead::new()));
         Ok(DbIterator {
@@ -103,16 +106,30 @@ impl DbIterator {
         if let (Direction::Forward, ValueType::Pointer, Some(ahead)) =
             (self.direction, t, &self.ahead)
         {
-            return ahead.lock().value(
-                &self.inner,
-                self.guard.seq,
-                self.iter.key(),
-                self.key(),
-                stored,
-                || merging(&self.inner, &self.mems, &self._version),
-            );
+            let ahead =
+                ahead
+                    .lock()
+                    .value(&self.inner, self.guard.seq, self.iter.key(), stored, || {
+                        self.scout_source()
+                    });
+            if let Some(v) = ahead {
+                return v;
+            }
         }
         self.inner.resolve(self.key(), t, stored)
+    }
+
+    /// Values this cursor took from read-ahead batches rather than reading
+    /// them itself (0 where read-ahead is off).
+    #[doc(hidden)]
+    pub fn read_ahead_hits(&self) -> u64 {
+        self.ahead.as_ref().map_or(0, |a| a.lock().hits())
+    }
+
+    /// What the read-ahead worker builds its own cursor from.
+    fn scout_source(&self) -> ScoutSource {
+        let (inner, mems, version) = (self.inner.clone(), self.mems.clone(), self._version.clone());
+        Box::new(move || merging(&inner, &mems, &version))
     }
 
     /// Read ahead no more (the cursor jumped or turned).

@@ -68,14 +68,25 @@ pub struct Options {
     /// once more).
     pub reencrypt_bytes_per_sec: u64,
     /// Forward iteration of an encrypted store reads value-log values
-    /// ahead (up to 1 MiB of frames) and opens them in one job spread over
-    /// cores. `None` means off: on the 16-core H100 host (session 6,
-    /// readseq, median of 3) it lost, 64 KiB values 0.69 of plain with it
-    /// against 0.80 without, 4 KiB 0.69 against 0.67; on 2 cores no
-    /// difference was measurable. The iterating thread waits for each
-    /// batch, so the pool hand-off is on its critical path.
+    /// ahead on a worker thread of the iterator: batches of up to 1 MiB of
+    /// frames, read and opened on the pool while the iterating thread
+    /// consumes the previous batch. `None`: on for encrypted stores on a
+    /// machine of at least `READ_AHEAD_MIN_CORES` cores. The pipeline takes
+    /// the scout's walk, the reads and the decryption off the iterating
+    /// thread, at the price of more CPU in all (a second walk of the
+    /// tables, the hand-offs, a copy out of the batch). On the 2-core
+    /// development machine, a whole-store scan (wall, median of 5): 4 KiB
+    /// values 0.87 of plain with it against 0.76 without, 64 KiB values
+    /// 1.04 against 0.81; the iterating thread's CPU per entry fell from
+    /// 2.3 to 0.5 us (4 KiB) and from 24.7 to 5.9 us (64 KiB). Plain stores
+    /// never read ahead (a CRC32C is cheaper than the hand-off).
     pub read_ahead: Option<bool>,
 }
+
+/// Cores a machine needs for `read_ahead: None` to turn the pipelined
+/// read-ahead on: on one core the worker could only take turns with the
+/// iterating thread, adding its overhead to the scan.
+pub const READ_AHEAD_MIN_CORES: usize = 2;
 
 impl Default for Options {
     fn default() -> Self {

@@ -89,8 +89,8 @@ pub struct LsmArgs {
     /// (without --workloads or --seed-000) it runs only this.
     #[arg(long, value_name = "GIB")]
     reencrypt: Option<f64>,
-    /// Read-ahead of encrypted iteration (readseq): auto (the store's
-    /// default: off), on or off.
+    /// Pipelined read-ahead of encrypted iteration (readseq): auto (the
+    /// store's default: on with at least 2 cores), on or off.
     #[arg(long, value_enum, default_value = "auto")]
     read_ahead: ReadAhead,
 }
