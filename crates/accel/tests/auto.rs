@@ -880,3 +880,48 @@ fn gcm_split_refuses_bad_points() {
     }
     assert!(bufs == orig);
 }
+
+/// One large page-locked GCM segment with the CPU's cut path and the GPU
+/// about even: the model picks a split inside the segment, and the auto
+/// backend's own run gives the CPU's results (a CPU stands in for the GPU).
+#[test]
+fn the_model_splits_one_large_gcm_segment_inside() {
+    // CPU: 8 threads at 1 GB/s fused, the cut path at 8 / 2.3 = 3.5 GB/s;
+    // GPU 3.3 GB/s: a split inside is priced ~1.45x the CPU alone.
+    let mut m = model(20_000.0, 0.3);
+    for op in m.ops.values_mut() {
+        op.cpu.threads = 8;
+        op.cpu.speedup = 8.0;
+    }
+    let auto = AutoBackend::from_parts(
+        CpuBackend::with_config(8, 1 << 20),
+        Some(Box::new(CpuBackend::with_config(1, 64))),
+        m,
+        synthetic(),
+    )
+    .with_page_locked_check(|_| true);
+    let reference = CpuBackend::with_threads(1);
+    let key = Aes256Key::from_bytes([0x21; 32]);
+    let plain = vec![random_bytes((64 << 20) + 9, 4)];
+    let aads = vec![b"one".to_vec()];
+    let decided = std::cell::Cell::new(None);
+    let mut got = plain.clone();
+    let tags = seal_with(&key, &mut got, &aads, &|j| {
+        decided.set(Some(auto.decide(j).plan));
+        auto.run(j)
+    });
+    assert!(
+        matches!(decided.get(), Some(Plan::GcmSplit(p)) if p.segment == 0 && p.offset > 0),
+        "{:?}",
+        decided.get()
+    );
+    let mut want = plain.clone();
+    assert_eq!(
+        tags,
+        seal_with(&key, &mut want, &aads, &|j| reference.run(j))
+    );
+    assert!(got == want);
+    let opened = open_with(&key, &mut got, &aads, &tags_of(&tags), &|j| auto.run(j));
+    assert_eq!(opened, vec![Ok(Output::Done)]);
+    assert!(got == plain);
+}

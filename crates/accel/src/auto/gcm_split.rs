@@ -38,11 +38,13 @@ use crate::types::{Aes256Key, CtrIv, Iv128, Nonce96, Tag};
 pub const GMAC_SPEEDUP: f64 = 2.6;
 
 /// Bytes per GPU job: the GPU's part runs as up to [`MAX_GPU_JOBS`] jobs
-/// of at least this much, so that a seal's GHASH of the first can overlap
-/// the GPU's next (and an open's GPU work can start after hashing one
-/// job's worth), while each job stays long enough to fill the link's
-/// pipeline (H100 pinned GCM: 23 GB/s at 32 MiB, 47 at 4 GiB).
-const GPU_JOB_BYTES: u64 = 64 << 20;
+/// of at least this much, so that a seal's GHASH of one overlaps the GPU's
+/// next (and an open's GPU work starts after hashing one job's worth):
+/// with one job, the GHASH of the GPU's bytes cannot overlap the GPU at
+/// all. Shorter jobs fill the link's pipeline less (H100 pinned GCM: 23
+/// GB/s at 32 MiB, 47 at 4 GiB); [`price`] prices each job on the model's
+/// line, so that loss is counted.
+const GPU_JOB_BYTES: u64 = 16 << 20;
 const MAX_GPU_JOBS: u64 = 4;
 
 /// Piece size of the CPU's cut path and GHASH passes (the CPU backend's).
