@@ -659,3 +659,269 @@ fn pinned_host_data_is_priced_at_the_pinned_rate() {
     };
     assert_ne!(auto.decide(&mixed).plan, Plan::Gpu);
 }
+
+/// Seals `bufs` (one AAD each) with `run`, returning the tags or errors.
+fn seal_with(
+    key: &Aes256Key,
+    bufs: &mut [Vec<u8>],
+    aads: &[Vec<u8>],
+    run: &dyn Fn(&mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError>,
+) -> Vec<SegmentResult> {
+    let mut job = Job::Seal {
+        key,
+        segments: bufs
+            .iter_mut()
+            .zip(aads)
+            .enumerate()
+            .map(|(i, (b, aad))| SealSegment {
+                nonce: Nonce96::from_parts(7, i as u32),
+                aad,
+                data: b.into(),
+            })
+            .collect(),
+    };
+    run(&mut job).expect("the job runs")
+}
+
+fn open_with(
+    key: &Aes256Key,
+    bufs: &mut [Vec<u8>],
+    aads: &[Vec<u8>],
+    tags: &[Tag],
+    run: &dyn Fn(&mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError>,
+) -> Vec<SegmentResult> {
+    let mut job = Job::Open {
+        key,
+        segments: bufs
+            .iter_mut()
+            .zip(aads)
+            .zip(tags)
+            .enumerate()
+            .map(|(i, ((b, aad), tag))| OpenSegment {
+                nonce: Nonce96::from_parts(7, i as u32),
+                aad,
+                tag: *tag,
+                data: b.into(),
+            })
+            .collect(),
+    };
+    run(&mut job).expect("the job runs")
+}
+
+fn tags_of(results: &[SegmentResult]) -> Vec<Tag> {
+    results
+        .iter()
+        .map(|r| match r {
+            Ok(Output::Tag(t)) => *t,
+            other => panic!("expected a tag: {other:?}"),
+        })
+        .collect()
+}
+
+/// Split points at GPU shares 0..=1 of the bytes, on 16-byte boundaries
+/// inside segments (and at the job's ends).
+fn gcm_split_points(lengths: &[usize]) -> Vec<SplitPoint> {
+    let total: usize = lengths.iter().sum();
+    let mut points = vec![
+        SplitPoint {
+            segment: 0,
+            offset: 0,
+        },
+        SplitPoint {
+            segment: lengths.len(),
+            offset: 0,
+        },
+    ];
+    for share in [0.01, 0.2, 0.37, 0.5, 0.63, 0.8, 0.99] {
+        let mut target = (total as f64 * share) as usize;
+        for (i, &len) in lengths.iter().enumerate() {
+            if target < len {
+                points.push(SplitPoint {
+                    segment: i,
+                    offset: (target / 16 * 16) as u64,
+                });
+                break;
+            }
+            target -= len;
+        }
+    }
+    points
+}
+
+/// GCM split inside segments (GPU CTR + CPU GHASH, a CPU backend standing
+/// in for the GPU): seal and open equal the CPU backend's bit for bit, for
+/// lengths that are not multiples of 16, with and without AADs, at GPU
+/// shares from 0 to 1; a job of 1 MiB pieces takes several GPU jobs.
+#[test]
+fn gcm_split_inside_segments_equals_the_cpu_bit_for_bit() {
+    let key = Aes256Key::from_bytes([0x5a; 32]);
+    let reference = CpuBackend::with_threads(1);
+    let auto = two_cpus();
+    let cases: [&[usize]; 4] = [
+        &[(3 << 20) + 5, 17, 1000, (1 << 20) + 32],
+        &[(5 << 20) + 13],
+        &[0, 15, 16, 4097],
+        &[(1 << 20) + 1, 3, (2 << 20) + 15],
+    ];
+    for (c, lengths) in cases.iter().enumerate() {
+        let plain: Vec<Vec<u8>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| random_bytes(n, (c * 10 + i) as u64))
+            .collect();
+        let aads: Vec<Vec<u8>> = (0..lengths.len())
+            .map(|i| random_bytes(i * 13 % 40, 99 + i as u64))
+            .collect();
+        let mut want = plain.clone();
+        let want_tags = seal_with(&key, &mut want, &aads, &|j| reference.run(j));
+        for at in gcm_split_points(lengths) {
+            let mut got = plain.clone();
+            let tags = seal_with(&key, &mut got, &aads, &|j| {
+                auto.run_plan(j, Plan::GcmSplit(at))
+            });
+            assert_eq!(tags, want_tags, "case {c} seal at {at:?}");
+            assert!(got == want, "case {c} seal at {at:?}: ciphertext differs");
+            let opened = open_with(&key, &mut got, &aads, &tags_of(&tags), &|j| {
+                auto.run_plan(j, Plan::GcmSplit(at))
+            });
+            assert!(
+                opened.iter().all(|r| r == &Ok(Output::Done)),
+                "case {c} {at:?}: {opened:?}"
+            );
+            assert!(got == plain, "case {c} open at {at:?}: plaintext differs");
+        }
+    }
+}
+
+/// A flipped bit in the GPU's range, the CPU's range, the AAD or the tag
+/// fails the open of that segment only, and zeroes all of it.
+#[test]
+fn gcm_split_tampering_fails_and_wipes_the_whole_segment() {
+    let key = Aes256Key::from_bytes([0x33; 32]);
+    let auto = two_cpus();
+    let lengths = [(2 << 20) + 7, 5000];
+    let plain: Vec<Vec<u8>> = lengths
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| random_bytes(n, 50 + i as u64))
+        .collect();
+    let aads = vec![b"head".to_vec(), b"tail".to_vec()];
+    let at = SplitPoint {
+        segment: 0,
+        offset: 1 << 20,
+    };
+    let mut sealed = plain.clone();
+    let tags = tags_of(&seal_with(&key, &mut sealed, &aads, &|j| {
+        auto.run_plan(j, Plan::GcmSplit(at))
+    }));
+    // (what, byte flipped in segment 0's ciphertext / AAD / tag)
+    for what in ["gpu range", "cpu range", "aad", "tag"] {
+        let (mut bufs, mut aads, mut tags) = (sealed.clone(), aads.clone(), tags.clone());
+        match what {
+            "gpu range" => bufs[0][12_345] ^= 1,
+            "cpu range" => bufs[0][(1 << 20) + 99] ^= 0x80,
+            "aad" => aads[0][1] ^= 4,
+            _ => tags[0].0[3] ^= 2,
+        }
+        let r = open_with(&key, &mut bufs, &aads, &tags, &|j| {
+            auto.run_plan(j, Plan::GcmSplit(at))
+        });
+        assert_eq!(
+            r[0],
+            Err(SegmentErrorKind::AuthenticationFailed.at(0)),
+            "{what}"
+        );
+        assert!(bufs[0].iter().all(|&b| b == 0), "{what}: not wiped");
+        assert_eq!(r[1], Ok(Output::Done), "{what}");
+        assert!(bufs[1] == plain[1], "{what}: the good segment differs");
+    }
+}
+
+/// Device-resident data and bad split points are refused (or run whole)
+/// without touching data.
+#[test]
+fn gcm_split_refuses_bad_points() {
+    let key = Aes256Key::from_bytes([1; 32]);
+    let auto = two_cpus();
+    let mut bufs = vec![random_bytes(4096, 1)];
+    let orig = bufs.clone();
+    let aads = vec![Vec::new()];
+    for at in [
+        SplitPoint {
+            segment: 0,
+            offset: 8,
+        },
+        SplitPoint {
+            segment: 0,
+            offset: 4096,
+        },
+        SplitPoint {
+            segment: 2,
+            offset: 0,
+        },
+    ] {
+        let mut job = Job::Seal {
+            key: &key,
+            segments: bufs
+                .iter_mut()
+                .zip(&aads)
+                .map(|(b, aad)| SealSegment {
+                    nonce: Nonce96::from_parts(1, 1),
+                    aad,
+                    data: b.into(),
+                })
+                .collect(),
+        };
+        let r = auto.run_plan(&mut job, Plan::GcmSplit(at));
+        assert!(
+            matches!(r, Err(BackendError::InvalidJob(_))),
+            "{at:?}: {r:?}"
+        );
+    }
+    assert!(bufs == orig);
+}
+
+/// One large page-locked GCM segment with the CPU's cut path and the GPU
+/// about even: the model picks a split inside the segment, and the auto
+/// backend's own run gives the CPU's results (a CPU stands in for the GPU).
+#[test]
+fn the_model_splits_one_large_gcm_segment_inside() {
+    // CPU: 8 threads at 1 GB/s fused, the cut path at 8 / 2.3 = 3.5 GB/s;
+    // GPU 3.3 GB/s: a split inside is priced ~1.45x the CPU alone.
+    let mut m = model(20_000.0, 0.3);
+    for op in m.ops.values_mut() {
+        op.cpu.threads = 8;
+        op.cpu.speedup = 8.0;
+    }
+    let auto = AutoBackend::from_parts(
+        CpuBackend::with_config(8, 1 << 20),
+        Some(Box::new(CpuBackend::with_config(1, 64))),
+        m,
+        synthetic(),
+    )
+    .with_page_locked_check(|_| true);
+    let reference = CpuBackend::with_threads(1);
+    let key = Aes256Key::from_bytes([0x21; 32]);
+    let plain = vec![random_bytes((64 << 20) + 9, 4)];
+    let aads = vec![b"one".to_vec()];
+    let decided = std::cell::Cell::new(None);
+    let mut got = plain.clone();
+    let tags = seal_with(&key, &mut got, &aads, &|j| {
+        decided.set(Some(auto.decide(j).plan));
+        auto.run(j)
+    });
+    assert!(
+        matches!(decided.get(), Some(Plan::GcmSplit(p)) if p.segment == 0 && p.offset > 0),
+        "{:?}",
+        decided.get()
+    );
+    let mut want = plain.clone();
+    assert_eq!(
+        tags,
+        seal_with(&key, &mut want, &aads, &|j| reference.run(j))
+    );
+    assert!(got == want);
+    let opened = open_with(&key, &mut got, &aads, &tags_of(&tags), &|j| auto.run(j));
+    assert_eq!(opened, vec![Ok(Output::Done)]);
+    assert!(got == plain);
+}

@@ -592,3 +592,112 @@ fn pinned_equal_segments_hash_like_the_cpu() {
         );
     }
 }
+
+/// AES-GCM split inside segments (issue 5): the GPU runs AES-CTR over the
+/// first part of page-locked segments, the CPU the cut GCM path over the
+/// rest and the GHASH of the GPU's bytes; seal and open equal the CPU's
+/// bit for bit, and a forged segment is wiped whole.
+#[test]
+fn gcm_split_between_gpu_and_cpu_equals_the_cpu() {
+    use gvault_accel::auto::{AutoBackend, ModelSource, Plan, SplitPoint};
+    let Some(g) = gpu() else { return };
+    let auto = AutoBackend::from_parts(
+        CpuBackend::new(),
+        Some(Box::new(GpuBackend::probe().expect("a second handle"))),
+        gvault_accel::auto::shipped(gvault_accel::auto::Identity::default()),
+        ModelSource::Defaults {
+            reason: "test".into(),
+        },
+    );
+    let cpu = CpuBackend::new();
+    let key = Aes256Key::from_bytes([0x47; 32]);
+    let sizes = [(40usize << 20) + 5, 17, (24 << 20) + 3];
+    let total: usize = sizes.iter().sum();
+    let mut pinned = g.alloc_pinned(total).unwrap();
+    let plain: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| random_bytes(n, 300 + i as u64))
+        .collect();
+    let nonce = |i: usize| Nonce96::from_parts(9, i as u32);
+    let aad = |i: usize| if i == 1 { &b""[..] } else { &b"split aad"[..] };
+    // Reference: the CPU's seal of pageable copies.
+    let mut want = plain.clone();
+    let mut job = Job::Seal {
+        key: &key,
+        segments: want
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| SealSegment {
+                nonce: nonce(i),
+                aad: aad(i),
+                data: b.into(),
+            })
+            .collect(),
+    };
+    let want_tags = cpu.run(&mut job).unwrap();
+    for at in [
+        SplitPoint {
+            segment: 0,
+            offset: 16 << 20,
+        },
+        SplitPoint {
+            segment: 2,
+            offset: (8 << 20) + 16,
+        },
+    ] {
+        let mut views: Vec<&mut [u8]> = Vec::new();
+        let mut rest: &mut [u8] = &mut pinned[..];
+        for (i, &n) in sizes.iter().enumerate() {
+            let (seg, tail) = rest.split_at_mut(n);
+            seg.copy_from_slice(&plain[i]);
+            views.push(seg);
+            rest = tail;
+        }
+        let mut job = Job::Seal {
+            key: &key,
+            segments: views
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| SealSegment {
+                    nonce: nonce(i),
+                    aad: aad(i),
+                    data: DataMut::Host(b),
+                })
+                .collect(),
+        };
+        let tags = auto.run_plan(&mut job, Plan::GcmSplit(at)).unwrap();
+        drop(job);
+        assert_eq!(tags, want_tags, "seal at {at:?}");
+        for (i, v) in views.iter().enumerate() {
+            assert!(v[..] == want[i][..], "ciphertext {i} at {at:?} differs");
+        }
+        // Forge segment 0 in the GPU's range: only it fails, wiped whole.
+        views[0][100] ^= 1;
+        let mut job = Job::Open {
+            key: &key,
+            segments: views
+                .iter_mut()
+                .zip(&want_tags)
+                .enumerate()
+                .map(|(i, (b, t))| OpenSegment {
+                    nonce: nonce(i),
+                    aad: aad(i),
+                    tag: match t {
+                        Ok(Output::Tag(t)) => *t,
+                        other => panic!("{other:?}"),
+                    },
+                    data: DataMut::Host(b),
+                })
+                .collect(),
+        };
+        let r = auto.run_plan(&mut job, Plan::GcmSplit(at)).unwrap();
+        drop(job);
+        assert_eq!(r[0], Err(SegmentErrorKind::AuthenticationFailed.at(0)));
+        assert!(views[0].iter().all(|&b| b == 0), "forged segment not wiped");
+        for i in 1..sizes.len() {
+            assert_eq!(r[i], Ok(Output::Done), "open {i} at {at:?}");
+            assert!(views[i][..] == plain[i][..], "plaintext {i} at {at:?}");
+        }
+    }
+}

@@ -8,6 +8,7 @@
 //! inside a segment, where the op allows), by one walk over the lengths,
 //! and priced again exactly.
 
+use super::gcm_split;
 use super::model::{
     gpu_line_kind, gpu_serial, gpu_stage_ns, CostModel, CpuCost, GpuLine, HostMemory, LinearCost,
     DIRECT_MIN,
@@ -106,6 +107,10 @@ pub enum Plan {
     Cpu,
     Gpu,
     Split(SplitPoint),
+    /// AES-GCM of few large page-locked segments split inside: the GPU
+    /// runs AES-CTR over the bytes before the point, the CPU the cut GCM
+    /// path over the rest plus the GHASH of the GPU's bytes (`gcm_split`).
+    GcmSplit(SplitPoint),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -174,7 +179,13 @@ fn cpu_cuts_inside(op: OpKind, threads: usize) -> bool {
 }
 
 /// CPU time of `segments` segments, `bytes` in all, the longest `largest`.
-fn cpu_time(c: &OpCosts, bytes: u64, segments: usize, largest: u64, threads: usize) -> f64 {
+pub(super) fn cpu_time(
+    c: &OpCosts,
+    bytes: u64,
+    segments: usize,
+    largest: u64,
+    threads: usize,
+) -> f64 {
     if segments == 0 {
         return 0.0;
     }
@@ -211,7 +222,7 @@ fn cpu_time(c: &OpCosts, bytes: u64, segments: usize, largest: u64, threads: usi
 pub const CALIBRATED_JOB_BYTES: u64 = 32 << 20;
 
 /// GPU time of `segments` segments, `bytes` in all, the longest `largest`.
-fn gpu_time(
+pub(super) fn gpu_time(
     c: &OpCosts,
     bytes: u64,
     segments: usize,
@@ -239,8 +250,8 @@ fn gpu_time(
 /// One op's costs, looked up once (the model keys ops by name).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OpCosts {
-    op: OpKind,
-    cpu: Option<CpuCost>,
+    pub(super) op: OpKind,
+    pub(super) cpu: Option<CpuCost>,
     /// Indexed by [`line_index`].
     gpu: [Option<LinearCost>; 4],
     thread_ns_per_byte: Option<f64>,
@@ -299,16 +310,16 @@ impl OpCosts {
 
 /// One part of a split: what the GPU takes.
 #[derive(Clone, Copy, Debug)]
-struct GpuPart {
-    bytes: u64,
-    segments: usize,
+pub(super) struct GpuPart {
+    pub(super) bytes: u64,
+    pub(super) segments: usize,
 }
 
 /// A split priced: its finish and the threads its CPU part runs on.
 #[derive(Clone, Copy, Debug)]
-struct SplitPrice {
-    finish_ns: f64,
-    cpu_threads: usize,
+pub(super) struct SplitPrice {
+    pub(super) finish_ns: f64,
+    pub(super) cpu_threads: usize,
 }
 
 /// Threads for a split's CPU part, and the staging work (CPU-ns) left over
@@ -318,7 +329,7 @@ struct SplitPrice {
 /// backend). So the CPU part leaves the copies the cores they keep busy
 /// while the GPU part runs (at least one, for the thread driving the GPU),
 /// on a pool of its own; copies beyond that share the CPU part's cores.
-fn split_threads(
+pub(super) fn split_threads(
     c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
@@ -544,8 +555,41 @@ fn cut_points(
 }
 
 /// Chooses CPU, GPU or a split for one job, by predicted finish time.
-/// `lengths` is walked only when a split is worth placing.
+/// `lengths` is walked only when a split is worth placing. `ctr` is AES-CTR's
+/// costs: the GPU's side of a GCM split inside segments.
 pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
+    c: &OpCosts,
+    ctr: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    lengths: impl Fn() -> I,
+) -> Decision {
+    let d = decide_whole_or_split(c, stats, sides, &lengths);
+    if !gcm_split::applies(c.op, stats, sides) {
+        return d;
+    }
+    let single = d
+        .cpu_finish_ns
+        .min(d.gpu_finish_ns.unwrap_or(f64::INFINITY));
+    let lengths: Vec<u64> = lengths().collect();
+    match gcm_split::best(c, ctr, stats, sides, &lengths) {
+        Some((at, price))
+            if price.finish_ns < single * (1.0 - SPLIT_MARGIN)
+                && price.finish_ns < d.plan_finish_ns =>
+        {
+            Decision {
+                plan: Plan::GcmSplit(at),
+                plan_finish_ns: price.finish_ns,
+                split_cpu_threads: price.cpu_threads,
+                ..d
+            }
+        }
+        _ => d,
+    }
+}
+
+/// CPU, GPU or a split on segment boundaries (or inside CTR segments).
+fn decide_whole_or_split<I: Iterator<Item = u64>>(
     c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
@@ -577,7 +621,8 @@ pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
 /// Chooses CPU, GPU or a split for one job, by predicted finish time.
 pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decision {
     let stats = JobStats::of_lengths(shape.lengths, shape.mem);
-    decide_stats(&OpCosts::of(model, shape.op), &stats, sides, || {
+    let ctr = OpCosts::of(model, OpKind::AesCtr);
+    decide_stats(&OpCosts::of(model, shape.op), &ctr, &stats, sides, || {
         shape.lengths.iter().copied()
     })
 }

@@ -16,7 +16,7 @@
 //! known mask and length block leaves the range's sum times H, which is all
 //! the join needs (every term of the final GHASH carries a factor H).
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use aws_lc_rs::cipher::{EncryptingKey, EncryptionContext, UnboundCipherKey, AES_256};
 use aws_lc_rs::iv::FixedLength;
 use rayon::prelude::*;
@@ -39,7 +39,7 @@ const CHUNK: usize = 1 << 20;
 const GMAC_NONCE: [u8; 12] = [0; 12];
 
 /// One key's material for cut GCM segments.
-pub(super) struct GcmCut<'k> {
+pub(crate) struct GcmCut<'k> {
     aead: &'k LessSafeKey,
     ctr: EncryptingKey,
     /// H = E_K(0^128).
@@ -53,7 +53,7 @@ pub(super) struct GcmCut<'k> {
 }
 
 /// Blocks of `len` bytes, the last one padded.
-fn blocks(len: usize) -> u64 {
+pub(crate) fn blocks(len: usize) -> u64 {
     len.div_ceil(16) as u64
 }
 
@@ -63,7 +63,8 @@ fn length_block(aad: usize, text: usize) -> u128 {
     ((aad as u128 * 8) << 64) | (text as u128 * 8)
 }
 
-fn j0(nonce: &Nonce96) -> u128 {
+/// GCM's pre-counter block J0 = nonce || 1 (96-bit nonces).
+pub(crate) fn j0(nonce: &Nonce96) -> u128 {
     let mut b = [0u8; 16];
     b[..12].copy_from_slice(&nonce.0);
     b[15] = 1;
@@ -71,6 +72,14 @@ fn j0(nonce: &Nonce96) -> u128 {
 }
 
 impl<'k> GcmCut<'k> {
+    /// A fresh AES-256-GCM key for [`GcmCut::new`] (callers outside the
+    /// CPU backend, which keeps its own cached one).
+    pub(crate) fn aead_key(key: &Aes256Key) -> LessSafeKey {
+        let unbound = UnboundKey::new(&AES_256_GCM, key.expose())
+            .expect("a 32-byte key is always valid for AES-256-GCM");
+        LessSafeKey::new(unbound)
+    }
+
     /// `aead` must be `key`'s AES-256-GCM key.
     pub fn new(key: &Aes256Key, aead: &'k LessSafeKey) -> Self {
         let unbound = UnboundCipherKey::new(&AES_256, key.expose())
@@ -127,7 +136,7 @@ impl<'k> GcmCut<'k> {
     }
 
     /// `acc` moved past `blocks` more blocks of the hash.
-    fn shift(&self, acc: u128, blocks: u64) -> u128 {
+    pub(crate) fn shift(&self, acc: u128, blocks: u64) -> u128 {
         let factor = if blocks == self.chunk as u64 / 16 {
             self.h_chunk
         } else {
@@ -153,26 +162,11 @@ impl<'k> GcmCut<'k> {
         acc
     }
 
-    /// Runs every piece of `data` (pieces of `piece` bytes, a multiple of
-    /// 16) on the current rayon pool, and returns the segment's tag as
-    /// computed over the ciphertext (after CTR for a seal, before for an
-    /// open).
-    fn run(&self, nonce: &Nonce96, aad: &[u8], data: &mut [u8], piece: usize, open: bool) -> u128 {
-        debug_assert!(piece > 0 && piece.is_multiple_of(16));
-        let j0 = j0(nonce);
-        let len = data.len();
-        let step = (piece / 16) as u128;
-        let sums: Vec<u128> = data
-            .par_chunks_mut(piece)
-            .enumerate()
-            .map(|(k, p)| self.piece(j0 + 1 + k as u128 * step, p, open))
-            .collect();
-        let mut acc = if aad.is_empty() {
-            0
-        } else {
-            self.range_hash(aad)
-        };
+    /// Joins the sums of consecutive pieces of `piece` bytes (the last one
+    /// possibly shorter) of a `len`-byte range into the range's sum.
+    fn join(&self, sums: &[u128], len: usize, piece: usize) -> u128 {
         let piece_factor = pow(self.h, piece as u64 / 16);
+        let mut acc = 0;
         for (k, sum) in sums.iter().enumerate() {
             let factor = if (k + 1) * piece <= len {
                 piece_factor
@@ -181,12 +175,59 @@ impl<'k> GcmCut<'k> {
             };
             acc = mul(acc, factor) ^ sum;
         }
-        acc ^ mul(length_block(aad.len(), len), self.h) ^ self.block(j0)
+        acc
+    }
+
+    /// Encrypts (or, with `open`, decrypts) `data` from counter block
+    /// `counter` in pieces of `piece` bytes (a multiple of 16) on the
+    /// current rayon pool, and returns the hash of its ciphertext (as
+    /// [`GcmCut::hash_sum`] would give for it).
+    pub(crate) fn cut_sum(&self, counter: u128, data: &mut [u8], piece: usize, open: bool) -> u128 {
+        debug_assert!(piece > 0 && piece.is_multiple_of(16));
+        let step = (piece / 16) as u128;
+        let len = data.len();
+        let sums: Vec<u128> = data
+            .par_chunks_mut(piece)
+            .enumerate()
+            .map(|(k, p)| self.piece(counter + k as u128 * step, p, open))
+            .collect();
+        self.join(&sums, len, piece)
+    }
+
+    /// The hash of `data` (zero-padded to whole blocks, from a zero state,
+    /// times H), in pieces of `piece` bytes (a multiple of 16) on the
+    /// current rayon pool: ranges of a segment join with [`GcmCut::shift`].
+    pub(crate) fn hash_sum(&self, data: &[u8], piece: usize) -> u128 {
+        debug_assert!(piece > 0 && piece.is_multiple_of(16));
+        let sums: Vec<u128> = data.par_chunks(piece).map(|p| self.range_hash(p)).collect();
+        self.join(&sums, data.len(), piece)
+    }
+
+    /// The tag of a segment of `len` bytes whose ciphertext hashes to
+    /// `text_sum` (its ranges' sums joined).
+    pub(crate) fn tag(&self, nonce: &Nonce96, aad: &[u8], len: usize, text_sum: u128) -> Tag {
+        let aad_sum = if aad.is_empty() {
+            0
+        } else {
+            self.shift(self.range_hash(aad), blocks(len))
+        };
+        let t =
+            aad_sum ^ text_sum ^ mul(length_block(aad.len(), len), self.h) ^ self.block(j0(nonce));
+        Tag(t.to_be_bytes())
+    }
+
+    /// Runs every piece of `data` (pieces of `piece` bytes, a multiple of
+    /// 16) on the current rayon pool, and returns the segment's tag as
+    /// computed over the ciphertext (after CTR for a seal, before for an
+    /// open).
+    fn run(&self, nonce: &Nonce96, aad: &[u8], data: &mut [u8], piece: usize, open: bool) -> Tag {
+        let text = self.cut_sum(j0(nonce) + 1, data, piece, open);
+        self.tag(nonce, aad, data.len(), text)
     }
 
     /// Seals `data` in place, cut into pieces of `piece` bytes.
     pub fn seal(&self, nonce: &Nonce96, aad: &[u8], data: &mut [u8], piece: usize) -> Tag {
-        Tag(self.run(nonce, aad, data, piece, false).to_be_bytes())
+        self.run(nonce, aad, data, piece, false)
     }
 
     /// Opens `data` in place, cut into pieces of `piece` bytes; on a bad
@@ -199,18 +240,19 @@ impl<'k> GcmCut<'k> {
         data: &mut [u8],
         piece: usize,
     ) -> Result<(), SegmentErrorKind> {
-        let want = self.run(nonce, aad, data, piece, true).to_be_bytes();
-        let diff = want
-            .iter()
-            .zip(&tag.0)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        if diff == 0 {
+        let want = self.run(nonce, aad, data, piece, true);
+        if tags_equal(&want, tag) {
             Ok(())
         } else {
             data.fill(0);
             Err(SegmentErrorKind::AuthenticationFailed)
         }
     }
+}
+
+/// Tag equality in time independent of where the tags differ.
+pub(crate) fn tags_equal(a: &Tag, b: &Tag) -> bool {
+    a.0.iter().zip(&b.0).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ mod aes;
 pub mod blowfish;
 mod chunk;
 mod digest;
-mod gcm_cut;
+pub(crate) mod gcm_cut;
 pub(crate) mod gf128;
 mod rsa;
 mod survey;
