@@ -204,7 +204,7 @@ if has lsm; then
   D=${LSM_DIR:-/tmp/gvault-lsm}
   mkdir -p "$D"
   $B/gvault bench lsm --encrypt none,cpu,auto --value-sizes ${LSM_SIZES:-100,4K,64K} --sync off \
-    --max-bytes ${LSM_BYTES:-256M} --workloads fillseq,fillrandom,overwrite,readrandom,readseq \
+    --max-bytes ${LSM_BYTES:-256M} --workloads ${LSM_WORKLOADS:-fillseq,fillrandom,overwrite,readrandom,readseq} \
     --repeat ${LSM_REPEAT:-2} --dir "$D" 2>&1 | tee "$OUT/lsm.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   if [ "${LSM_REENCRYPT_GIB:-10}" != 0 ]; then
