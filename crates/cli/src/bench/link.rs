@@ -76,5 +76,11 @@ pub fn run(args: LinkArgs) -> Result<(), String> {
         );
     }
     println!("* both directions at once, GB/s each way (the bound for data streamed through the GPU and back)");
+    let (copy, read) = super::host_memory::measure(reps);
+    println!(
+        "host memory, all {} cores, 1 GiB: copy {copy:.2} GB/s, read {read:.2} GB/s \
+         (the bound of any job on host data: a cipher reads and writes, a hash reads)",
+        rayon::current_num_threads()
+    );
     Ok(())
 }
