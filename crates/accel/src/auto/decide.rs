@@ -554,6 +554,18 @@ fn cut_points(
     out
 }
 
+/// Whether the planner weighs splits inside GCM segments (`gcm_split.rs`).
+/// Off: on the H100 host they ran at 0.79-1.01x the better backend (4 x
+/// 256 MiB and 4 x 1 GiB, seal and open, session 7 calls 4 and 6) where the
+/// model promised ~1.4x. A GCM job on host data reads and writes every
+/// byte, and host memory caps that: the all-core copy runs at 58 GB/s
+/// there, while the CPU alone (34-46) and the pinned GPU alone (44-48)
+/// each already move most of it; read-only BLAKE3 splits reach 1.65-1.88x
+/// against a 108 GB/s read bound. The split stays runnable
+/// (`AutoBackend::run_plan`) and tested, for hosts with more memory
+/// bandwidth per link.
+pub const PLAN_GCM_SPLITS: bool = false;
+
 /// Chooses CPU, GPU or a split for one job, by predicted finish time.
 /// `lengths` is walked only when a split is worth placing. `ctr` is AES-CTR's
 /// costs: the GPU's side of a GCM split inside segments.
@@ -565,7 +577,7 @@ pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
     lengths: impl Fn() -> I,
 ) -> Decision {
     let d = decide_whole_or_split(c, stats, sides, &lengths);
-    if !gcm_split::applies(c.op, stats, sides) {
+    if !PLAN_GCM_SPLITS || !gcm_split::applies(c.op, stats, sides) {
         return d;
     }
     let single = d

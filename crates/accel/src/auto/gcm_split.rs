@@ -530,8 +530,8 @@ mod tests {
     }
 
     /// The H100 host's model (session 5): 4 x 1 GiB pinned GCM seals are
-    /// split inside segments, priced at least SPLIT_MARGIN ahead of either
-    /// backend alone; at 16 and 64 MiB the split is priced but the CPU
+    /// priced split inside segments at least SPLIT_MARGIN ahead of either
+    /// backend alone (measured later: 0.79-1.01x, so not planned); at 16 and 64 MiB the split is priced but the CPU
     /// (16 MiB) or the split on segment boundaries (64 MiB, GPU GCM on two
     /// segments, no GHASH left to the CPU) are priced better.
     #[test]
@@ -545,12 +545,21 @@ mod tests {
             mem: HostMemory::Pinned,
         };
         let d = decide(&m, &shape, &idle(16));
-        assert!(
-            matches!(d.plan, Plan::GcmSplit(p) if p.offset % 16 == 0),
-            "{d:?}"
-        );
+        // Priced inside segments, ahead of both backends alone by the
+        // margin; the planner does not take it (PLAN_GCM_SPLITS).
+        let stats = JobStats::of_lengths(&lengths, HostMemory::Pinned);
+        let (at, price) = best(
+            &OpCosts::of(&m, OpKind::AesGcmSeal),
+            &OpCosts::of(&m, OpKind::AesCtr),
+            &stats,
+            &idle(16),
+            &lengths,
+        )
+        .expect("priced");
+        assert!(at.offset % 16 == 0, "{at:?}");
         let single = d.cpu_finish_ns.min(d.gpu_finish_ns.expect("gpu"));
-        assert!(d.plan_finish_ns < 0.75 * single, "{d:?}");
+        assert!(price.finish_ns < 0.75 * single, "{price:?} {d:?}");
+        assert!(!matches!(d.plan, Plan::GcmSplit(_)), "{d:?}");
         for size in [16u64 << 20, 64 << 20] {
             let lengths = [size; 4];
             let d = decide(
