@@ -11,30 +11,13 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "cpu_clock/mod.rs"]
+mod cpu_clock;
+
+use cpu_clock::{process_cpu, thread_cpu};
 use gvault_store::codec::{BlockCodec, BlockContext, BlockKind, Crc32cCodec};
 use gvault_store::crypto::{shared_cpu_backend, GcmCodec};
 use gvault_store::{Encryption, Options, Store};
-
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-fn process_cpu() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid, writable rusage for the call's duration.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    assert_eq!(rc, 0, "getrusage failed");
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
 
 fn value(i: u64, len: usize) -> Vec<u8> {
     let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -53,14 +36,14 @@ fn value(i: u64, len: usize) -> Vec<u8> {
 /// (its flushes are part of the cost).
 fn fill_seq(dir: &std::path::Path, opts: Options, values: &[Vec<u8>]) -> (f64, f64, f64) {
     let store = Store::open(dir, opts).unwrap();
-    let (t, p, w) = (thread_cpu(), process_cpu(), Instant::now());
+    let (t, p, w) = (thread_cpu(), process_cpu().0, Instant::now());
     for (i, v) in values.iter().enumerate() {
         store.put(format!("{i:016}"), v).unwrap();
     }
     let thread = thread_cpu() - t;
     store.close().unwrap();
     let per = |d: Duration| d.as_nanos() as f64 / values.len() as f64;
-    let out = (per(thread), per(process_cpu() - p), per(w.elapsed()));
+    let out = (per(thread), per(process_cpu().0 - p), per(w.elapsed()));
     std::fs::remove_dir_all(dir).unwrap();
     out
 }
