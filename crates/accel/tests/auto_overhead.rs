@@ -35,6 +35,7 @@ fn h200_like(threads: usize, gpu_slower: f64) -> CostModel {
                     one_thread: line(3_000.0, 1.7, 150.0),
                     threads,
                     speedup: threads as f64 * 0.9,
+                    cut_cost: None,
                 },
                 gpu: Some(GpuCost {
                     kernel: line(30_000.0, 500.0 / gpu_slower, 20.0),

@@ -202,7 +202,7 @@ pub(super) fn cpu_time(
                 units,
                 largest.min(piece),
                 threads,
-                GCM_CUT_COST,
+                m.cut_cost.unwrap_or(GCM_CUT_COST),
             )
         });
     }
@@ -714,6 +714,7 @@ mod tests {
                         },
                         threads,
                         speedup: threads as f64,
+                        cut_cost: None,
                     },
                     gpu: Some(GpuCost {
                         kernel: host(100.0),

@@ -132,7 +132,14 @@ pub(crate) fn price(
         }
         let units = segments + (bytes / PIECE as u64) as usize;
         let unit = stats.largest.min(PIECE as u64);
-        m.predict_cut_ns(bytes, segments, units, unit, threads, GCM_CUT_COST)
+        m.predict_cut_ns(
+            bytes,
+            segments,
+            units,
+            unit,
+            threads,
+            m.cut_cost.unwrap_or(GCM_CUT_COST),
+        )
     };
     let own = cut(cpu_bytes, cpu_segments);
     let hash_job = cut(job_bytes, job_segments) / GMAC_SPEEDUP;
@@ -589,6 +596,7 @@ mod tests {
             one_thread: line(16.0 / (47.0 * GCM_CUT_COST)),
             threads: 16,
             speedup: 16.0,
+            cut_cost: None,
         };
         let gpu = GpuCost {
             kernel: line(1.0 / 48.0),

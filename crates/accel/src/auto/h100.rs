@@ -279,3 +279,31 @@ fn session6_auto_misses_are_decided_otherwise() {
         assert!(matches!(d.plan, Plan::Split(_)), "{size}: {d:?}");
     }
 }
+
+/// A calibrated cut cost replaces `GCM_CUT_COST` in the CPU's price of cut
+/// GCM segments (the H100 host measured 2.3-4.0, by op), and survives a
+/// round trip through the model file; files without it still load.
+#[test]
+fn a_calibrated_gcm_cut_cost_prices_cut_segments() {
+    use crate::cpu::GCM_CUT_COST;
+    let m = h100();
+    let lengths = [64u64 << 20; 4];
+    let base = decide_h100(&m, OpKind::AesGcmOpen, &lengths, HostMemory::Pageable);
+    let mut dear = m.clone();
+    for op in ["aes256gcm-seal", "aes256gcm-open"] {
+        dear.ops.get_mut(op).expect("op").cpu.cut_cost = Some(2.0 * GCM_CUT_COST);
+    }
+    let text = serde_json::to_string(&dear).expect("serializes");
+    let back: CostModel = serde_json::from_str(&text).expect("parses");
+    back.validate().expect("valid");
+    assert_eq!(back, dear);
+    let d = decide_h100(&back, OpKind::AesGcmOpen, &lengths, HostMemory::Pageable);
+    let ratio = d.cpu_finish_ns / base.cpu_finish_ns;
+    assert!((1.6..=2.1).contains(&ratio), "{ratio}: {base:?} {d:?}");
+    // A whole-segment job is not priced by the cut cost.
+    let many = [1u64 << 20; 64];
+    assert_eq!(
+        decide_h100(&m, OpKind::AesGcmOpen, &many, HostMemory::Pageable).cpu_finish_ns,
+        decide_h100(&back, OpKind::AesGcmOpen, &many, HostMemory::Pageable).cpu_finish_ns
+    );
+}

@@ -59,6 +59,12 @@ pub struct CpuCost {
     pub one_thread: LinearCost,
     pub threads: usize,
     pub speedup: f64,
+    /// AES-GCM only: what a cut segment costs a thread, as a multiple of
+    /// `one_thread`'s per-byte rate, measured on all threads cutting few
+    /// large segments (`bench calibrate`); absent, `GCM_CUT_COST`. The H100
+    /// host's 2.3-4.0 (seal, open) sat far from any one constant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_cost: Option<f64>,
 }
 
 impl CpuCost {
@@ -394,7 +400,8 @@ impl CostModel {
             let cpu_ok = m.cpu.one_thread.is_valid()
                 && m.cpu.threads >= 1
                 && m.cpu.speedup.is_finite()
-                && m.cpu.speedup > 0.0;
+                && m.cpu.speedup > 0.0
+                && m.cpu.cut_cost.is_none_or(|c| c.is_finite() && c >= 1.0);
             let gpu_ok = m.gpu.is_none_or(|g| {
                 g.kernel.is_valid()
                     && g.pinned.is_none_or(|h| h.is_valid())
@@ -662,6 +669,7 @@ mod tests {
             one_thread: LinearCost::default(),
             threads: 16,
             speedup: 14.5,
+            cut_cost: None,
         };
         assert_eq!(c.speedup_at(1), 1.0);
         assert!((c.speedup_at(16) - 14.5).abs() < 1e-9);
@@ -678,6 +686,7 @@ mod tests {
             },
             threads: 16,
             speedup: 7.0,
+            cut_cost: None,
         };
         // 4 segments of 1 MB on 16 threads: 4 busy threads, under the
         // all-thread cap (7x), so 4x; 12 segments are capped at 7x.

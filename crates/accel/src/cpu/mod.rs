@@ -47,12 +47,7 @@ pub const GCM_CUT_COST: f64 = 3.0;
 /// of a job of `segments` segments, the longest `largest`, on `threads`
 /// threads: only when the threads left idle by whole segments outweigh the
 /// cut's cost.
-pub(crate) fn gcm_cut_applies(
-    segments: usize,
-    largest: u64,
-    threads: usize,
-    cut_bytes: u64,
-) -> bool {
+pub fn gcm_cut_applies(segments: usize, largest: u64, threads: usize, cut_bytes: u64) -> bool {
     threads > 1 && largest >= cut_bytes && (segments as f64) * GCM_CUT_COST < threads as f64
 }
 

@@ -186,10 +186,16 @@ fn calibrate_op(
     }
     let one_thread = fit_linear(&samples).ok_or_else(|| format!("{op}: no usable CPU timings"))?;
     let speedup = cpu_speedup(op, keys, &one_thread, one, all, min_time, quick)?;
+    let cut_cost = if quick {
+        None
+    } else {
+        gcm_cut_cost(op, keys, &one_thread, all, min_time)?
+    };
     let cpu = CpuCost {
         one_thread,
         threads: all.threads(),
         speedup,
+        cut_cost,
     };
     let gpu = match gpu {
         Some(g) => calibrate_gpu(op, keys, &gpu_shapes(op, quick), g, min_time)?,
@@ -236,6 +242,37 @@ fn cpu_speedup(
     );
     ratios.sort_by(f64::total_cmp);
     Ok(ratios[ratios.len() / 2].max(1.0))
+}
+
+/// What a cut AES-GCM segment costs a thread, as a multiple of the fused
+/// one-thread per-byte rate: all threads on 4 segments of 64 MiB, which the
+/// CPU backend cuts across them (`None` where it would not, or for other
+/// ops). The H100 host gave 2.3-2.8 sealing and 2.8-4.0 opening (host
+/// memory takes its share), where one constant had priced both at 2.3.
+fn gcm_cut_cost(
+    op: OpKind,
+    keys: &Keys,
+    one_thread: &LinearCost,
+    all: &CpuBackend,
+    min_time: Duration,
+) -> Result<Option<f64>, String> {
+    let (size, n) = (64usize << 20, 4usize);
+    let cut_bytes =
+        (gvault_accel::cpu::DEFAULT_SPLIT_BYTES * gvault_accel::cpu::GCM_CUT_PIECES) as u64;
+    if !matches!(op, OpKind::AesGcmSeal | OpKind::AesGcmOpen)
+        || !gvault_accel::cpu::gcm_cut_applies(n, size as u64, all.threads(), cut_bytes)
+    {
+        return Ok(None);
+    }
+    let ns = time_ns(all, op, keys, size, n, min_time)?;
+    let per_thread_bytes = (size * n) as f64 / all.threads() as f64;
+    let cost = ns / (per_thread_bytes * one_thread.ns_per_byte.max(1e-6));
+    println!(
+        "  {op}: cut segments on {} threads: {:.1} GB/s, {cost:.2}x the fused per-byte cost",
+        all.threads(),
+        (size * n) as f64 / ns
+    );
+    Ok(Some(cost.clamp(1.0, 16.0)))
 }
 
 /// GPU costs of `op`, or `None` where the GPU backend does not run it: end
@@ -387,6 +424,7 @@ fn calibrate_rsa(
             one_thread,
             threads: all.threads(),
             speedup,
+            cut_cost: None,
         },
         gpu: None,
     })
