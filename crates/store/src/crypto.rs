@@ -8,7 +8,6 @@
 //! by the store id, so a block moved, swapped, replayed from another file or
 //! copied from another store fails to open.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
@@ -80,9 +79,18 @@ fn seal_job_ranges(lens: &[usize]) -> Vec<Range<usize>> {
 /// gpu) gets every job.
 const DIRECT_OPEN_BYTES: usize = 1 << 20;
 
+/// The data keys by id: a few (the current one, and older ones until
+/// re-encryption retires them), so a list beats a hash map's lookup,
+/// which every block seal and open pays.
 struct KeySet {
     current: u32,
-    keys: HashMap<u32, Arc<Aes256Key>>,
+    keys: Vec<(u32, Arc<Aes256Key>)>,
+}
+
+impl KeySet {
+    fn get(&self, id: u32) -> Option<&Arc<Aes256Key>> {
+        self.keys.iter().find(|(i, _)| *i == id).map(|(_, k)| k)
+    }
 }
 
 pub struct GcmCodec {
@@ -97,7 +105,7 @@ pub struct GcmCodec {
 impl fmt::Debug for GcmCodec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let k = self.keys.read();
-        let mut ids: Vec<u32> = k.keys.keys().copied().collect();
+        let mut ids: Vec<u32> = k.keys.iter().map(|(i, _)| *i).collect();
         ids.sort_unstable();
         f.debug_struct("GcmCodec")
             .field("backend", &self.backend.name())
@@ -140,7 +148,7 @@ impl GcmCodec {
     }
 
     fn key(&self, id: u32) -> Option<Arc<Aes256Key>> {
-        self.keys.read().keys.get(&id).cloned()
+        self.keys.read().get(id).cloned()
     }
 
     /// The key every context of a batch names (a batch is one job, under
@@ -234,7 +242,7 @@ impl BlockCodec for GcmCodec {
     }
 
     fn knows_key(&self, key_id: u32) -> bool {
-        self.keys.read().keys.contains_key(&key_id)
+        self.keys.read().get(key_id).is_some()
     }
 
     fn overhead(&self) -> usize {

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::backend::Backend;
 use crate::error::{BackendError, SegmentErrorKind};
-use crate::job::{CtrCipher, Job, Output, SegmentResult};
+use crate::job::{CtrCipher, DataMut, Job, Output, SegmentResult};
 
 pub(crate) use survey::Survey;
 
@@ -183,8 +183,65 @@ impl Backend for CpuBackend {
     }
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
+        if let Some(results) = small_gcm(job) {
+            return Ok(results);
+        }
         let survey = self.survey(job);
         self.run_surveyed(job, &survey)
+    }
+}
+
+/// A GCM job of at most this many segments and `INLINE_MAX_BYTES` runs
+/// on the calling thread without a survey: a store's group commit (a value
+/// frame and its commit record) or block read. The general path's survey,
+/// inline flag and per-segment closure cost ~0.18 us on top of aws-lc's
+/// ~1.1 us for one 4 KiB group commit on the development machine, ~2% of
+/// an encrypted 4 KiB put.
+const SMALL_GCM_SEGMENTS: usize = 4;
+
+/// Runs `job` here if it is a small GCM job of host segments (every check
+/// the survey would make holds for it: no segment is on the device or
+/// over `MAX_SEGMENT_LEN`); otherwise `None`, untouched.
+fn small_gcm(job: &mut Job<'_>) -> Option<Vec<SegmentResult>> {
+    fn small<'s, I: Iterator<Item = &'s DataMut<'s>>>(mut data: I, n: usize) -> bool {
+        let mut bytes = 0u64;
+        n <= SMALL_GCM_SEGMENTS
+            && data.all(|d| {
+                bytes += d.len() as u64;
+                matches!(d, DataMut::Host(_)) && bytes <= INLINE_MAX_BYTES
+            })
+    }
+    match job {
+        Job::Seal { key, segments } if small(segments.iter().map(|s| &s.data), segments.len()) => {
+            let key = aes::GcmKey::new(key);
+            Some(
+                segments
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, s)| match &mut s.data {
+                        DataMut::Host(d) => Ok(Output::Tag(key.seal(&s.nonce, s.aad, d))),
+                        DataMut::Device(_) => Err(SegmentErrorKind::DeviceResident.at(i)),
+                    })
+                    .collect(),
+            )
+        }
+        Job::Open { key, segments } if small(segments.iter().map(|s| &s.data), segments.len()) => {
+            let key = aes::GcmKey::new(key);
+            Some(
+                segments
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, s)| match &mut s.data {
+                        DataMut::Host(d) => key
+                            .open(&s.nonce, s.aad, &s.tag, d)
+                            .map(|()| Output::Done)
+                            .map_err(|kind| kind.at(i)),
+                        DataMut::Device(_) => Err(SegmentErrorKind::DeviceResident.at(i)),
+                    })
+                    .collect(),
+            )
+        }
+        _ => None,
     }
 }
 
@@ -411,5 +468,97 @@ mod inline_tests {
         assert!(!runs_inline(&seal_job(&key, &mut big)));
         let mut small = vec![vec![0u8; 100]; 8];
         assert!(runs_inline(&seal_job(&key, &mut small)));
+    }
+
+    /// Segments of distinct lengths and contents, each with its own nonce
+    /// and associated data.
+    fn segments(lens: &[usize]) -> Vec<Vec<u8>> {
+        lens.iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 31 + j * 7) as u8).collect())
+            .collect()
+    }
+
+    fn seal_each<'a>(key: &'a Aes256Key, bufs: &'a mut [Vec<u8>], aads: &'a [[u8; 5]]) -> Job<'a> {
+        Job::Seal {
+            key,
+            segments: bufs
+                .iter_mut()
+                .zip(aads)
+                .enumerate()
+                .map(|(i, (d, aad))| SealSegment {
+                    nonce: Nonce96::from_parts(9, i as u32),
+                    aad,
+                    data: d.into(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The small-job path gives what the general path gives, bit for bit:
+    /// the same ciphertexts and tags, the same opens, the same failures.
+    #[test]
+    fn small_gcm_jobs_match_the_general_path() {
+        use crate::job::{OpenSegment, Output};
+        use crate::SegmentErrorKind;
+        let cpu = super::CpuBackend::with_threads(2);
+        let key = Aes256Key::from_bytes([3; 32]);
+        let aads = [[1u8; 5], [2; 5], [3; 5], [4; 5]];
+        for lens in [&[4126usize, 48][..], &[0], &[1, 17, 4096, 60000], &[65536]] {
+            let (mut fast, mut slow) = (segments(lens), segments(lens));
+            let mut job = seal_each(&key, &mut fast, &aads);
+            let tags = super::small_gcm(&mut job).expect("a small job");
+            drop(job);
+            let survey = cpu.survey(&seal_each(&key, &mut slow, &aads));
+            let want = cpu
+                .run_surveyed(&mut seal_each(&key, &mut slow, &aads), &survey)
+                .expect("runs");
+            assert_eq!(tags, want);
+            assert_eq!(fast, slow);
+            // Open both back; a flipped byte fails its own segment only and
+            // leaves it zeroed.
+            if let Some(b) = fast[0].first_mut() {
+                *b ^= 1;
+            }
+            let tag = |r: &crate::SegmentResult| match r {
+                Ok(Output::Tag(t)) => *t,
+                other => panic!("not a tag: {other:?}"),
+            };
+            let mut open = Job::Open {
+                key: &key,
+                segments: fast
+                    .iter_mut()
+                    .zip(&aads)
+                    .zip(&tags)
+                    .enumerate()
+                    .map(|(i, ((d, aad), t))| OpenSegment {
+                        nonce: Nonce96::from_parts(9, i as u32),
+                        aad,
+                        tag: tag(t),
+                        data: d.into(),
+                    })
+                    .collect(),
+            };
+            let opened = super::small_gcm(&mut open).expect("a small job");
+            drop(open);
+            for (i, r) in opened.iter().enumerate() {
+                if i == 0 && lens[0] > 0 {
+                    assert_eq!(
+                        r.as_ref().map_err(|e| e.kind.clone()),
+                        Err(SegmentErrorKind::AuthenticationFailed)
+                    );
+                    assert!(fast[0].iter().all(|&b| b == 0));
+                } else {
+                    assert!(matches!(r, Ok(Output::Done)), "{r:?}");
+                    assert_eq!(fast[i], segments(lens)[i]);
+                }
+            }
+        }
+        // Larger or longer jobs take the general path.
+        let mut big = segments(&[40 << 10, 40 << 10]);
+        assert!(super::small_gcm(&mut seal_each(&key, &mut big, &aads)).is_none());
+        let mut many = segments(&[10; 5]);
+        let five = [[0u8; 5]; 5];
+        assert!(super::small_gcm(&mut seal_each(&key, &mut many, &five)).is_none());
     }
 }
