@@ -17,6 +17,9 @@ if [ "${1:-}" = "--build" ]; then
   bin=$(cargo test --release -p gvault-accel --test gpu_hash --no-run --message-format=json 2>/dev/null \
         | python3 -c 'import sys,json; [print(m["executable"]) for m in map(json.loads, sys.stdin) if m.get("executable")]')
   cp "$bin" .gpu/gpu-hash-tests
+  # The store's per-operation cost probes (phase costs).
+  cargo build --release -p gvault-store --example read_cost --example write_cost
+  cp target/release/examples/read_cost target/release/examples/write_cost .gpu/
   strip .gpu/* 2>/dev/null || true
   ls -la .gpu
   exit 0
@@ -33,7 +36,8 @@ cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
 # Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
-# gear, slots, hashes, fused, group4g, many, wide, e2e, trace, auto, lsm, crc.
+# gear, slots, hashes, fused, group4g, many, wide, e2e, trace, auto, lsm, crc,
+# costs.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -211,6 +215,20 @@ if has lsm; then
     $B/gvault bench lsm --reencrypt ${LSM_REENCRYPT_GIB:-10} --dir "$D" 2>&1 | tee "$OUT/reencrypt.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fi
+fi
+if has costs; then
+  # Per-operation CPU cost of the store's reads and writes, plain against
+  # encrypted, by the thread's own CPU clock (issue 7: where a 4 KiB
+  # operation's time goes on this host).
+  D=${LSM_DIR:-/tmp/gvault-lsm}
+  mkdir -p "$D"
+  for v in ${COST_SIZES:-4096 65536}; do
+    n=${COST_NUM:-$((160000000 / v))}
+    READ_COST_DIR=$D $B/read_cost $v $n ${COST_ROUNDS:-7} 2>&1 | tee -a "$OUT/costs.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    WRITE_COST_DIR=$D $B/write_cost $v $n ${COST_ROUNDS:-7} 2>&1 | tee -a "$OUT/costs.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
 fi
 echo "gpu-check status: $status"
 exit $status
