@@ -647,6 +647,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn large_pinned_jobs_are_past_the_calibrated_sizes_and_dmad() {
+        for (size, n) in PINNED_LARGE_SHAPES {
+            assert!((size * n) as u64 > gvault_accel::auto::CALIBRATED_JOB_BYTES);
+            assert!(size as u64 >= DIRECT_MIN);
+        }
+        // Two different sizes, or the line has no slope to fit.
+        assert_ne!(
+            PINNED_LARGE_SHAPES[0].0 * PINNED_LARGE_SHAPES[0].1,
+            PINNED_LARGE_SHAPES[1].0 * PINNED_LARGE_SHAPES[1].1
+        );
+        // A serial hash's price past them is its thread's, not a line's.
+        assert!(PINNED_LARGE_OPS.iter().all(|&op| !gpu_serial(op)));
+    }
+
+    #[test]
     fn the_model_table_shows_large_pinned_lines_where_present() {
         let mut m: CostModel = serde_json::from_str(include_str!(
             "../../../accel/src/auto/testdata/h100-cost-model-s7.json"
