@@ -45,6 +45,7 @@ fn model(gpu_fixed_ns: f64, gpu_ns_per_byte: f64) -> CostModel {
                     pageable: Some(gpu),
                     pinned_packed: None,
                     thread_ns_per_byte: None,
+                    pinned_large: None,
                 }),
             };
             (op.name().to_string(), m)

@@ -43,6 +43,7 @@ fn h200_like(threads: usize, gpu_slower: f64) -> CostModel {
                     pageable: Some(line(40_000.0, 9.8 / gpu_slower, 20.0)),
                     pinned_packed: None,
                     thread_ns_per_byte: None,
+                    pinned_large: None,
                 }),
             };
             (op.name().to_string(), m)

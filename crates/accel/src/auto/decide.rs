@@ -235,16 +235,41 @@ pub(super) fn gpu_time(
     let kind = gpu_line_kind(mem, bytes, segments);
     let line = c.gpu(kind)?;
     let stages = |bytes| gpu_stage_ns(&line, c.thread_ns_per_byte, bytes, segments, largest);
-    match c.pinned_plateau_ns_per_byte {
-        // Page-locked copies overlap the kernels once the pipeline is
-        // full, which the calibrated sizes do not reach (H100: GCM 23 GB/s
-        // at 32 MiB, 47 GB/s at 4 GiB): past them, the slower of link
-        // and kernel sets the rate. Only DMA'd pieces reach the link's rate.
-        Some(rate) if kind == GpuLine::Pinned && bytes > CALIBRATED_JOB_BYTES => {
-            Some(stages(CALIBRATED_JOB_BYTES) + rate * (bytes - CALIBRATED_JOB_BYTES) as f64)
-        }
-        _ => Some(stages(bytes)),
+    if kind != GpuLine::Pinned || bytes <= CALIBRATED_JOB_BYTES {
+        return Some(stages(bytes));
     }
+    // Page-locked copies overlap the kernels once the pipeline is full,
+    // which the calibrated sizes do not reach (H100: GCM 23 GB/s at 32
+    // MiB, 47 GB/s at 4 GiB): past them, the slower of link and kernel
+    // sets the rate. Only DMA'd pieces reach the link's rate.
+    let plateau = c
+        .pinned_plateau_ns_per_byte
+        .map(|rate| stages(CALIBRATED_JOB_BYTES) + rate * (bytes - CALIBRATED_JOB_BYTES) as f64);
+    let Some(large) = c.pinned_large else {
+        return Some(plateau.unwrap_or_else(|| stages(bytes)));
+    };
+    // The measured line replaces the byte stage. The plateau (or, without
+    // one, the largest calibrated job's price) stays a floor: no pipeline
+    // beats the link, and a larger job never costs less than a calibrated
+    // one. The segment and thread stages still bound it: the line was
+    // measured on few segments.
+    let floor = plateau.unwrap_or_else(|| stages(CALIBRATED_JOB_BYTES));
+    let other_stages = gpu_stage_ns(
+        &LinearCost {
+            ns_per_byte: 0.0,
+            ..line
+        },
+        c.thread_ns_per_byte,
+        bytes,
+        segments,
+        largest,
+    );
+    Some(
+        large
+            .predict_ns(bytes, segments)
+            .max(floor)
+            .max(other_stages),
+    )
 }
 
 /// One op's costs, looked up once (the model keys ops by name).
@@ -257,6 +282,8 @@ pub(crate) struct OpCosts {
     thread_ns_per_byte: Option<f64>,
     /// Per-byte rate of large pinned jobs, where faster than the fitted one.
     pinned_plateau_ns_per_byte: Option<f64>,
+    /// The measured line of large pinned jobs (`GpuCost::pinned_large`).
+    pinned_large: Option<LinearCost>,
 }
 
 fn line_index(line: GpuLine) -> usize {
@@ -283,15 +310,14 @@ impl OpCosts {
             }
             _ => None,
         };
+        let gpu_cost = model.op(op).and_then(|m| m.gpu);
         OpCosts {
             pinned_plateau_ns_per_byte: plateau,
+            pinned_large: gpu_cost.and_then(|g| g.pinned_large),
             op,
             cpu: model.op(op).map(|m| m.cpu),
             gpu,
-            thread_ns_per_byte: model
-                .op(op)
-                .and_then(|m| m.gpu)
-                .and_then(|g| g.thread_ns_per_byte),
+            thread_ns_per_byte: gpu_cost.and_then(|g| g.thread_ns_per_byte),
         }
     }
 
@@ -722,6 +748,7 @@ mod tests {
                         pageable: Some(host(pageable)),
                         pinned_packed: None,
                         thread_ns_per_byte: None,
+                        pinned_large: None,
                     }),
                 };
                 (op.name().to_string(), m)
@@ -1128,5 +1155,163 @@ mod tests {
             crossover(&no_gpu, OpKind::Sha256, 1, 8, HostMemory::Pinned),
             Crossover::NoGpu
         );
+    }
+
+    /// `model_with` plus a link (so the plateau applies) and, for AES-GCM
+    /// seal, a large pinned line of `ramp_ns` + bytes / `large_gbps`.
+    fn with_large(ramp_ns: f64, large_gbps: f64) -> (CostModel, CostModel) {
+        let mut base = model_with(16, 1.0, 30.0, 10.0);
+        base.link = Some(super::super::model::LinkCost {
+            fixed_ns: 5_000.0,
+            ns_per_byte: 1.0 / 55.0,
+        });
+        let mut large = base.clone();
+        let gpu = large
+            .ops
+            .get_mut("aes256gcm-seal")
+            .and_then(|m| m.gpu.as_mut());
+        gpu.expect("a GPU").pinned_large = Some(LinearCost {
+            fixed_ns: ramp_ns,
+            ns_per_byte: 1.0 / large_gbps,
+            ns_per_segment: 0.0,
+        });
+        (base, large)
+    }
+
+    #[test]
+    fn the_large_pinned_line_prices_only_large_dmad_jobs() {
+        let (base, large) = with_large(2e6, 40.0);
+        let (b, l) = (
+            OpCosts::of(&base, OpKind::AesGcmSeal),
+            OpCosts::of(&large, OpKind::AesGcmSeal),
+        );
+        let line = large.op(OpKind::AesGcmSeal).and_then(|m| m.gpu);
+        let line = line.and_then(|g| g.pinned_large).expect("a line");
+        let t = |c: &OpCosts, bytes: u64, n: usize, mem| {
+            gpu_time(c, bytes, n, bytes / n as u64, mem).expect("gpu")
+        };
+        // Above CALIBRATED_JOB_BYTES, DMA'd: the line (slower than the
+        // plateau here).
+        for bytes in [CALIBRATED_JOB_BYTES + 4096, 64 << 20, 4 << 30] {
+            let got = t(&l, bytes, 4, HostMemory::Pinned);
+            assert_eq!(got, line.predict_ns(bytes, 4), "{bytes}");
+            assert!(got > t(&b, bytes, 4, HostMemory::Pinned), "{bytes}");
+        }
+        // At and below it, packed pieces, pageable and resident data: as
+        // without the line, bit for bit.
+        let same = [
+            (CALIBRATED_JOB_BYTES, 4, HostMemory::Pinned),
+            (1 << 20, 4, HostMemory::Pinned),
+            (64 << 20, 1024, HostMemory::Pinned),
+            (64 << 20, 4, HostMemory::Pageable),
+            (1 << 30, 4, HostMemory::Device),
+        ];
+        for (bytes, n, mem) in same {
+            assert_eq!(
+                t(&l, bytes, n, mem),
+                t(&b, bytes, n, mem),
+                "{bytes} {n} {mem:?}"
+            );
+        }
+        // Other ops keep their prices.
+        let ctr = |m: &CostModel| {
+            let c = OpCosts::of(m, OpKind::AesCtr);
+            t(&c, 1 << 30, 4, HostMemory::Pinned)
+        };
+        assert_eq!(ctr(&large), ctr(&base));
+    }
+
+    #[test]
+    fn without_a_large_line_large_pinned_jobs_keep_the_plateau() {
+        let (base, _) = with_large(0.0, 1.0);
+        let c = OpCosts::of(&base, OpKind::AesGcmSeal);
+        let pinned = base
+            .gpu_line(OpKind::AesGcmSeal, GpuLine::Pinned)
+            .expect("a line");
+        let stages = |bytes| gpu_stage_ns(&pinned, None, bytes, 4, bytes / 4);
+        let extra = ((1u64 << 30) - CALIBRATED_JOB_BYTES) as f64;
+        // The link (55 GB/s) is slower than the kernel (100): its rate.
+        let want = stages(CALIBRATED_JOB_BYTES) + (1.0 / 55.0) * extra;
+        let got = gpu_time(&c, 1 << 30, 4, 1 << 28, HostMemory::Pinned).expect("gpu");
+        assert_eq!(got, want);
+        // Without a link, no plateau: the fitted line all the way.
+        let mut no_link = base.clone();
+        no_link.link = None;
+        let c = OpCosts::of(&no_link, OpKind::AesGcmSeal);
+        let got = gpu_time(&c, 1 << 30, 4, 1 << 28, HostMemory::Pinned).expect("gpu");
+        assert_eq!(got, stages(1 << 30));
+    }
+
+    #[test]
+    fn a_large_line_never_beats_the_plateau_or_a_thread() {
+        // A line faster than the link (a noisy calibration): the plateau.
+        let (base, fast) = with_large(0.0, 1000.0);
+        let t = |m: &CostModel, op, n: usize| {
+            let c = OpCosts::of(m, op);
+            gpu_time(&c, 1 << 30, n, (1 << 30) / n as u64, HostMemory::Pinned).expect("gpu")
+        };
+        assert_eq!(
+            t(&fast, OpKind::AesGcmSeal, 4),
+            t(&base, OpKind::AesGcmSeal, 4)
+        );
+        // A serial hash runs a segment on one thread (33 ns a byte): one
+        // 1 GiB segment takes that thread's time whatever the line says.
+        let mut serial = fast.clone();
+        let line = fast
+            .op(OpKind::AesGcmSeal)
+            .and_then(|m| m.gpu?.pinned_large);
+        let gpu = serial.ops.get_mut("sha256").and_then(|m| m.gpu.as_mut());
+        let gpu = gpu.expect("a GPU");
+        gpu.thread_ns_per_byte = Some(33.0);
+        gpu.pinned_large = line;
+        assert!(t(&serial, OpKind::Sha256, 1) >= 33.0 * (1u64 << 30) as f64);
+    }
+
+    #[test]
+    fn a_ramp_moves_a_large_pinned_job_off_the_gpu() {
+        // GPU plateau (55 GB/s) ahead of 16 cores at 4 GB/s each cutting
+        // GCM segments (~28 GB/s); a 10 ms ramp puts 4 x 64 MiB at ~17
+        // GB/s, behind the CPU.
+        let lengths = vec![64u64 << 20; 4];
+        let (mut base, mut slow) = with_large(10e6, 50.0);
+        for m in [&mut base, &mut slow] {
+            for op in m.ops.values_mut() {
+                op.cpu.one_thread.ns_per_byte = 0.25;
+            }
+        }
+        let job = shape(OpKind::AesGcmSeal, &lengths);
+        let d = decide(&base, &job, &idle(16));
+        assert_eq!(d.plan, Plan::Gpu, "{d:?}");
+        let d = decide(&slow, &job, &idle(16));
+        assert_ne!(d.plan, Plan::Gpu, "{d:?}");
+        assert!(d.gpu_finish_ns.expect("gpu") > d.cpu_finish_ns, "{d:?}");
+    }
+
+    #[test]
+    fn a_large_line_survives_the_model_file() {
+        let (base, large) = with_large(1.9e6, 49.0);
+        let dir = std::env::temp_dir().join(format!("gvault-large-{}", std::process::id()));
+        let path = dir.join("cost-model.json");
+        super::super::file::write(&path, &large).expect("writes");
+        let back = super::super::file::read(&path, &large.identity).expect("reads");
+        assert_eq!(back, large);
+        // Absent, the field is not written, and such files still load.
+        let text = serde_json::to_string(&base).expect("serializes");
+        assert!(!text.contains("pinned_large"), "{text}");
+        let old: CostModel = serde_json::from_str(&text).expect("parses");
+        assert_eq!(old, base);
+        // A negative ramp is refused.
+        let mut bad = large.clone();
+        let gpu = bad
+            .ops
+            .get_mut("aes256gcm-seal")
+            .and_then(|m| m.gpu.as_mut());
+        gpu.expect("a GPU")
+            .pinned_large
+            .as_mut()
+            .expect("a line")
+            .fixed_ns = -1.0;
+        assert!(bad.validate().is_err());
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

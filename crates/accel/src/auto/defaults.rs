@@ -100,6 +100,9 @@ pub fn shipped(identity: Identity) -> CostModel {
                 // Small page-locked pieces are packed like pageable ones.
                 pinned_packed: None,
                 thread_ns_per_byte: thread_ns_per_byte(op),
+                // Large pinned jobs: the plateau extrapolation; a ramp is
+                // a property of the host, measured by `bench calibrate`.
+                pinned_large: None,
             });
             (op.name().to_string(), OpModel { cpu, gpu })
         })

@@ -604,6 +604,7 @@ mod tests {
             pageable: Some(line(1.0 / 48.0)),
             pinned_packed: None,
             thread_ns_per_byte: None,
+            pinned_large: None,
         };
         let ops = OpKind::ALL
             .iter()

@@ -156,6 +156,17 @@ pub struct GpuCost {
     /// job finishes before its longest segment does.
     #[serde(default)]
     pub thread_ns_per_byte: Option<f64>,
+    /// DMA'd page-locked jobs larger than any calibration prices with the
+    /// stage lines (`CALIBRATED_JOB_BYTES`): fixed (the pipeline's ramp:
+    /// the first copy in and the last copy out, which nothing overlaps) +
+    /// bytes × the steady rate, measured on two such jobs. On the H100
+    /// host GCM ran 4 x 64 MiB at 37 GB/s and 4 x 1 GiB at 48 (~2 ms +
+    /// bytes / 49 GB/s), where the plateau extrapolation priced 51 and 55.
+    /// Absent (shipped defaults, older files, quick calibrations), the
+    /// plateau extrapolation. Optional and skipped when absent, so files
+    /// without it still parse: `FORMAT_VERSION` is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_large: Option<LinearCost>,
 }
 
 /// A GPU line's time as overlapping stages: the slowest sets the pace.
@@ -407,6 +418,7 @@ impl CostModel {
                     && g.pinned.is_none_or(|h| h.is_valid())
                     && g.pageable.is_none_or(|h| h.is_valid())
                     && g.pinned_packed.is_none_or(|h| h.is_valid())
+                    && g.pinned_large.is_none_or(|h| h.is_valid())
                     && g.thread_ns_per_byte
                         .is_none_or(|t| t.is_finite() && t >= 0.0)
             });
@@ -472,6 +484,19 @@ pub fn fit_linear(samples: &[(u64, usize, f64)]) -> Option<LinearCost> {
         ns_per_byte: c[1],
         ns_per_segment: c[2],
     })
+}
+
+/// The line through timings of large jobs of equally many segments,
+/// (bytes, nanoseconds): fixed + bytes × rate, both non-negative (as
+/// [`fit_linear`]; the segment term is left out, the jobs cannot tell it
+/// from the fixed cost). Two timings give the line through both when it
+/// has no negative coefficient.
+pub fn fit_ramp(samples: &[(u64, f64)]) -> Option<LinearCost> {
+    // Zero segments: the segment column is all zeros, and every subset of
+    // terms holding it is singular and skipped.
+    let samples: Vec<(u64, usize, f64)> = samples.iter().map(|&(b, ns)| (b, 0, ns)).collect();
+    let fit = fit_linear(&samples)?;
+    fit.is_valid().then_some(fit)
 }
 
 /// A GPU timing: total bytes, segments, longest segment, nanoseconds.
@@ -611,6 +636,20 @@ mod tests {
     fn fit_of_nothing_is_none() {
         assert_eq!(fit_linear(&[]), None);
         assert_eq!(fit_linear(&[(10, 1, f64::NAN)]), None);
+    }
+
+    #[test]
+    fn ramp_fit_goes_through_two_jobs() {
+        // 2 ms + bytes / 49 GB/s, at 64 MiB and 1 GiB.
+        let line = |b: u64| 2e6 + b as f64 / 49.0;
+        let fit = fit_ramp(&[(64 << 20, line(64 << 20)), (1 << 30, line(1 << 30))]).expect("fits");
+        assert!((fit.fixed_ns - 2e6).abs() < 1.0, "{fit:?}");
+        assert!((fit.ns_per_byte * 49.0 - 1.0).abs() < 1e-9, "{fit:?}");
+        assert_eq!(fit.ns_per_segment, 0.0);
+        // A larger job that ran faster in all: no negative rate.
+        let fit = fit_ramp(&[(64 << 20, 5e6), (1 << 30, 4e6)]).expect("fits");
+        assert!(fit.is_valid(), "{fit:?}");
+        assert_eq!(fit_ramp(&[]), None);
     }
 
     #[test]

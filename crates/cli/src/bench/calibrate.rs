@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gvault_accel::auto::{
-    self, crossover, fit_linear, fit_stages, gpu_serial, machine_identity, CostModel, CpuCost,
-    Crossover, GpuCost, HostMemory, LinearCost, LinkCost, OpModel, StageSample, DIRECT_MIN,
-    FORMAT_VERSION,
+    self, crossover, fit_linear, fit_ramp, fit_stages, gpu_serial, machine_identity, CostModel,
+    CpuCost, Crossover, GpuCost, HostMemory, LinearCost, LinkCost, OpModel, StageSample,
+    DIRECT_MIN, FORMAT_VERSION,
 };
 use gvault_accel::cpu::CpuBackend;
 use gvault_accel::gpu::GpuBackend;
@@ -79,6 +79,28 @@ fn gpu_shapes(op: OpKind, quick: bool) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// Ops whose large page-locked jobs get a measured line
+/// (`GpuCost::pinned_large`): those where the CPU and the DMA'd GPU are of
+/// the same order on host data (H100 host: GCM, CTR and BLAKE3 at 30-55
+/// GB/s on either side), so the GPU's ramp decides between CPU, GPU and a
+/// split. Elsewhere one side wins by far (the serial hashes' one GPU
+/// thread a segment, TEA's and Blowfish's slow CPU; chunking is bound by
+/// its host work) and the plateau extrapolation serves.
+const PINNED_LARGE_OPS: [OpKind; 5] = [
+    OpKind::AesGcmSeal,
+    OpKind::AesGcmOpen,
+    OpKind::AesCtr,
+    OpKind::Blake3,
+    OpKind::Blake3Keyed,
+];
+
+/// The two large page-locked jobs (segment size, segments) that line runs
+/// through, past `CALIBRATED_JOB_BYTES`. Through the H100 host's GCM
+/// figures at these shapes (session 7 call 9: 26.8 and 44.7 GB/s sealing)
+/// the line lands within 7% of the measured 4 x 64 MiB and 4 x 1 GiB; a
+/// line through 4 x 64 MiB and 4 x 256 MiB misses 4 x 16 MiB by 20%.
+const PINNED_LARGE_SHAPES: [(usize, usize); 2] = [(16 << 20, 4), (256 << 20, 4)];
+
 /// Segments in the jobs cross-overs are reported for.
 pub const CROSSOVER_SEGMENTS: usize = 64;
 
@@ -141,6 +163,11 @@ pub fn run(args: CalibrateArgs) -> Result<(), String> {
     }
     if let Some(g) = &gpu {
         model.link = calibrate_link(g)?;
+        // Quick models keep the plateau extrapolation: the larger job alone
+        // pins 1 GiB.
+        if !args.quick {
+            calibrate_pinned_large(g, &keys, &mut model, min_time)?;
+        }
     }
     model.validate()?;
     auto::write(&path, &model)?;
@@ -340,6 +367,8 @@ fn calibrate_gpu(
         pageable: Some(pageable),
         pinned_packed,
         thread_ns_per_byte,
+        // Measured after every op (`calibrate_pinned_large`).
+        pinned_large: None,
     }))
 }
 
@@ -356,6 +385,66 @@ fn time_pinned_ns(
     buf.copy_from_slice(&pool_bytes(0, size * n));
     let mut views: Vec<&mut [u8]> = buf.chunks_mut(size.max(1)).take(n).collect();
     Ok(measure_dyn(g, op, keys, &mut views, min_time)?.as_nanos() as f64)
+}
+
+/// The large page-locked line (`GpuCost::pinned_large`) of each of
+/// [`PINNED_LARGE_OPS`] that the GPU runs: the two
+/// [`PINNED_LARGE_SHAPES`] timed as `measure_dyn` does (a warm-up, then
+/// the median of >= 3 runs) and the line through them. One pinned buffer,
+/// allocated and filled once outside the timings, serves every op: pinning
+/// 1 GiB costs more than the runs (~1 s in all at ~40 GB/s).
+fn calibrate_pinned_large(
+    g: &GpuBackend,
+    keys: &Keys,
+    model: &mut CostModel,
+    min_time: Duration,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let len = PINNED_LARGE_SHAPES
+        .iter()
+        .map(|&(size, n)| size * n)
+        .max()
+        .unwrap_or(0);
+    let mut buf = g
+        .alloc_pinned(len)
+        .map_err(|e| format!("pinning {} for the large jobs: {e}", size_label(len)))?;
+    let fill = pool_bytes(0, 16 << 20);
+    for chunk in buf.chunks_mut(fill.len()) {
+        chunk.copy_from_slice(&fill[..chunk.len()]);
+    }
+    for op in PINNED_LARGE_OPS {
+        let Some(gpu) = model.ops.get_mut(op.name()).and_then(|m| m.gpu.as_mut()) else {
+            continue;
+        };
+        let mut samples = Vec::with_capacity(PINNED_LARGE_SHAPES.len());
+        let mut shown = Vec::with_capacity(PINNED_LARGE_SHAPES.len());
+        for &(size, n) in &PINNED_LARGE_SHAPES {
+            let mut views: Vec<&mut [u8]> = buf[..size * n].chunks_mut(size).collect();
+            let ns = measure_dyn(g, op, keys, &mut views, min_time)?.as_nanos() as f64;
+            samples.push(((size * n) as u64, ns));
+            shown.push(format!(
+                "{n} x {} {:.1} GB/s",
+                size_label(size),
+                (size * n) as f64 / ns
+            ));
+        }
+        gpu.pinned_large = fit_ramp(&samples);
+        println!(
+            "  {op}: pinned {}: {}",
+            shown.join(", "),
+            gpu.pinned_large.map_or("no line".into(), describe_ramp)
+        );
+    }
+    println!(
+        "  large pinned jobs: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A large pinned line as "1.9 ms + 49.0 GB/s".
+fn describe_ramp(l: LinearCost) -> String {
+    format!("{:.1} ms + {} GB/s", l.fixed_ns / 1e6, gbps(l.ns_per_byte))
 }
 
 /// `len` random bytes from `at` on in a pool made once: generating 64 MiB
@@ -478,16 +567,25 @@ fn approx_size(n: u64) -> String {
 /// The model as a table: CPU and GPU rates and the cross-overs per op, for
 /// host data in pinned and in pageable memory.
 pub fn print_model(model: &CostModel, cpu_threads: usize) {
+    print!("{}", model_table(model, cpu_threads));
+}
+
+/// [`print_model`]'s text.
+fn model_table(model: &CostModel, cpu_threads: usize) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     if let Some(l) = model.link {
-        println!(
+        let _ = writeln!(
+            out,
             "link: {:.1} µs + {} GB/s (pinned, host to device)",
             l.fixed_ns / 1e3,
             gbps(l.ns_per_byte)
         );
     }
-    println!(
-        "{:<16} {:>8} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11}  cross-over ({CROSSOVER_SEGMENTS}-segment jobs, {cpu_threads} CPU threads)",
-        "op", "cpu µs", "cpu-1 GB/s", "speedup", "gpu µs", "pinned", "pageable", "kernel GB/s"
+    let _ = writeln!(
+        out,
+        "{:<16} {:>8} {:>10} {:>8} {:>8} {:>10} {:>19} {:>10} {:>11}  cross-over ({CROSSOVER_SEGMENTS}-segment jobs, {cpu_threads} CPU threads)",
+        "op", "cpu µs", "cpu-1 GB/s", "speedup", "gpu µs", "pinned", "pinned > 32 MiB", "pageable", "kernel GB/s"
     );
     for op in OpKind::ALL {
         let Some(m) = model.op(op) else { continue };
@@ -521,23 +619,75 @@ pub fn print_model(model: &CostModel, cpu_threads: usize) {
                 .collect::<Vec<_>>()
                 .join("; ")
         };
-        println!(
-            "{:<16} {:>8.1} {:>10} {:>7.1}x {:>8} {:>10} {:>10} {:>11}  {crossovers}",
+        // The measured line of large pinned jobs, where calibrated (else
+        // they are priced on the plateau of link and kernel).
+        let large = m
+            .gpu
+            .and_then(|g| g.pinned_large)
+            .map_or("-".into(), describe_ramp);
+        let _ = writeln!(
+            out,
+            "{:<16} {:>8.1} {:>10} {:>7.1}x {:>8} {:>10} {:>19} {:>10} {:>11}  {crossovers}",
             op.name(),
             c.fixed_ns / 1e3,
             cpu_rate,
             m.cpu.speedup_at(cpu_threads),
             gpu_fixed,
             pinned,
+            large,
             pageable,
             kernel,
         );
     }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_pinned_jobs_are_past_the_calibrated_sizes_and_dmad() {
+        for (size, n) in PINNED_LARGE_SHAPES {
+            assert!((size * n) as u64 > gvault_accel::auto::CALIBRATED_JOB_BYTES);
+            assert!(size as u64 >= DIRECT_MIN);
+        }
+        // Two different sizes, or the line has no slope to fit.
+        assert_ne!(
+            PINNED_LARGE_SHAPES[0].0 * PINNED_LARGE_SHAPES[0].1,
+            PINNED_LARGE_SHAPES[1].0 * PINNED_LARGE_SHAPES[1].1
+        );
+        // A serial hash's price past them is its thread's, not a line's.
+        assert!(PINNED_LARGE_OPS.iter().all(|&op| !gpu_serial(op)));
+    }
+
+    #[test]
+    fn the_model_table_shows_large_pinned_lines_where_present() {
+        let mut m: CostModel = serde_json::from_str(include_str!(
+            "../../../accel/src/auto/testdata/h100-cost-model-s7.json"
+        ))
+        .expect("parses");
+        let gpu = m.ops.get_mut("aes256gcm-seal").and_then(|o| o.gpu.as_mut());
+        gpu.expect("a GPU").pinned_large = Some(LinearCost {
+            fixed_ns: 1.9e6,
+            ns_per_byte: 1.0 / 49.0,
+            ns_per_segment: 0.0,
+        });
+        let table = model_table(&m, 16);
+        let row = |op: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(&format!("{op} ")))
+                .unwrap_or_else(|| panic!("no {op} row in\n{table}"))
+                .to_string()
+        };
+        assert!(table.contains("pinned > 32 MiB"), "{table}");
+        assert!(
+            row("aes256gcm-seal").contains("1.9 ms + 49.00 GB/s"),
+            "{table}"
+        );
+        assert!(!row("aes256gcm-open").contains(" ms + "), "{table}");
+    }
 
     #[test]
     fn pool_bytes_wrap_around_the_pool() {
