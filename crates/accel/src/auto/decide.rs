@@ -28,6 +28,19 @@ pub const SPLIT_OVERHEAD_NS: f64 = 30_000.0;
 /// leaves cores to the GPU part's staging copies (`split_threads`); the
 /// margin stays until splits are measured again with that.
 pub const SPLIT_MARGIN: f64 = 0.25;
+
+/// `SPLIT_MARGIN`, or `GVAULT_SPLIT_MARGIN` (0 to 0.9) for measurements of
+/// where splits pay on a host. Read once.
+pub fn split_margin() -> f64 {
+    static MARGIN: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *MARGIN.get_or_init(|| {
+        std::env::var("GVAULT_SPLIT_MARGIN")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|m| (0.0..=0.9).contains(m))
+            .unwrap_or(SPLIT_MARGIN)
+    })
+}
 /// Host data goes to the GPU only when it is predicted this much sooner
 /// done than on the CPU: the GPU's end-to-end figures swing more from run
 /// to run than the CPU's (the link, pinned staging, host memory traffic),
@@ -483,7 +496,7 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
         gpu_finish - sides.gpu_queued_ns,
     );
     let ideal = cpu_alone * gpu_alone / (cpu_alone + gpu_alone) + SPLIT_OVERHEAD_NS;
-    if ideal >= best.1.plan_finish_ns * (1.0 - SPLIT_MARGIN) {
+    if ideal >= best.1.plan_finish_ns * (1.0 - split_margin()) {
         return best;
     }
     // Segments taken to be of even size: a share f of the bytes is about
@@ -508,7 +521,7 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
         .map(|f| (f, price(f)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .unwrap_or((0.0, f64::INFINITY));
-    if finish < best.1.plan_finish_ns * (1.0 - SPLIT_MARGIN) {
+    if finish < best.1.plan_finish_ns * (1.0 - split_margin()) {
         let gpu_bytes = (f * stats.bytes as f64) as u64;
         (
             Sketch::Split {
@@ -612,7 +625,7 @@ pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
     let lengths: Vec<u64> = lengths().collect();
     match gcm_split::best(c, ctr, stats, sides, &lengths) {
         Some((at, price))
-            if price.finish_ns < single * (1.0 - SPLIT_MARGIN)
+            if price.finish_ns < single * (1.0 - split_margin())
                 && price.finish_ns < d.plan_finish_ns =>
         {
             Decision {
@@ -644,7 +657,7 @@ fn decide_whole_or_split<I: Iterator<Item = u64>>(
         .map(|(p, g)| (p, split_finish(c, stats, sides, g, p.offset > 0)))
         .min_by(|a, b| a.1.finish_ns.total_cmp(&b.1.finish_ns));
     match split {
-        Some((p, price)) if price.finish_ns < best.plan_finish_ns * (1.0 - SPLIT_MARGIN) => {
+        Some((p, price)) if price.finish_ns < best.plan_finish_ns * (1.0 - split_margin()) => {
             Decision {
                 plan: Plan::Split(p),
                 plan_finish_ns: price.finish_ns,
@@ -977,7 +990,8 @@ mod tests {
                     // finds may trail the exact best by a hair and so just
                     // miss the margin (16 threads, 333 x 1 MiB pinned).
                     assert!(
-                        d.plan_finish_ns <= 1.01 * best / (1.0 - SPLIT_MARGIN) + SPLIT_OVERHEAD_NS,
+                        d.plan_finish_ns
+                            <= 1.01 * best / (1.0 - split_margin()) + SPLIT_OVERHEAD_NS,
                         "{threads} threads, {n} x {size}: {d:?}, best {best}"
                     );
                 }
