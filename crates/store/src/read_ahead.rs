@@ -55,6 +55,36 @@ const SPARSE_BACK_OFF: usize = 4096;
 /// it would not use, or the join when it is dropped.
 const WARM_UP: usize = 4;
 
+/// Where a worker's time went, printed to stderr when it ends if
+/// `GVAULT_READ_AHEAD_STATS` is set (for tuning on a given host).
+#[derive(Default)]
+struct WorkerStats {
+    batches: u64,
+    values: u64,
+    scout: std::time::Duration,
+    read: std::time::Duration,
+    open: std::time::Duration,
+    send_wait: std::time::Duration,
+}
+
+impl WorkerStats {
+    fn report(&self) {
+        if std::env::var_os("GVAULT_READ_AHEAD_STATS").is_none() || self.values == 0 {
+            return;
+        }
+        let per = |d: std::time::Duration| d.as_nanos() as f64 / self.values as f64;
+        eprintln!(
+            "read-ahead: {} batches, {} values; per value: scout {:.0} ns, reads {:.0} ns, opening {:.0} ns, waiting for the cursor {:.0} ns",
+            self.batches,
+            self.values,
+            per(self.scout),
+            per(self.read),
+            per(self.open),
+            per(self.send_wait)
+        );
+    }
+}
+
 /// Builds the scout's cursor (on the worker).
 pub(crate) type ScoutSource = Box<dyn FnOnce() -> Result<MergingIterator> + Send>;
 
@@ -363,6 +393,19 @@ fn run_worker(
     generation: &AtomicU64,
     ch: &WorkerChannels,
 ) {
+    let mut stats = WorkerStats::default();
+    run_batches(inner, seq, scout, generation, ch, &mut stats);
+    stats.report();
+}
+
+fn run_batches(
+    inner: &DbInner,
+    seq: u64,
+    scout: ScoutSource,
+    generation: &AtomicU64,
+    ch: &WorkerChannels,
+    stats: &mut WorkerStats,
+) {
     let (starts, out) = (&ch.starts, &ch.out);
     // The scout's own errors are not reported: the cursor meets the same
     // damage when it gets there, and reads it directly.
@@ -395,14 +438,18 @@ fn run_worker(
             // At most four batches exist: one consumed, one queued, one
             // being built, one on its way back.
             let mut batch = ch.spent.try_recv().unwrap_or_else(|_| Batch::empty());
-            if !build_batch(inner, seq, scout, budget, &live, &mut batch) {
+            if !build_batch(inner, seq, scout, budget, &live, &mut batch, stats) {
                 continue 'runs;
             }
             batch.generation = start.generation;
             let ended = batch.end.is_some();
+            stats.batches += 1;
+            stats.values += batch.entries.len() as u64;
+            let t = std::time::Instant::now();
             if out.send(batch).is_err() {
                 return; // the iterator is gone
             }
+            stats.send_wait += t.elapsed();
             if ended {
                 continue 'runs;
             }
@@ -421,7 +468,9 @@ fn build_batch(
     budget: usize,
     live: &dyn Fn() -> bool,
     batch: &mut Batch,
+    stats: &mut WorkerStats,
 ) -> bool {
+    let t = std::time::Instant::now();
     batch.keys.clear();
     batch.entries.clear();
     let mut wanted: Vec<(ValuePointer, Range<usize>)> = Vec::new();
@@ -467,11 +516,20 @@ fn build_batch(
     if !live() {
         return false;
     }
+    let t = {
+        stats.scout += t.elapsed();
+        std::time::Instant::now()
+    };
     let requests: Vec<(ValuePointer, &[u8])> = wanted
         .iter()
         .map(|(p, k)| (*p, &batch.keys[k.clone()]))
         .collect();
-    let values = inner.vlog.read_many(&requests, &mut batch.values);
+    let mut opened_at = t;
+    let values = inner
+        .vlog
+        .read_many(&requests, &mut batch.values, Some(&mut opened_at));
+    stats.read += opened_at - t;
+    stats.open += opened_at.elapsed();
     drop(requests);
     for (e, v) in batch.entries.iter_mut().zip(values) {
         e.value = v;

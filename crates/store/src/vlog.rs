@@ -89,10 +89,13 @@ impl ValueLog {
     /// contended on the allocator's arena locks (4 KiB values: ~1 µs an
     /// entry on the development host), and fresh megabyte buffers cost
     /// page faults.
+    /// `opened_at`, when given, receives the moment the reads were done
+    /// and the opening began (the read-ahead worker's statistics).
     pub fn read_many(
         &self,
         wanted: &[(ValuePointer, &[u8])],
         buf: &mut Vec<u8>,
+        opened_at: Option<&mut std::time::Instant>,
     ) -> Vec<Result<Range<usize>>> {
         let sizes: Vec<usize> = wanted
             .iter()
@@ -109,11 +112,33 @@ impl ValueLog {
             frames.push(frame);
             rest = tail;
         }
+        // Each file of the batch is looked up once, here: every parallel
+        // read taking the open-file map's lock (and the file's reference
+        // count) contended across the pool's threads.
+        let mut files: Vec<(u64, Result<LogFile>)> = Vec::new();
+        for (ptr, _) in wanted {
+            if !files.iter().any(|(n, _)| *n == ptr.file) {
+                files.push((ptr.file, self.file(ptr.file)));
+            }
+        }
         let fetched: Vec<Result<BlockContext>> = frames
             .par_iter_mut()
             .zip(wanted.par_iter())
-            .map(|(frame, (ptr, _))| self.fetch_into(ptr, frame))
+            .map(|(frame, (ptr, _))| {
+                let file = files
+                    .iter()
+                    .find(|(n, _)| *n == ptr.file)
+                    .map(|(_, f)| f.as_ref().map_err(Error::clone));
+                match file {
+                    Some(Ok(file)) => self.fetch_from(file, ptr, frame),
+                    Some(Err(e)) => Err(e),
+                    None => self.fetch_into(ptr, frame),
+                }
+            })
             .collect();
+        if let Some(t) = opened_at {
+            *t = std::time::Instant::now();
+        }
         let mut slots: Vec<OpenSlot<'_>> = Vec::with_capacity(wanted.len());
         for (frame, ctx) in frames.into_iter().zip(&fetched) {
             if let Ok(ctx) = ctx {
@@ -153,7 +178,16 @@ impl ValueLog {
     /// which is exactly its size, and checks its header against the
     /// pointer; returns the block's context.
     fn fetch_into(&self, ptr: &ValuePointer, buf: &mut [u8]) -> Result<BlockContext> {
-        let file = self.file(ptr.file)?;
+        self.fetch_from(&self.file(ptr.file)?, ptr, buf)
+    }
+
+    /// As [`Self::fetch_into`], from `file`, the one `ptr` names.
+    fn fetch_from(
+        &self,
+        file: &LogFile,
+        ptr: &ValuePointer,
+        buf: &mut [u8],
+    ) -> Result<BlockContext> {
         file.file
             .read_exact_at(buf, ptr.frame.offset)
             .map_err(|e| {
