@@ -99,6 +99,10 @@ pub struct GcmCodec {
     backend: Arc<dyn Backend>,
     /// Small jobs go here instead when `backend` is the auto dispatcher.
     direct: Arc<dyn Backend>,
+    /// Whether small jobs go to the CPU (auto or cpu backends): then they
+    /// are sealed and opened block by block on the calling thread, without
+    /// a job's allocations.
+    inline_cpu: bool,
     observer: Option<SealObserver>,
 }
 
@@ -129,6 +133,7 @@ impl GcmCodec {
                 current,
                 keys: keys.into_iter().map(|(i, k)| (i, Arc::new(k))).collect(),
             }),
+            inline_cpu: matches!(backend.name(), "auto" | "cpu"),
             direct: if backend.name() == "auto" {
                 shared_cpu_backend()
             } else {
@@ -228,6 +233,27 @@ impl GcmCodec {
         Ok(())
     }
 
+    /// Seals `blocks` one by one on this thread with the CPU (a small
+    /// group commit: see `inline_cpu`), each tag to the room at its end.
+    fn seal_inline(
+        &self,
+        key: &Aes256Key,
+        key_id: u32,
+        blocks: &mut [SealSlot<'_>],
+    ) -> Result<(), SealError> {
+        for slot in blocks.iter_mut() {
+            let aad = self.aad(&slot.ctx);
+            let nonce = Nonce96::from_parts(slot.ctx.file_number, slot.ctx.block_number);
+            if let Some(obs) = &self.observer {
+                obs(key_id, nonce.0);
+            }
+            let (payload, room) = slot.split(TAG_LEN)?;
+            let tag = gvault_accel::cpu::seal_block(key, &nonce, &aad, payload);
+            room.copy_from_slice(&tag.0);
+        }
+        Ok(())
+    }
+
     fn aad(&self, ctx: &BlockContext) -> [u8; AAD_LEN] {
         let mut a = [0u8; AAD_LEN];
         a[..CONTEXT_LEN].copy_from_slice(&ctx.bound_bytes());
@@ -263,6 +289,9 @@ impl BlockCodec for GcmCodec {
         let total: usize = blocks.iter().map(|s| s.block.len()).sum();
         if total <= SMALL_JOB_BYTES {
             // One small job, sealed on this thread (see `seal_job_ranges`).
+            if self.inline_cpu {
+                return self.seal_inline(&key, key_id, blocks);
+            }
             return self.seal_job(&key, key_id, blocks, &*self.direct);
         }
         let lens: Vec<usize> = blocks.iter().map(|s| s.block.len()).collect();
@@ -461,10 +490,16 @@ impl BlockCodec for GcmCodec {
             ))
         })?;
         let aad = self.aad(ctx);
+        let nonce = Nonce96::from_parts(ctx.file_number, ctx.block_number);
+        if self.inline_cpu && n <= DIRECT_OPEN_BYTES {
+            return gvault_accel::cpu::open_block(&key, &nonce, &aad, &tag, data)
+                .map(|()| n)
+                .map_err(|_| auth_failed(ctx.kind));
+        }
         let mut job = Job::Open {
             key: &key,
             segments: vec![OpenSegment {
-                nonce: Nonce96::from_parts(ctx.file_number, ctx.block_number),
+                nonce,
                 aad: &aad,
                 tag,
                 data: DataMut::Host(data),

@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use crate::backend::Backend;
 use crate::error::{BackendError, SegmentErrorKind};
 use crate::job::{CtrCipher, DataMut, Job, Output, SegmentResult};
+use crate::types::{Aes256Key, Nonce96, Tag};
 
 pub(crate) use survey::Survey;
 
@@ -189,6 +190,27 @@ impl Backend for CpuBackend {
         let survey = self.survey(job);
         self.run_surveyed(job, &survey)
     }
+}
+
+/// Seals one block on the calling thread, outside the job API: what a
+/// store's small group commit needs, without a job's allocations (a
+/// segment list and a result list, ~0.1-0.2 us against ~0.5 us of AES-GCM
+/// for 4 KiB on the H100 host). The key schedule is the thread's cached
+/// one (see `aes::GcmKey::new`).
+pub fn seal_block(key: &Aes256Key, nonce: &Nonce96, aad: &[u8], data: &mut [u8]) -> Tag {
+    aes::GcmKey::new(key).seal(nonce, aad, data)
+}
+
+/// Opens one block in place on the calling thread (see [`seal_block`]); on
+/// a bad tag the block is zeroed and `AuthenticationFailed` returned.
+pub fn open_block(
+    key: &Aes256Key,
+    nonce: &Nonce96,
+    aad: &[u8],
+    tag: &Tag,
+    data: &mut [u8],
+) -> Result<(), SegmentErrorKind> {
+    aes::GcmKey::new(key).open(nonce, aad, tag, data)
 }
 
 /// A GCM job of at most this many segments and `INLINE_MAX_BYTES` runs
