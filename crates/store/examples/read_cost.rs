@@ -132,6 +132,15 @@ fn main() {
     fill(&ahead, num, len);
     let (mut rp, mut re) = (vec![], vec![]);
     let mut seq: [Vec<(f64, f64, f64, f64)>; 3] = Default::default();
+    // READ_COST_ONLY=plain|enc: random gets on that store only (for
+    // profiling one side).
+    if let Ok(only) = std::env::var("READ_COST_ONLY") {
+        let store = if only == "enc" { &enc } else { &plain };
+        for r in 0..rounds as u64 {
+            read_random(store, num, r);
+        }
+        return;
+    }
     for r in 0..rounds as u64 {
         rp.push(read_random(&plain, num, r));
         re.push(read_random(&enc, num, r));

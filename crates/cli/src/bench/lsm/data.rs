@@ -150,6 +150,17 @@ pub fn process_bytes_written() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// This thread's time on a CPU and waiting for one (runnable, queued), in
+/// seconds, from the scheduler's statistics; None where they are not
+/// available. Wall time above the two is time the thread slept (locks,
+/// I/O, hand-offs to other threads).
+pub fn thread_sched_secs() -> Option<(f64, f64)> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut f = s.split_whitespace().map(|v| v.parse::<u64>().ok());
+    let (run, wait) = (f.next()??, f.next()??);
+    Some((run as f64 / 1e9, wait as f64 / 1e9))
+}
+
 /// Flushes the memtable and waits until the store's background work
 /// (flushes, compactions, value-log GC) has stopped writing, so that a
 /// workload's write amplification includes the compaction debt it left.

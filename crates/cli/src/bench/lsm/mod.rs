@@ -124,6 +124,10 @@ struct Row {
     process_bytes_written: Option<u64>,
     write_amp: Option<f64>,
     writer_ops_per_sec: Option<f64>,
+    /// The timing thread's microseconds per op on a CPU, and queued for
+    /// one (wall time above both: it slept).
+    thread_cpu_us_per_op: Option<f64>,
+    thread_queued_us_per_op: Option<f64>,
     /// ops/s over the unencrypted run of the same workload, size and sync.
     enc_vs_plain: Option<f64>,
 }
@@ -215,7 +219,7 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
         }
         if !plan.cases.is_empty() {
             println!(
-                "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12} {:>10} {:>8} {:>14} {:>9}",
+                "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12} {:>10} {:>8} {:>14} {:>9} {:>15}",
                 "workload",
                 "enc",
                 "value",
@@ -225,7 +229,8 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
                 "MB/s",
                 "w-amp",
                 "writer ops/s",
-                "enc/plain"
+                "enc/plain",
+                "us/op cpu+queue"
             );
         }
     }
@@ -379,7 +384,7 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
     };
     let mut cases = Vec::new();
     let mut notes = vec![
-        "MB = 10^6 bytes; write amplification = bytes this process passed to write(2) (/proc/self/io wchar) from the start of the timed part until flushes and compactions settled, over key+value bytes written".into(),
+        "MB = 10^6 bytes; write amplification = bytes this process passed to write(2) (/proc/self/io wchar) from the start of the timed part until flushes and compactions settled, over key+value bytes written; us/op cpu+queue = the timing thread's microseconds per op on a CPU and runnable but queued (/proc/thread-self/schedstat): wall time above both is time it slept (locks, I/O, waiting on other threads)".into(),
     ];
     let remove_blocks = args.objects.iter().copied().min().unwrap_or(1);
     for &w in &workloads {
@@ -490,6 +495,8 @@ fn row(case: &Case, mut runs: Vec<Outcome>) -> Row {
             .filter(|_| m.user_bytes_written > 0)
             .map(|p| p as f64 / m.user_bytes_written as f64),
         writer_ops_per_sec: m.writer_ops.map(|w| w as f64 / secs),
+        thread_cpu_us_per_op: m.thread_sched.map(|t| t.0 * 1e6 / m.ops.max(1) as f64),
+        thread_queued_us_per_op: m.thread_sched.map(|t| t.1 * 1e6 / m.ops.max(1) as f64),
         enc_vs_plain: None,
     }
 }
@@ -500,8 +507,12 @@ fn print_row(r: &Row) {
         (None, 0) => "-".into(),
         (None, _) => "n/a".into(),
     };
+    let sched = match (r.thread_cpu_us_per_op, r.thread_queued_us_per_op) {
+        (Some(c), Some(q)) => format!("{c:.2}+{q:.2}"),
+        _ => "-".into(),
+    };
     println!(
-        "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12.0} {:>10.2} {:>8} {:>14} {:>9}",
+        "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12.0} {:>10.2} {:>8} {:>14} {:>9} {:>15}",
         r.workload,
         r.encrypt,
         size_label(r.value_bytes),
@@ -517,5 +528,6 @@ fn print_row(r: &Row) {
         r.writer_ops_per_sec
             .map_or("-".into(), |w| format!("{w:.0}")),
         r.enc_vs_plain.map_or("-".into(), |x| format!("{x:.2}")),
+        sched,
     );
 }

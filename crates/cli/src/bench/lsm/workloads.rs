@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use super::data::{process_bytes_written, settle, Keys, Values};
+use super::data::{process_bytes_written, settle, thread_sched_secs, Keys, Values};
 use super::encrypt::{Backends, Encrypt};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +117,9 @@ pub struct Outcome {
     pub process_bytes_written: Option<u64>,
     /// readwhilewriting: puts the writer completed while readers ran.
     pub writer_ops: Option<u64>,
+    /// The timed thread's seconds on a CPU and queued for one (see
+    /// `thread_sched_secs`).
+    pub thread_sched: Option<(f64, f64)>,
 }
 
 /// Runs `case` once in a fresh store under `base`, deleted afterwards.
@@ -176,7 +179,18 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
         fill(store, &keys, &mut values, num, &mut rng)?;
         settle(store)?;
     }
+    if std::env::var_os("GVAULT_BENCH_SHAPE").is_some() {
+        let st = store.stats();
+        eprintln!(
+            "{} {}: levels {:?}, block cache {} bytes",
+            case.workload.name(),
+            case.encrypt.name(),
+            st.levels,
+            st.block_cache_bytes
+        );
+    }
     let w0 = process_bytes_written();
+    let sched0 = thread_sched_secs();
     let start = Instant::now();
     let mut out = Outcome {
         ops: num,
@@ -223,6 +237,10 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
         Workload::ReadWhileWriting => read_while_writing(store, case, &keys, &values, &mut out)?,
     }
     out.secs = start.elapsed().as_secs_f64();
+    out.thread_sched = match (sched0, thread_sched_secs()) {
+        (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1)),
+        _ => None,
+    };
     if out.user_bytes_written > 0 {
         settle(store)?;
         out.process_bytes_written = match (w0, process_bytes_written()) {
