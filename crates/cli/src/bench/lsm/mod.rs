@@ -237,7 +237,7 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     let mut plain = PlainRates::default();
     // The modes of one (workload, size, sync) take turns within each repeat
-    // (none, cpu, auto, none, cpu, auto, ...), so that host noise (other
+    // (none, cpu, auto, then cpu, auto, none, ...), so that host noise (other
     // tenants, frequency, page cache) hits every mode alike; each row is the
     // median of its mode's runs, and the ratio is taken between medians.
     for group in plan.cases.chunk_by(|a, b| a.same_cell(b)) {
@@ -246,7 +246,13 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
             .map(|_| Vec::with_capacity(args.repeat))
             .collect();
         for r in 0..args.repeat {
-            for (case, case_runs) in group.iter().zip(&mut runs) {
+            // Each repeat starts with the next mode, so no mode always runs
+            // right after the same other one (what a run leaves behind, in
+            // the page cache, the allocator and the CPU pool, then lands on
+            // every mode alike).
+            let k = group.len();
+            for i in (0..k).map(|i| (i + r) % k) {
+                let (case, case_runs) = (&group[i], &mut runs[i]);
                 case_runs.push(run_case(base.path(), case, r, &backends).map_err(|e| {
                     format!(
                         "{} ({} bytes, encrypt {}): {e}",
