@@ -397,3 +397,32 @@ fn h100_large_pinned_gcm_seal_splits_survive_the_ramp() {
     );
     assert_ne!(d.plan, Plan::Gpu, "{d:?}");
 }
+
+/// Session 8, call 6 (`testdata/h100-cost-model-s8.json`: calibrated after
+/// the warm-up, with measured large pinned lines). Measured in the same
+/// call: 4 large page-locked GCM segments split between GPU and CPU at
+/// 1.14-1.38x the better backend (seal 1.31/1.22/1.16, open 1.38/1.17/1.14
+/// at 64 MiB/256 MiB/1 GiB); pageable GCM stayed on the CPU (the GPU's
+/// pageable path ran at 7.7-21.7 GB/s against the CPU's 33-48).
+#[test]
+fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
+    let m: CostModel =
+        serde_json::from_str(include_str!("testdata/h100-cost-model-s8.json")).expect("parses");
+    m.validate().expect("valid");
+    for op in [OpKind::AesGcmSeal, OpKind::AesGcmOpen] {
+        for mib in [64u64, 256, 1024] {
+            let lengths = [mib << 20; 4];
+            let pinned = decide_h100(&m, op, &lengths, HostMemory::Pinned);
+            assert!(
+                matches!(pinned.plan, Plan::Split(_)),
+                "{op:?} 4 x {mib} MiB pinned: {pinned:?}"
+            );
+            let pageable = decide_h100(&m, op, &lengths, HostMemory::Pageable);
+            assert_eq!(
+                pageable.plan,
+                Plan::Cpu,
+                "{op:?} 4 x {mib} MiB pageable: {pageable:?}"
+            );
+        }
+    }
+}

@@ -576,6 +576,26 @@ mod inline_tests {
                 }
             }
         }
+        // One block outside the job API: the same tag as a job's, opened
+        // back, and a flipped byte refused with the block zeroed.
+        let mut job_buf = segments(&[4126]);
+        let mut job = seal_each(&key, &mut job_buf, &aads);
+        let want = super::small_gcm(&mut job).expect("a small job");
+        drop(job);
+        let mut block = segments(&[4126]).remove(0);
+        let nonce = Nonce96::from_parts(9, 0);
+        let tag = super::seal_block(&key, &nonce, &aads[0], &mut block);
+        assert!(matches!(&want[0], Ok(Output::Tag(t)) if *t == tag));
+        assert_eq!(block, job_buf[0]);
+        let mut opened = block.clone();
+        super::open_block(&key, &nonce, &aads[0], &tag, &mut opened).expect("opens");
+        assert_eq!(opened, segments(&[4126])[0]);
+        block[100] ^= 0x80;
+        assert_eq!(
+            super::open_block(&key, &nonce, &aads[0], &tag, &mut block),
+            Err(SegmentErrorKind::AuthenticationFailed)
+        );
+        assert!(block.iter().all(|&b| b == 0));
         // Larger or longer jobs take the general path.
         let mut big = segments(&[40 << 10, 40 << 10]);
         assert!(super::small_gcm(&mut seal_each(&key, &mut big, &aads)).is_none());

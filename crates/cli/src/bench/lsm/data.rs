@@ -220,6 +220,25 @@ mod tests {
         assert!(Values::new(15).is_err());
     }
 
+    /// A thread that computes gains CPU time and little else; one that
+    /// sleeps gains neither (where the kernel keeps scheduler statistics).
+    #[test]
+    fn thread_sched_time_counts_this_threads_work() {
+        let Some(before) = thread_sched_secs() else {
+            return; // no /proc/thread-self/schedstat here
+        };
+        let start = Instant::now();
+        let mut x = 1u64;
+        while start.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let busy = thread_sched_secs().expect("still readable");
+        assert!(busy.0 - before.0 > 0.005, "{before:?} -> {busy:?}");
+        std::thread::sleep(Duration::from_millis(50));
+        let slept = thread_sched_secs().expect("still readable");
+        assert!(slept.0 - busy.0 < 0.025, "{busy:?} -> {slept:?}");
+    }
+
     #[test]
     fn keys_have_db_bench_and_seed_shapes() {
         assert_eq!(Keys::Decimal16.key(42).as_ref(), b"0000000000000042");
