@@ -53,6 +53,18 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Group commits timed per variant.
+const GROUPS: u32 = 5_000;
+
+/// This thread's CPU nanoseconds per call of `seal(i)`, i = 0..GROUPS.
+fn per_group(mut seal: impl FnMut(u32)) -> f64 {
+    let t = thread_cpu();
+    for i in 0..GROUPS {
+        seal(i);
+    }
+    (thread_cpu() - t).as_nanos() as f64 / f64::from(GROUPS)
+}
+
 /// Nanoseconds per seal of one group commit's blocks by `codec`.
 fn seal_group(codec: &dyn BlockCodec, len: usize) -> f64 {
     // A log writer reads the key id once per file, not per block.
@@ -67,9 +79,7 @@ fn seal_group(codec: &dyn BlockCodec, len: usize) -> f64 {
     let overhead = codec.overhead();
     let mut frame = vec![7u8; len + 30 + overhead];
     let mut commit = vec![3u8; 48 + overhead];
-    let n = 5_000u32;
-    let t = thread_cpu();
-    for i in 0..n {
+    per_group(|i| {
         let mut slots = [
             gvault_store::codec::SealSlot {
                 ctx: ctx(2 * i, BlockKind::LogValue),
@@ -81,8 +91,7 @@ fn seal_group(codec: &dyn BlockCodec, len: usize) -> f64 {
             },
         ];
         codec.seal_slots(&mut slots).unwrap();
-    }
-    (thread_cpu() - t).as_nanos() as f64 / f64::from(n)
+    })
 }
 
 /// The same two seals straight through aws-lc with a prepared key: the
@@ -93,9 +102,7 @@ fn seal_group_raw(len: usize) -> f64 {
     let mut frame = vec![7u8; len + 30];
     let mut commit = vec![3u8; 48];
     let aad = [9u8; 48];
-    let n = 5_000u32;
-    let t = thread_cpu();
-    for i in 0..n {
+    per_group(|i| {
         for (j, block) in [&mut frame, &mut commit].into_iter().enumerate() {
             let mut nonce = [0u8; 12];
             nonce[8..].copy_from_slice(&(2 * i + j as u32).to_be_bytes());
@@ -108,8 +115,7 @@ fn seal_group_raw(len: usize) -> f64 {
                 .unwrap();
             let _ = std::hint::black_box(tag);
         }
-    }
-    (thread_cpu() - t).as_nanos() as f64 / f64::from(n)
+    })
 }
 
 /// The same two seals as one job of the CPU backend (no codec).
@@ -121,9 +127,7 @@ fn seal_group_backend(len: usize) -> f64 {
     let mut frame = vec![7u8; len + 30];
     let mut commit = vec![3u8; 48];
     let aad = [9u8; 48];
-    let n = 5_000u32;
-    let t = thread_cpu();
-    for i in 0..n {
+    per_group(|i| {
         let mut job = Job::Seal {
             key: &key,
             segments: vec![
@@ -140,8 +144,7 @@ fn seal_group_backend(len: usize) -> f64 {
             ],
         };
         std::hint::black_box(backend.run(&mut job).unwrap());
-    }
-    (thread_cpu() - t).as_nanos() as f64 / f64::from(n)
+    })
 }
 
 fn main() {

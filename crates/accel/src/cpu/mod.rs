@@ -221,6 +221,18 @@ pub fn open_block(
 /// an encrypted 4 KiB put.
 const SMALL_GCM_SEGMENTS: usize = 4;
 
+/// `f` on each segment in order, on this thread; errors carry their index.
+fn each_host_segment<S>(
+    segments: &mut [S],
+    f: impl Fn(&mut S) -> Result<Output, SegmentErrorKind>,
+) -> Vec<SegmentResult> {
+    segments
+        .iter_mut()
+        .enumerate()
+        .map(|(i, s)| f(s).map_err(|kind| kind.at(i)))
+        .collect()
+}
+
 /// Runs `job` here if it is a small GCM job of host segments (every check
 /// the survey would make holds for it: no segment is on the device or
 /// over `MAX_SEGMENT_LEN`); otherwise `None`, untouched.
@@ -236,32 +248,18 @@ fn small_gcm(job: &mut Job<'_>) -> Option<Vec<SegmentResult>> {
     match job {
         Job::Seal { key, segments } if small(segments.iter().map(|s| &s.data), segments.len()) => {
             let key = aes::GcmKey::new(key);
-            Some(
-                segments
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, s)| match &mut s.data {
-                        DataMut::Host(d) => Ok(Output::Tag(key.seal(&s.nonce, s.aad, d))),
-                        DataMut::Device(_) => Err(SegmentErrorKind::DeviceResident.at(i)),
-                    })
-                    .collect(),
-            )
+            Some(each_host_segment(segments, |s| {
+                let data = s.data.host_mut().ok_or(SegmentErrorKind::DeviceResident)?;
+                Ok(Output::Tag(key.seal(&s.nonce, s.aad, data)))
+            }))
         }
         Job::Open { key, segments } if small(segments.iter().map(|s| &s.data), segments.len()) => {
             let key = aes::GcmKey::new(key);
-            Some(
-                segments
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, s)| match &mut s.data {
-                        DataMut::Host(d) => key
-                            .open(&s.nonce, s.aad, &s.tag, d)
-                            .map(|()| Output::Done)
-                            .map_err(|kind| kind.at(i)),
-                        DataMut::Device(_) => Err(SegmentErrorKind::DeviceResident.at(i)),
-                    })
-                    .collect(),
-            )
+            Some(each_host_segment(segments, |s| {
+                let data = s.data.host_mut().ok_or(SegmentErrorKind::DeviceResident)?;
+                key.open(&s.nonce, s.aad, &s.tag, data)
+                    .map(|()| Output::Done)
+            }))
         }
         _ => None,
     }
