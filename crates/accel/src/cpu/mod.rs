@@ -3,7 +3,9 @@
 //! crates; TEA by hand), parallel across segments and, for operations that
 //! can be cut (CTR modes, BLAKE3, CRCs, and AES-GCM when a job has fewer
 //! segments than threads), within large segments, on a rayon pool of its
-//! own.
+//! own. Small jobs run on the calling thread; `seal_block` / `open_block`
+//! seal and open one AES-GCM block there without a job at all (a store's
+//! group commits and block reads).
 
 mod aes;
 pub mod blowfish;
