@@ -36,8 +36,8 @@ cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
 # Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
-# gear, slots, hashes, fused, group4g, many, wide, e2e, trace, auto, lsm, crc,
-# costs.
+# gear, slots, hashes, fused, group4g, many, wide, e2e, trace, split, auto, lsm,
+# crc, costs.
 phases=${GPU_CHECK_PHASES:-"tests ciphers hashes many auto"}
 has() { case " $phases " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -190,10 +190,31 @@ if has trace; then
   GVAULT_GPU_TRACE=1 $T --ops aes256gcm-seal --sizes 1G --total 4G 2>&1 \
     | tail -30 | tee -a "$OUT/trace.txt"
 fi
-if has auto; then
+# The auto backend's cost model: a carried one (COST_MODEL=path, from an
+# earlier call on this kind of machine), else calibrated here once.
+calibrated=
+calibrate_once() {
+  [ -n "$calibrated" ] && return 0
+  calibrated=1
   export GVAULT_COST_MODEL="$OUT/cost-model.json"
-  { time $B/gvault bench calibrate; } 2>&1 | tee "$OUT/calibrate.txt"
+  if [ -n "${COST_MODEL:-}" ]; then
+    cp "$COST_MODEL" "$GVAULT_COST_MODEL"
+  else
+    { time $B/gvault bench calibrate; } 2>&1 | tee "$OUT/calibrate.txt"
+  fi
   $B/gvault doctor 2>&1 | tee "$OUT/doctor-model.txt"
+}
+if has split; then
+  # Issue 5: each 4-segment GCM job split at every segment boundary, beside
+  # the plan auto picks, and cpu-all timed twice (the host's A/A noise).
+  calibrate_once
+  $B/gvault bench primitive --no-single-core --min-ms ${SPLIT_MIN_MS:-300} --pinned --backend auto \
+    --split-sweep --control --ops ${SPLIT_OPS:-aes256gcm-seal,aes256gcm-open} \
+    --sizes ${SPLIT_SIZES:-16M,64M,256M,1G} 2>&1 | tee "$OUT/split.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if has auto; then
+  calibrate_once
   # SHA-256 stops at 256 MiB: at 1 GiB x 4 the forced-GPU column (one
   # thread per segment, ~0.13 GB/s) would take minutes.
   A="$B/gvault bench primitive --no-single-core --min-ms ${AUTO_MIN_MS:-200} --pinned --backend auto"
@@ -207,9 +228,10 @@ if has lsm; then
   # without encryption, then re-encryption against a disk copy.
   D=${LSM_DIR:-/tmp/gvault-lsm}
   mkdir -p "$D"
-  $B/gvault bench lsm --encrypt none,cpu,auto --value-sizes ${LSM_SIZES:-100,4K,64K} --sync off \
+  calibrate_once
+  $B/gvault bench lsm --encrypt ${LSM_ENCRYPT:-none,cpu,auto} --value-sizes ${LSM_SIZES:-100,4K,64K} --sync off \
     --max-bytes ${LSM_BYTES:-256M} --workloads ${LSM_WORKLOADS:-fillseq,fillrandom,overwrite,readrandom,readseq} \
-    --repeat ${LSM_REPEAT:-2} --dir "$D" 2>&1 | tee "$OUT/lsm.txt"
+    ${LSM_READS:+--reads $LSM_READS} --repeat ${LSM_REPEAT:-2} --dir "$D" 2>&1 | tee -a "$OUT/lsm.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   if [ "${LSM_REENCRYPT_GIB:-10}" != 0 ]; then
     $B/gvault bench lsm --reencrypt ${LSM_REENCRYPT_GIB:-10} --dir "$D" 2>&1 | tee "$OUT/reencrypt.txt"

@@ -151,11 +151,18 @@ pub fn cuttable(op: OpKind) -> bool {
 const STAGE_NS_PER_BYTE: f64 = 0.1;
 
 /// Host copies per byte the GPU part of a split costs the CPU cores: the
-/// GPU backend stages pageable data, page-locked pieces under `DIRECT_MIN`
-/// (and in-place outputs) through pinned slots with copies that run on the
-/// same cores as the CPU part; only read-only jobs on page-locked memory
-/// in large pieces are DMA'd straight from the caller.
+/// GPU backend stages pageable data and page-locked pieces under
+/// `DIRECT_MIN` through pinned slots (in, and out again where the op
+/// writes), with copies that run on the same cores as the CPU part. Larger
+/// page-locked pieces are DMA'd straight from and back to the caller's
+/// memory (`gpu/ctr.rs`, `gpu/stage.rs`), and device-resident data is not
+/// copied at all: no copies. (Until session 9 in-place outputs of direct
+/// pieces were priced as staged, so a pinned GCM split left 4-5 of 16
+/// cores idle for copies that never ran.)
 fn staging_copies(op: OpKind, line: GpuLine) -> f64 {
+    if matches!(line, GpuLine::Pinned | GpuLine::Kernel) {
+        return 0.0;
+    }
     let writes = !matches!(
         op,
         OpKind::Sha256
@@ -167,12 +174,7 @@ fn staging_copies(op: OpKind, line: GpuLine) -> f64 {
             | OpKind::Chunk
             | OpKind::ChunkDigest
     );
-    let copy_in = if matches!(line, GpuLine::Pageable | GpuLine::PinnedPacked) {
-        1.0
-    } else {
-        0.0
-    };
-    copy_in + if writes { 1.0 } else { 0.0 }
+    1.0 + if writes { 1.0 } else { 0.0 }
 }
 
 /// Whether the CPU backend cuts large segments of `op` across its threads

@@ -354,7 +354,8 @@ fn h100_large_pinned_gcm_is_priced_with_its_ramp() {
         decide_h100(m, OpKind::AesGcmOpen, &[mib << 20; 4], HostMemory::Pinned)
     };
     // The miss: the plateau priced the GPU ahead of the CPU.
-    assert_eq!(open(&s7, 64).plan, Plan::Gpu);
+    let d = open(&s7, 64);
+    assert!(d.gpu_finish_ns.expect("gpu") < d.cpu_finish_ns, "{d:?}");
     let d = open(&ramp, 64);
     assert_ne!(d.plan, Plan::Gpu, "{d:?}");
     // Every row within 10% of the measured GPU figure (the line passes

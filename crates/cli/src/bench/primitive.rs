@@ -12,6 +12,7 @@ use gvault_accel::*;
 use rand::RngCore;
 use serde::Serialize;
 
+use super::forced_split;
 use super::measure::{gbps, parse_size, repeat, size_label};
 
 #[derive(clap::Args, Debug)]
@@ -57,6 +58,16 @@ pub struct PrimitiveArgs {
     /// Skip the 1-core column (long GPU sweeps of slow ciphers).
     #[arg(long)]
     no_single_core: bool,
+    /// With --backend auto --pinned: also time the auto backend forced to
+    /// split each page-locked job at every segment boundary (first k
+    /// segments on the GPU), printed with the plan auto chose.
+    #[arg(long)]
+    split_sweep: bool,
+    /// With --backend auto: also time cpu-all a second time, in turn with
+    /// the other columns (an A/A check: how far apart one backend's two
+    /// columns land on this host).
+    #[arg(long)]
+    control: bool,
     /// Also draw seed 000's throughput-vs-size figures (one panel per op,
     /// one line per column) into this PNG.
     #[arg(long, value_name = "FILE.png")]
@@ -77,6 +88,9 @@ struct Row {
     segments: usize,
     /// Backend column -> GB/s (ops/s for RSA, whose size is the key size).
     results: BTreeMap<String, f64>,
+    /// `--split-sweep`: the auto backend's plan for the page-locked job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auto_pinned_plan: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -211,6 +225,8 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             let mut results = BTreeMap::new();
             let bytes = (size * nseg) as u64;
             let gpu_op = gpu.as_ref().filter(|_| gpu_supports(op));
+            // With --split-sweep: what the auto backend chose for the pinned job.
+            let mut auto_plan = None;
             if !args.no_single_core {
                 let t = measure_op(&one, op, keys, &mut bufs, min_time)?;
                 results.insert("cpu-1".to_string(), gbps(bytes, t));
@@ -227,6 +243,10 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                     }
                     names.push("auto");
                     columns.push(a);
+                    if args.control {
+                        names.push("cpu-all-again");
+                        columns.push(&all);
+                    }
                     let times = measure_interleaved(&columns, op, keys, &mut bufs, min_time)?;
                     for (name, t) in names.iter().zip(times) {
                         results.insert(name.to_string(), gbps(bytes, t));
@@ -253,6 +273,44 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                         pinned.chunks_mut(size).collect()
                     };
                     match &auto {
+                        Some(a) if args.split_sweep && nseg >= 2 => {
+                            let observed = forced_split::Observed {
+                                auto: a,
+                                last: Default::default(),
+                            };
+                            let forced: Vec<forced_split::ForcedSplit> = (1..nseg)
+                                .map(|gpu_segments| forced_split::ForcedSplit {
+                                    auto: a,
+                                    gpu_segments,
+                                })
+                                .collect();
+                            let mut names: Vec<String> =
+                                ["cpu-all-pinned", "gpu-pinned", "auto-pinned"]
+                                    .map(String::from)
+                                    .into();
+                            let mut columns: Vec<&dyn Backend> = vec![&all, g, &observed];
+                            for f in &forced {
+                                names.push(forced_split::column(f.gpu_segments, nseg));
+                                columns.push(f);
+                            }
+                            let times =
+                                measure_interleaved(&columns, op, keys, &mut views, min_time)?;
+                            for (name, t) in names.into_iter().zip(times) {
+                                results.insert(name, gbps(bytes, t));
+                            }
+                            let plan = *observed.last.lock().unwrap_or_else(|p| p.into_inner());
+                            auto_plan = plan.map(|p| {
+                                // What one decision costs, on these buffers and the pageable ones.
+                                let pinned_ns = forced_split::decide_ns(a, op, &mut views);
+                                let pageable_ns = forced_split::decide_ns(a, op, &mut bufs);
+                                format!(
+                                    "{} (deciding: {:.1} us pinned, {:.1} us pageable)",
+                                    forced_split::describe(p, nseg),
+                                    pinned_ns / 1e3,
+                                    pageable_ns / 1e3
+                                )
+                            });
+                        }
                         Some(a) => {
                             // The auto backend prices page-locked data apart.
                             let columns: [&dyn Backend; 3] = [&all, g, a];
@@ -275,6 +333,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                 results.insert("gpu-kernel".into(), gbps(bytes, t));
             }
             let row = Row {
+                auto_pinned_plan: auto_plan,
                 op: if crc32c {
                     CHUNK_DIGEST_CRC32C
                 } else {
@@ -371,12 +430,23 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
         let best = cn.max(row.results.get("gpu").copied().unwrap_or(0.0));
         print!(" {a:>10.3} {:>8.2}x", a / best);
     }
+    if let Some(again) = row.results.get("cpu-all-again") {
+        // --control: the same backend twice, timed in turn: the host's noise.
+        print!(" cpu-all-again {again:.3} ({:.2}x cpu-all)", again / cn);
+    }
     if let Some(p) = row.results.get("gpu-pinned") {
         print!(" gpu-pinned {p:.3}");
         if let Some(a) = row.results.get("auto-pinned") {
             // The CPU column timed in turn with these two, when there is one.
             let cpu = row.results.get("cpu-all-pinned").copied().unwrap_or(cn);
             print!(" auto-pinned {a:.3} ({:.2}x best)", a / cpu.max(*p));
+            if let Some(plan) = &row.auto_pinned_plan {
+                // --split-sweep: every forced split, against the same best.
+                print!(" plan {plan}");
+                for (name, v) in row.results.iter().filter(|(k, _)| k.starts_with("split-")) {
+                    print!(" {name} {v:.3} ({:.2}x)", v / cpu.max(*p));
+                }
+            }
         }
     }
     println!();
@@ -829,6 +899,7 @@ fn rsa_row(
         segment_bytes: bits / 8,
         segments: batch,
         results,
+        auto_pinned_plan: None,
     })
 }
 

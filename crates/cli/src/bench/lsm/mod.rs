@@ -53,6 +53,10 @@ pub struct LsmArgs {
     /// whichever is fewer (--max-bytes)].
     #[arg(long)]
     num: Option<u64>,
+    /// Timed gets of readrandom (db_bench --reads) [default: --num]: longer
+    /// runs of large values without a larger store.
+    #[arg(long)]
+    reads: Option<u64>,
     /// Seed 000 keys per workload [default: 256Ki, or fewer to stay within
     /// --max-bytes].
     #[arg(long)]
@@ -128,8 +132,12 @@ struct Row {
     /// one (wall time above both: it slept).
     thread_cpu_us_per_op: Option<f64>,
     thread_queued_us_per_op: Option<f64>,
-    /// ops/s over the unencrypted run of the same workload, size and sync.
+    /// ops/s over the unencrypted run of the same workload, size and sync
+    /// (the ratio of the two medians).
     enc_vs_plain: Option<f64>,
+    /// The same ratio repeat by repeat (modes run back to back in each):
+    /// median, least and greatest.
+    enc_vs_plain_paired: Option<encrypt::Paired>,
 }
 
 #[derive(Serialize)]
@@ -219,7 +227,7 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
         }
         if !plan.cases.is_empty() {
             println!(
-                "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12} {:>10} {:>8} {:>14} {:>9} {:>15}",
+                "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12} {:>10} {:>8} {:>14} {:>9} {:>15}  paired enc/plain",
                 "workload",
                 "enc",
                 "value",
@@ -230,7 +238,7 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
                 "w-amp",
                 "writer ops/s",
                 "enc/plain",
-                "us/op cpu+queue"
+                "us/op cpu+queue",
             );
         }
     }
@@ -239,7 +247,8 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
     // The modes of one (workload, size, sync) take turns within each repeat
     // (none, cpu, auto, then cpu, auto, none, ...), so that host noise (other
     // tenants, frequency, page cache) hits every mode alike; each row is the
-    // median of its mode's runs, and the ratio is taken between medians.
+    // median of its mode's runs, and the ratio is taken between medians
+    // (enc/plain) and repeat by repeat (paired enc/plain).
     for group in plan.cases.chunk_by(|a, b| a.same_cell(b)) {
         let mut runs: Vec<Vec<Outcome>> = group
             .iter()
@@ -263,8 +272,20 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
                 })?);
             }
         }
+        let rates = |r: &[Outcome]| -> Vec<f64> {
+            r.iter().map(|o| o.ops as f64 / o.secs.max(1e-9)).collect()
+        };
+        let plain_rates = group
+            .iter()
+            .position(|c| c.encrypt == Encrypt::None)
+            .map(|i| rates(&runs[i]));
         for (case, case_runs) in group.iter().zip(runs) {
+            let paired = match &plain_rates {
+                Some(p) if case.encrypt != Encrypt::None => encrypt::paired(p, &rates(&case_runs)),
+                _ => None,
+            };
             let mut row = row(case, case_runs);
+            row.enc_vs_plain_paired = paired;
             row.enc_vs_plain = plain.ratio(
                 case.encrypt,
                 (row.workload, row.value_bytes, row.sync),
@@ -323,8 +344,8 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
     if args.repeat == 0 || args.threads == 0 {
         return Err("--repeat and --threads must be at least 1".into());
     }
-    if args.num == Some(0) || args.seed_keys == Some(0) {
-        return Err("--num and --seed-keys must be at least 1".into());
+    if args.num == Some(0) || args.seed_keys == Some(0) || args.reads == Some(0) {
+        return Err("--num, --reads and --seed-keys must be at least 1".into());
     }
     if let Some(g) = args.reencrypt {
         if !(g > 0.0 && g.is_finite()) {
@@ -390,7 +411,7 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
     };
     let mut cases = Vec::new();
     let mut notes = vec![
-        "MB = 10^6 bytes; write amplification = bytes this process passed to write(2) (/proc/self/io wchar) from the start of the timed part until flushes and compactions settled, over key+value bytes written; us/op cpu+queue = the timing thread's microseconds per op on a CPU and runnable but queued (/proc/thread-self/schedstat): wall time above both is time it slept (locks, I/O, waiting on other threads)".into(),
+        "MB = 10^6 bytes; write amplification = bytes this process passed to write(2) (/proc/self/io wchar) from the start of the timed part until flushes and compactions settled, over key+value bytes written; us/op cpu+queue = the timing thread's microseconds per op on a CPU and runnable but queued (/proc/thread-self/schedstat): wall time above both is time it slept (locks, I/O, waiting on other threads); paired enc/plain = each repeat's encrypted ops/s over the plain ops/s of the same repeat (the modes run back to back): median [least, greatest]".into(),
     ];
     let remove_blocks = args.objects.iter().copied().min().unwrap_or(1);
     for &w in &workloads {
@@ -423,6 +444,7 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
                         } else {
                             num
                         },
+                        reads: args.reads.filter(|_| w == Workload::ReadRandom),
                         threads: args.threads,
                         encrypt: enc,
                     });
@@ -441,6 +463,11 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
     }
     if encrypt.iter().any(|m| *m != Encrypt::None) {
         notes.push("encrypted rows: AES-256-GCM on every block of every file (value log included), a fresh random master key per store".into());
+    }
+    if let Some(r) = args.reads {
+        notes.push(format!(
+            "readrandom: {r} timed gets over the num entries (--reads)"
+        ));
     }
     notes.push(format!(
         "counts not given are capped at {} of key+value per workload",
@@ -504,6 +531,7 @@ fn row(case: &Case, mut runs: Vec<Outcome>) -> Row {
         thread_cpu_us_per_op: m.thread_sched.map(|t| t.0 * 1e6 / m.ops.max(1) as f64),
         thread_queued_us_per_op: m.thread_sched.map(|t| t.1 * 1e6 / m.ops.max(1) as f64),
         enc_vs_plain: None,
+        enc_vs_plain_paired: None,
     }
 }
 
@@ -517,8 +545,12 @@ fn print_row(r: &Row) {
         (Some(c), Some(q)) => format!("{c:.2}+{q:.2}"),
         _ => "-".into(),
     };
+    // Median of the per-repeat ratios [least, greatest].
+    let paired = r.enc_vs_plain_paired.map_or(String::new(), |p| {
+        format!("{:.2} [{:.2}, {:.2}]", p.median, p.min, p.max)
+    });
     println!(
-        "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12.0} {:>10.2} {:>8} {:>14} {:>9} {:>15}",
+        "{:<18} {:>5} {:>8} {:>6} {:>9} {:>12.0} {:>10.2} {:>8} {:>14} {:>9} {:>15}  {}",
         r.workload,
         r.encrypt,
         size_label(r.value_bytes),
@@ -535,5 +567,6 @@ fn print_row(r: &Row) {
             .map_or("-".into(), |w| format!("{w:.0}")),
         r.enc_vs_plain.map_or("-".into(), |x| format!("{x:.2}")),
         sched,
+        paired,
     );
 }

@@ -79,6 +79,9 @@ pub struct Case {
     /// Entries written or read in the timed part (readwhilewriting: reads
     /// over all reader threads).
     pub num: u64,
+    /// readrandom: timed gets over the `num` entries (db_bench --reads);
+    /// None: `num`.
+    pub reads: Option<u64>,
     pub threads: usize,
     pub encrypt: Encrypt,
 }
@@ -92,12 +95,14 @@ impl Case {
             self.value_bytes,
             self.sync,
             self.num,
+            self.reads,
             self.threads,
         ) == (
             other.workload,
             other.value_bytes,
             other.sync,
             other.num,
+            other.reads,
             other.threads,
         )
     }
@@ -216,7 +221,9 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
             out.user_bytes_written = num * entry;
         }
         Workload::ReadRandom => {
-            for _ in 0..num {
+            let reads = case.reads.unwrap_or(num);
+            out.ops = reads;
+            for _ in 0..reads {
                 out.bytes_read += get(store, &keys, &values, rng.gen_range(0..num))?;
             }
         }
