@@ -418,6 +418,19 @@ fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
                 matches!(pinned.plan, Plan::Split(_)),
                 "{op:?} 4 x {mib} MiB pinned: {pinned:?}"
             );
+            // Session 9: the GPU part's bytes go both ways by DMA, so the
+            // CPU part keeps every core but the one driving the GPU, and
+            // the two parts are even (2 of 4 segments each): 1.25-1.57x in
+            // call 2, against 1.18-1.39x on 11-12 threads in call 1.
+            assert_eq!(pinned.split_cpu_threads, 15, "{op:?} {mib} MiB");
+            assert_eq!(
+                pinned.plan,
+                Plan::Split(SplitPoint {
+                    segment: 2,
+                    offset: 0
+                }),
+                "{op:?} {mib} MiB"
+            );
             let pageable = decide_h100(&m, op, &lengths, HostMemory::Pageable);
             assert_eq!(
                 pageable.plan,
