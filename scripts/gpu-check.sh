@@ -35,6 +35,20 @@ status=0
 cat "$OUT/machine.txt"
 $B/gvault doctor 2>&1 | tee "$OUT/doctor.txt"
 $B/gvault doctor --kernels 2>&1 | tee -a "$OUT/doctor.txt" || status=1
+# The host's layout (NUMA nodes, cores, caches), for reading its noise.
+{ lscpu; for n in /sys/devices/system/node/node*; do echo "$n: cpus $(cat $n/cpulist)"; done; } \
+  > "$OUT/topology.txt" 2>&1
+# BENCH_PIN=node0 runs the store benchmarks (lsm, costs) on NUMA node 0's
+# CPUs and memory only; BENCH_PIN="taskset -c 0-7" (any prefix) as given.
+PIN=
+case "${BENCH_PIN:-}" in
+  "") ;;
+  node0)
+    cpus=$(cat /sys/devices/system/node/node0/cpulist 2>/dev/null || echo 0-$(($(nproc) - 1)))
+    if command -v numactl >/dev/null; then PIN="numactl --cpunodebind=0 --membind=0"; else PIN="taskset -c $cpus"; fi ;;
+  *) PIN=$BENCH_PIN ;;
+esac
+[ -n "$PIN" ] && echo "store benchmarks run under: $PIN" | tee -a "$OUT/topology.txt"
 # Phases (GPU_CHECK_PHASES, default all but gcm and fused): tests, ciphers, gcm,
 # gear, slots, hashes, fused, group4g, many, wide, e2e, trace, split, auto, lsm,
 # crc, costs.
@@ -229,7 +243,7 @@ if has lsm; then
   D=${LSM_DIR:-/tmp/gvault-lsm}
   mkdir -p "$D"
   calibrate_once
-  $B/gvault bench lsm --encrypt ${LSM_ENCRYPT:-none,cpu,auto} --value-sizes ${LSM_SIZES:-100,4K,64K} --sync off \
+  $PIN $B/gvault bench lsm --encrypt ${LSM_ENCRYPT:-none,cpu,auto} --value-sizes ${LSM_SIZES:-100,4K,64K} --sync off \
     --max-bytes ${LSM_BYTES:-256M} --workloads ${LSM_WORKLOADS:-fillseq,fillrandom,overwrite,readrandom,readseq} \
     ${LSM_READS:+--reads $LSM_READS} --repeat ${LSM_REPEAT:-2} --dir "$D" 2>&1 | tee -a "$OUT/lsm.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
@@ -246,10 +260,12 @@ if has costs; then
   mkdir -p "$D"
   for v in ${COST_SIZES:-4096 65536}; do
     n=${COST_NUM:-$((160000000 / v))}
-    READ_COST_DIR=$D $B/read_cost $v $n ${COST_ROUNDS:-7} 2>&1 | tee -a "$OUT/costs.txt"
+    READ_COST_DIR=$D $PIN $B/read_cost $v $n ${COST_ROUNDS:-7} 2>&1 | tee -a "$OUT/costs.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    WRITE_COST_DIR=$D $B/write_cost $v $n ${COST_ROUNDS:-7} 2>&1 | tee -a "$OUT/costs.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    if [ "${COST_WRITE:-1}" = 1 ]; then
+      WRITE_COST_DIR=$D $PIN $B/write_cost $v $n ${COST_ROUNDS:-7} 2>&1 | tee -a "$OUT/costs.txt"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    fi
   done
 fi
 echo "gpu-check status: $status"
