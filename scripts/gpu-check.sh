@@ -231,7 +231,7 @@ if has auto; then
   calibrate_once
   # SHA-256 stops at 256 MiB: at 1 GiB x 4 the forced-GPU column (one
   # thread per segment, ~0.13 GB/s) would take minutes.
-  A="$B/gvault bench primitive --no-single-core --min-ms ${AUTO_MIN_MS:-200} --pinned --backend auto"
+  A="$B/gvault bench primitive --no-single-core --min-ms ${AUTO_MIN_MS:-200} --pinned --backend auto ${AUTO_FLAGS:-}"
   $A --ops ${AUTO_OPS:-aes256gcm-seal,blake3} --sizes ${AUTO_SIZES:-512,4K,64K,1M,16M,64M,256M,1G} \
     2>&1 | tee "$OUT/auto.txt"
   $A --ops ${AUTO_SERIAL_OPS:-sha256} --sizes ${AUTO_SERIAL_SIZES:-512,4K,64K,1M,16M,64M,256M} \

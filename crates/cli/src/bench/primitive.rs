@@ -59,8 +59,9 @@ pub struct PrimitiveArgs {
     #[arg(long)]
     no_single_core: bool,
     /// With --backend auto --pinned: also time the auto backend forced to
-    /// split each page-locked job at every segment boundary (first k
-    /// segments on the GPU), printed with the plan auto chose.
+    /// split each page-locked job of at most 8 segments at every segment
+    /// boundary (first k segments on the GPU), printed with the plan auto
+    /// chose and what deciding costs.
     #[arg(long)]
     split_sweep: bool,
     /// With --backend auto: also time cpu-all a second time, in turn with
@@ -109,6 +110,11 @@ pub(super) struct Keys {
     /// op name `fastcdc-blake3-crc32c`, to measure what the CRC costs).
     chunk_crc32c: bool,
 }
+
+/// `--split-sweep` forces a split at every segment boundary of jobs of at
+/// most this many segments (the large-segment rows; a row of 131072 small
+/// segments would time as many columns).
+const SWEEP_MAX_SEGMENTS: usize = 8;
 
 /// The bench-only op name: `fastcdc-blake3` with `crc32c: true`.
 const CHUNK_DIGEST_CRC32C: &str = "fastcdc-blake3-crc32c";
@@ -273,7 +279,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                         pinned.chunks_mut(size).collect()
                     };
                     match &auto {
-                        Some(a) if args.split_sweep && nseg >= 2 => {
+                        Some(a) if args.split_sweep && (2..=SWEEP_MAX_SEGMENTS).contains(&nseg) => {
                             let observed = forced_split::Observed {
                                 auto: a,
                                 last: Default::default(),
