@@ -49,6 +49,9 @@ pub(super) fn describe(plan: Plan, segments: usize) -> String {
 /// jobs a sweep is for).
 pub(super) struct Observed<'a> {
     pub auto: &'a AutoBackend,
+    /// The op whose plan is recorded (an open's column also re-seals its
+    /// buffers, untimed, through this backend).
+    pub op: gvault_accel::OpKind,
     pub last: std::sync::Mutex<Option<Plan>>,
 }
 
@@ -58,8 +61,10 @@ impl Backend for Observed<'_> {
     }
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
-        let plan = self.auto.decide(job).plan;
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(plan);
+        if job.op() == self.op {
+            let plan = self.auto.decide(job).plan;
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(plan);
+        }
         self.auto.run(job)
     }
 }

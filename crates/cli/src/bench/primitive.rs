@@ -282,6 +282,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                         Some(a) if args.split_sweep && (2..=SWEEP_MAX_SEGMENTS).contains(&nseg) => {
                             let observed = forced_split::Observed {
                                 auto: a,
+                                op,
                                 last: Default::default(),
                             };
                             let forced: Vec<forced_split::ForcedSplit> = (1..nseg)
