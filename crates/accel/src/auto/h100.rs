@@ -25,11 +25,15 @@ fn cpu_figure_predates_the_gcm_cut(op: OpKind, size: u64, n: usize) -> bool {
         && gcm_cut_applies(n, size, idle().cpu_threads, cut_bytes)
 }
 
-fn h100() -> CostModel {
-    let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s5.json")).expect("parses");
+/// A model file from `testdata/`, checked as the loader checks one.
+fn parsed(json: &str) -> CostModel {
+    let m: CostModel = serde_json::from_str(json).expect("parses");
     m.validate().expect("valid");
     m
+}
+
+fn h100() -> CostModel {
+    parsed(include_str!("testdata/h100-cost-model-s5.json"))
 }
 
 /// (op, segment size, segments, GB/s measured: cpu-all, gpu pageable,
@@ -409,9 +413,7 @@ fn h100_large_pinned_gcm_seal_splits_survive_the_ramp() {
 /// pageable path ran at 7.7-21.7 GB/s against the CPU's 33-48).
 #[test]
 fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
-    let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s8.json")).expect("parses");
-    m.validate().expect("valid");
+    let m = parsed(include_str!("testdata/h100-cost-model-s8.json"));
     for op in [OpKind::AesGcmSeal, OpKind::AesGcmOpen] {
         for mib in [64u64, 256, 1024] {
             let lengths = [mib << 20; 4];
@@ -453,9 +455,7 @@ fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
 /// 104-107 on the CPU, which a split cannot improve.
 #[test]
 fn session9_large_pinned_gcm_splits_and_small_pieces_stay_on_the_cpu() {
-    let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s9.json")).expect("parses");
-    m.validate().expect("valid");
+    let m = parsed(include_str!("testdata/h100-cost-model-s9.json"));
     for op in [OpKind::AesGcmSeal, OpKind::AesGcmOpen] {
         for mib in [16u64, 64, 256, 1024] {
             let lengths = [mib << 20; 4];
