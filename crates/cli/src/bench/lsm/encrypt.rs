@@ -17,6 +17,9 @@ pub enum Encrypt {
     Gpu,
     /// AES-256-GCM through the auto backend's per-job choice.
     Auto,
+    /// CRC32C only, a second time: an A/A check (its ratio to none is the
+    /// host's own spread between two runs of the same code).
+    NoneAgain,
 }
 
 impl Encrypt {
@@ -26,7 +29,13 @@ impl Encrypt {
             Encrypt::Cpu => "cpu",
             Encrypt::Gpu => "gpu",
             Encrypt::Auto => "auto",
+            Encrypt::NoneAgain => "none-again",
         }
+    }
+
+    /// Whether the mode's stores are encrypted.
+    pub fn encrypts(self) -> bool {
+        matches!(self, Encrypt::Cpu | Encrypt::Gpu | Encrypt::Auto)
     }
 }
 
@@ -43,7 +52,7 @@ impl Backends {
         let mut m: HashMap<Encrypt, Arc<dyn Backend>> = HashMap::new();
         for &mode in modes {
             let b: Arc<dyn Backend> = match mode {
-                Encrypt::None => continue,
+                Encrypt::None | Encrypt::NoneAgain => continue,
                 Encrypt::Cpu => Arc::new(gvault_accel::cpu::CpuBackend::new()),
                 Encrypt::Gpu => Arc::new(
                     gvault_accel::gpu::GpuBackend::probe()
@@ -137,6 +146,20 @@ pub fn paired(plain: &[f64], enc: &[f64]) -> Option<Paired> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_control_mode_is_a_plain_store() {
+        let b = Backends::new(&[Encrypt::None, Encrypt::NoneAgain, Encrypt::Cpu]).unwrap();
+        assert!(b.options(Encrypt::NoneAgain).encryption.is_none());
+        assert!(b.options(Encrypt::Cpu).encryption.is_some());
+        assert!(!Encrypt::NoneAgain.encrypts() && !Encrypt::None.encrypts());
+        assert!(Encrypt::Auto.encrypts());
+        // Its rows get a ratio to none, like an encrypted mode's.
+        let mut rates = PlainRates::default();
+        let key = ("fillseq", 4096, Some(false));
+        assert_eq!(rates.ratio(Encrypt::None, key, 100.0), None);
+        assert_eq!(rates.ratio(Encrypt::NoneAgain, key, 95.0), Some(0.95));
+    }
 
     #[test]
     fn paired_ratios_follow_the_repeats() {
