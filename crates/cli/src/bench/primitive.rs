@@ -641,12 +641,41 @@ pub(super) fn measure_device_resident(
     }
 }
 
+/// Rounds every column of [`measure_interleaved`] runs.
+const FIRST_ROUNDS: usize = 3;
+/// Rounds the columns still in contention run at least (odd: a true median).
+const CONTENDER_ROUNDS: usize = 11;
+/// After the first rounds, a column whose median is this many times the
+/// fastest one's stops running: it cannot be the best, and its runs (a GPU
+/// hashing four segments takes seconds) had left the close columns three
+/// runs each. SHA-256 on four segments moves by up to 25% between two
+/// timings of the same backend on the H100 host (session 9, `--control`),
+/// too much for a median of three.
+const OUT_OF_CONTENTION: f64 = 2.0;
+
+/// Which columns run on after the first rounds, from their medians so far.
+fn in_contention(medians: &[Duration]) -> Vec<bool> {
+    let fastest = medians.iter().min().copied().unwrap_or_default();
+    medians
+        .iter()
+        .map(|m| m.as_secs_f64() <= fastest.as_secs_f64() * OUT_OF_CONTENTION)
+        .collect()
+}
+
+fn median(times: &[Duration]) -> Duration {
+    let mut t = times.to_vec();
+    t.sort();
+    t[t.len() / 2]
+}
+
 /// Times `columns` on the same buffers one run of each in turn (after one
-/// warm-up run each) until every column has 3 runs and `min_time` per
-/// column has passed; the median of each. Each round starts one column
-/// later than the last, so that no column always runs right after the same
-/// one (after a GPU run the CPU pool's threads have gone to sleep, and the
-/// column next in line paid their wake-up: auto, on the H100 host).
+/// warm-up run each): `FIRST_ROUNDS` rounds of every column, then rounds of
+/// the columns still in contention until they have `CONTENDER_ROUNDS` runs
+/// and `min_time` per column has passed; the median of each. Each round
+/// starts one column later than the last, so that no column always runs
+/// right after the same one (after a GPU run the CPU pool's threads have
+/// gone to sleep, and the column next in line paid their wake-up: auto, on
+/// the H100 host).
 fn measure_interleaved<B: AsMut<[u8]> + AsRef<[u8]>>(
     columns: &[&dyn Backend],
     op: OpKind,
@@ -680,20 +709,21 @@ fn measure_interleaved<B: AsMut<[u8]> + AsRef<[u8]>>(
     let start = Instant::now();
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); columns.len()];
     let k = columns.len();
+    let mut active = vec![true; k];
     let mut round = 0;
-    while round < 3 || (start.elapsed() < budget && round < 1000) {
+    while round < CONTENDER_ROUNDS || (start.elapsed() < budget && round < 1000) {
         for i in round_order(round, k) {
-            times[i].push(once(columns[i])?);
+            if active[i] {
+                times[i].push(once(columns[i])?);
+            }
         }
         round += 1;
+        if round == FIRST_ROUNDS {
+            let medians: Vec<Duration> = times.iter().map(|t| median(t)).collect();
+            active = in_contention(&medians);
+        }
     }
-    Ok(times
-        .into_iter()
-        .map(|mut t| {
-            t.sort();
-            t[t.len() / 2]
-        })
-        .collect())
+    Ok(times.iter().map(|t| median(t)).collect())
 }
 
 /// Column order of round `round`, so that each column follows each other
@@ -1055,6 +1085,17 @@ fn openssl_speed(alg: &str, bytes: usize) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn columns_far_behind_the_fastest_leave_the_rounds() {
+        let ms = Duration::from_millis;
+        let active = super::in_contention(&[ms(100), ms(3000), ms(120), ms(200), ms(201)]);
+        assert_eq!(active, [true, false, true, true, false]);
+        assert_eq!(super::in_contention(&[ms(5)]), [true]);
+        assert_eq!(super::median(&[ms(9), ms(1), ms(5)]), ms(5));
+    }
+
     #[test]
     fn rounds_balance_who_follows_whom() {
         let seq: Vec<usize> = (0..600).flat_map(|r| super::round_order(r, 3)).collect();
