@@ -231,11 +231,23 @@ if has auto; then
   calibrate_once
   # SHA-256 stops at 256 MiB: at 1 GiB x 4 the forced-GPU column (one
   # thread per segment, ~0.13 GB/s) would take minutes.
+  # AUTO_OPS=none or AUTO_SERIAL_OPS=none skips that half (two calls when
+  # one would pass the device's 10-minute limit); each half saves its JSON,
+  # and `bench plot` draws whatever halves this call has.
   A="$B/gvault bench primitive --no-single-core --min-ms ${AUTO_MIN_MS:-200} --pinned --backend auto ${AUTO_FLAGS:-}"
-  $A --ops ${AUTO_OPS:-aes256gcm-seal,blake3} --sizes ${AUTO_SIZES:-512,4K,64K,1M,16M,64M,256M,1G} \
-    2>&1 | tee "$OUT/auto.txt"
-  $A --ops ${AUTO_SERIAL_OPS:-sha256} --sizes ${AUTO_SERIAL_SIZES:-512,4K,64K,1M,16M,64M,256M} \
-    2>&1 | tee -a "$OUT/auto.txt"
+  saved=()
+  if [ "${AUTO_OPS:-}" != none ]; then
+    $A --ops ${AUTO_OPS:-aes256gcm-seal,blake3} --sizes ${AUTO_SIZES:-512,4K,64K,1M,16M,64M,256M,1G} \
+      --save "$OUT/auto-main.json" 2>&1 | tee -a "$OUT/auto.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] && saved+=(--from "$OUT/auto-main.json") || status=1
+  fi
+  if [ "${AUTO_SERIAL_OPS:-}" != none ]; then
+    $A --ops ${AUTO_SERIAL_OPS:-sha256} --sizes ${AUTO_SERIAL_SIZES:-512,4K,64K,1M,16M,64M,256M} \
+      --save "$OUT/auto-serial.json" 2>&1 | tee -a "$OUT/auto.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] && saved+=(--from "$OUT/auto-serial.json") || status=1
+  fi
+  [ ${#saved[@]} -gt 0 ] && $B/gvault bench plot "${saved[@]}" --out "$OUT/auto.png" \
+    --title "gvault bench primitive --backend auto --pinned, $(nproc) cores, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 fi
 if has lsm; then
   # Encryption at rest on this host (issue 7): db_bench workloads with and

@@ -209,3 +209,70 @@ fn primitive_run_draws_its_figure() {
     assert_eq!(pixels_of(&img, CPU_1), 0, "a skipped column was drawn");
     assert!(pixels_of(&img, CPU_ALL) > 200);
 }
+
+/// Two runs saved apart (`bench primitive --save`), one figure: the saved
+/// report keeps the table on stdout, and `--from` twice draws both runs'
+/// ops, as the GPU host's auto sweep does for GCM and BLAKE3 beside SHA-256.
+#[test]
+fn one_figure_from_two_saved_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let save = |op: &str| {
+        let json = tmp.path().join(format!("{op}.json"));
+        let o = gvault(&[
+            "bench",
+            "primitive",
+            "--ops",
+            op,
+            "--sizes",
+            "4K,64K",
+            "--min-ms",
+            "5",
+            "--backend",
+            "cpu",
+            "--save",
+            json.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let table = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(op) && l.contains("64KiB")),
+            "the table still prints:\n{table}"
+        );
+        json
+    };
+    let (a, b) = (save("crc32c"), save("sha256"));
+    let png = tmp.path().join("both.png");
+    let o = gvault(&[
+        "bench",
+        "plot",
+        "--from",
+        a.to_str().unwrap(),
+        "--from",
+        b.to_str().unwrap(),
+        "--out",
+        png.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        decode(&png).dimensions(),
+        (2 * 640, 48 + 440),
+        "two op panels"
+    );
+    let o = gvault(&[
+        "bench",
+        "primitive",
+        "--ops",
+        "crc32c",
+        "--sizes",
+        "4K",
+        "--save",
+        tmp.path().join("no/dir/x.json").to_str().unwrap(),
+    ]);
+    assert!(
+        !o.status.success() && text(&o).contains("--save"),
+        "{}",
+        text(&o)
+    );
+}

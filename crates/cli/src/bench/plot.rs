@@ -54,9 +54,10 @@ struct SavedReport {
 
 #[derive(clap::Args, Debug)]
 pub struct PlotArgs {
-    /// JSON written by `gvault bench primitive --json`.
-    #[arg(long, value_name = "FILE")]
-    from: PathBuf,
+    /// JSON written by `gvault bench primitive --json` or `--save`; repeat
+    /// it to draw the rows of several runs in one figure.
+    #[arg(long, value_name = "FILE", required = true)]
+    from: Vec<PathBuf>,
     /// PNG to write.
     #[arg(long, value_name = "FILE.png")]
     out: PathBuf,
@@ -67,17 +68,26 @@ pub struct PlotArgs {
 
 /// `gvault bench plot`: the figure from a saved run.
 pub fn run(args: PlotArgs) -> Result<(), String> {
-    let text = std::fs::read_to_string(&args.from)
-        .map_err(|e| format!("cannot read {}: {e}", args.from.display()))?;
-    let report = parse_report(&text).map_err(|e| format!("{}: {e}", args.from.display()))?;
+    let mut rows = Vec::new();
+    let mut threads = None;
+    for from in &args.from {
+        let text = std::fs::read_to_string(from)
+            .map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+        let report = parse_report(&text).map_err(|e| format!("{}: {e}", from.display()))?;
+        threads = threads.or(report.threads);
+        rows.extend(report.rows);
+    }
     let title = args.title.unwrap_or_else(|| {
-        let name = args.from.file_name().unwrap_or_default().to_string_lossy();
-        match report.threads {
+        let name = args.from[0]
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        match threads {
             Some(t) => format!("{name}: throughput vs segment size, {t} cores"),
             None => format!("{name}: throughput vs segment size"),
         }
     });
-    let (w, h) = draw(&report.rows, &title, &args.out)?;
+    let (w, h) = draw(&rows, &title, &args.out)?;
     println!("wrote {} ({w}x{h})", args.out.display());
     Ok(())
 }

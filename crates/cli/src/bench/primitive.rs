@@ -73,6 +73,10 @@ pub struct PrimitiveArgs {
     /// one line per column) into this PNG.
     #[arg(long, value_name = "FILE.png")]
     plot: Option<std::path::PathBuf>,
+    /// Also write the JSON report to this file (the table still prints):
+    /// `bench plot --from` draws one figure from several saved runs.
+    #[arg(long, value_name = "FILE.json")]
+    save: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -380,16 +384,19 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             println!("figure: {} ({w}x{h})", path.display());
         }
     }
-    if args.json {
+    if args.json || args.save.is_some() {
         let report = Report {
             threads,
             rows,
             reference,
         };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        if let Some(path) = &args.save {
+            std::fs::write(path, &text).map_err(|e| format!("--save {}: {e}", path.display()))?;
+        }
+        if args.json {
+            println!("{text}");
+        }
     }
     Ok(())
 }
