@@ -237,7 +237,7 @@ if has auto; then
   A="$B/gvault bench primitive --no-single-core --min-ms ${AUTO_MIN_MS:-200} --pinned --backend auto ${AUTO_FLAGS:-}"
   saved=()
   if [ "${AUTO_OPS:-}" != none ]; then
-    $A --ops ${AUTO_OPS:-aes256gcm-seal,blake3} --sizes ${AUTO_SIZES:-512,4K,64K,1M,16M,64M,256M,1G} \
+    $A --ops ${AUTO_OPS:-aes256gcm-seal,aes256gcm-open,blake3} --sizes ${AUTO_SIZES:-512,4K,64K,1M,16M,64M,256M,1G} \
       --save "$OUT/auto-main.json" 2>&1 | tee -a "$OUT/auto.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] && saved+=(--from "$OUT/auto-main.json") || status=1
   fi

@@ -10,8 +10,8 @@
 
 use super::gcm_split;
 use super::model::{
-    gpu_line_kind, gpu_serial, gpu_stage_ns, CostModel, CpuCost, GpuLine, HostMemory, LinearCost,
-    DIRECT_MIN,
+    gpu_line_kind, gpu_line_ns, gpu_serial, gpu_stage_ns, CostModel, CpuCost, GpuLine, HostMemory,
+    LinearCost, DIRECT_MIN,
 };
 use crate::cpu::{gcm_cut_applies, DEFAULT_SPLIT_BYTES, GCM_CUT_COST, GCM_CUT_PIECES};
 use crate::job::{OpKind, MAX_SEGMENT_LEN};
@@ -285,7 +285,17 @@ pub(super) fn gpu_time(
     }
     let kind = gpu_line_kind(mem, bytes, segments);
     let line = c.gpu(kind)?;
-    let stages = |bytes| gpu_stage_ns(&line, c.thread_ns_per_byte, bytes, segments, largest);
+    let stages = |bytes| {
+        gpu_line_ns(
+            c.op,
+            kind,
+            &line,
+            c.thread_ns_per_byte,
+            bytes,
+            segments,
+            largest,
+        )
+    };
     if kind != GpuLine::Pinned || bytes <= CALIBRATED_JOB_BYTES {
         return Some(stages(bytes));
     }

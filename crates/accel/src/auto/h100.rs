@@ -475,3 +475,23 @@ fn session9_large_pinned_gcm_splits_and_small_pieces_stay_on_the_cpu() {
         }
     }
 }
+
+/// Session 10, call 1 (`testdata/h100-cost-model-s10.json`): BLAKE3 4 KiB x
+/// 16384 in page-locked memory ran at 21.4 GB/s on the GPU and ~25 on the
+/// CPU, but the slower stage alone priced the GPU at 36.7 and auto ran it
+/// there (0.80x of the CPU). Priced as the sum of its stages it stays on
+/// the CPU; SHA-256 4 KiB x 16384, where the GPU won (21.1 against 16.1
+/// GB/s), keeps the GPU.
+#[test]
+fn h100_small_packed_pieces_price_both_host_stages() {
+    let m = parsed(include_str!("testdata/h100-cost-model-s10.json"));
+    let four_k = vec![4u64 << 10; 16384];
+    for op in [OpKind::Blake3, OpKind::AesGcmSeal, OpKind::AesGcmOpen] {
+        for mem in [HostMemory::Pinned, HostMemory::Pageable] {
+            let d = decide_h100(&m, op, &four_k, mem);
+            assert_eq!(d.plan, Plan::Cpu, "{op:?} {mem:?}: {d:?}");
+        }
+    }
+    let d = decide_h100(&m, OpKind::Sha256, &four_k, HostMemory::Pinned);
+    assert_eq!(d.plan, Plan::Gpu, "{d:?}");
+}
