@@ -495,19 +495,3 @@ fn h100_small_packed_pieces_price_both_host_stages() {
     let d = decide_h100(&m, OpKind::Sha256, &four_k, HostMemory::Pinned);
     assert_eq!(d.plan, Plan::Gpu, "{d:?}");
 }
-
-#[test]
-fn scratch_s10b() {
-    let m: CostModel =
-        serde_json::from_str(&std::fs::read_to_string("/tmp/s10b.json").unwrap()).unwrap();
-    for (op, size, n) in [
-        (OpKind::Sha256, 4096u64, 16384usize),
-        (OpKind::Sha256, 512, 131072),
-        (OpKind::Sha256, 65536, 1024),
-    ] {
-        for mem in [HostMemory::Pinned, HostMemory::Pageable] {
-            let d = decide_h100(&m, op, &vec![size; n], mem);
-            eprintln!("{op:?} {size} x {n} {mem:?}: {d:?}");
-        }
-    }
-}
