@@ -13,6 +13,32 @@ fn gvault(args: &[&str]) -> Output {
         .expect("cargo builds the gvault binary for its tests")
 }
 
+/// `gvault bench primitive` on the CPU backend at 4 and 64 KiB, quickly.
+fn primitive_on_cpu(extra: &[&str]) -> Output {
+    let mut args = vec![
+        "bench",
+        "primitive",
+        "--sizes",
+        "4K,64K",
+        "--min-ms",
+        "5",
+        "--backend",
+        "cpu",
+    ];
+    args.extend_from_slice(extra);
+    gvault(&args)
+}
+
+/// `gvault bench plot --from F... --out OUT`.
+fn plot(from: &[&Path], out: &Path) -> Output {
+    let mut args = vec!["bench", "plot"];
+    for f in from {
+        args.extend(["--from", f.to_str().unwrap()]);
+    }
+    args.extend(["--out", out.to_str().unwrap()]);
+    gvault(&args)
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -66,14 +92,7 @@ fn plot_from_saved_json_draws_every_column() {
     // A log line before the JSON, as when stdout and stderr were saved together.
     std::fs::write(&json, format!("gpu: 1 device\n{FIXTURE}\n")).unwrap();
     let png = tmp.path().join("out.png");
-    let o = gvault(&[
-        "bench",
-        "plot",
-        "--from",
-        json.to_str().unwrap(),
-        "--out",
-        png.to_str().unwrap(),
-    ]);
+    let o = plot(&[&json], &png);
     assert!(o.status.success(), "{}", text(&o));
     let img = decode(&png);
     assert_eq!(
@@ -119,14 +138,7 @@ fn plot_refuses_bad_input_clearly() {
         if !content.is_empty() {
             std::fs::write(&path, content).unwrap();
         }
-        let o = gvault(&[
-            "bench",
-            "plot",
-            "--from",
-            path.to_str().unwrap(),
-            "--out",
-            out,
-        ]);
+        let o = plot(&[&path], Path::new(out));
         assert!(!o.status.success(), "{name} was accepted");
         assert!(text(&o).contains(expect), "{name}: {}", text(&o));
         assert!(!text(&o).contains("panicked"), "{name}: {}", text(&o));
@@ -134,28 +146,14 @@ fn plot_refuses_bad_input_clearly() {
     let json = dir.join("ok.json");
     std::fs::write(&json, FIXTURE).unwrap();
     let bad_out = dir.join("out.jpg");
-    let o = gvault(&[
-        "bench",
-        "plot",
-        "--from",
-        json.to_str().unwrap(),
-        "--out",
-        bad_out.to_str().unwrap(),
-    ]);
+    let o = plot(&[&json], &bad_out);
     assert!(
         !o.status.success() && text(&o).contains("*.png"),
         "{}",
         text(&o)
     );
     let no_dir = dir.join("no/such/dir/out.png");
-    let o = gvault(&[
-        "bench",
-        "plot",
-        "--from",
-        json.to_str().unwrap(),
-        "--out",
-        no_dir.to_str().unwrap(),
-    ]);
+    let o = plot(&[&json], &no_dir);
     assert!(
         !o.status.success() && text(&o).contains("cannot draw"),
         "{}",
@@ -169,22 +167,14 @@ fn primitive_run_draws_its_figure() {
     let png = tmp.path().join("crc.png");
     let run = |extra: &[&str]| {
         let mut args = vec![
-            "bench",
-            "primitive",
             "--quick",
             "--ops",
             "crc32c",
-            "--sizes",
-            "4K,64K",
-            "--min-ms",
-            "5",
-            "--backend",
-            "cpu",
             "--plot",
+            png.to_str().unwrap(),
         ];
-        args.push(png.to_str().unwrap());
         args.extend_from_slice(extra);
-        let o = gvault(&args);
+        let o = primitive_on_cpu(&args);
         assert!(o.status.success(), "{}", text(&o));
         o
     };
@@ -218,20 +208,7 @@ fn one_figure_from_two_saved_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let save = |op: &str| {
         let json = tmp.path().join(format!("{op}.json"));
-        let o = gvault(&[
-            "bench",
-            "primitive",
-            "--ops",
-            op,
-            "--sizes",
-            "4K,64K",
-            "--min-ms",
-            "5",
-            "--backend",
-            "cpu",
-            "--save",
-            json.to_str().unwrap(),
-        ]);
+        let o = primitive_on_cpu(&["--ops", op, "--save", json.to_str().unwrap()]);
         assert!(o.status.success(), "{}", text(&o));
         let table = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -244,16 +221,7 @@ fn one_figure_from_two_saved_runs() {
     };
     let (a, b) = (save("crc32c"), save("sha256"));
     let png = tmp.path().join("both.png");
-    let o = gvault(&[
-        "bench",
-        "plot",
-        "--from",
-        a.to_str().unwrap(),
-        "--from",
-        b.to_str().unwrap(),
-        "--out",
-        png.to_str().unwrap(),
-    ]);
+    let o = plot(&[&a, &b], &png);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
         decode(&png).dimensions(),

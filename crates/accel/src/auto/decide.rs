@@ -324,6 +324,7 @@ pub(super) fn gpu_time(
         bytes,
         segments,
         largest,
+        false,
     );
     Some(
         large
@@ -1343,7 +1344,7 @@ mod tests {
         let pinned = base
             .gpu_line(OpKind::AesGcmSeal, GpuLine::Pinned)
             .expect("a line");
-        let stages = |bytes| gpu_stage_ns(&pinned, None, bytes, 4, bytes / 4);
+        let stages = |bytes| gpu_stage_ns(&pinned, None, bytes, 4, bytes / 4, false);
         let extra = ((1u64 << 30) - CALIBRATED_JOB_BYTES) as f64;
         // The link (55 GB/s) is slower than the kernel (100): its rate.
         let want = stages(CALIBRATED_JOB_BYTES) + (1.0 / 55.0) * extra;

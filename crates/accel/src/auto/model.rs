@@ -190,27 +190,32 @@ pub fn gpu_line_ns(
     largest: u64,
 ) -> f64 {
     let packed = matches!(kind, GpuLine::Pageable | GpuLine::PinnedPacked);
-    if !packed || gpu_serial(op) {
-        return gpu_stage_ns(line, thread_ns_per_byte, bytes, segments, largest);
-    }
-    let thread = thread_ns_per_byte.unwrap_or(0.0) * largest.min(bytes) as f64;
-    line.fixed_ns
-        + (line.ns_per_byte * bytes as f64 + line.ns_per_segment * segments as f64).max(thread)
+    let add = packed && !gpu_serial(op);
+    gpu_stage_ns(line, thread_ns_per_byte, bytes, segments, largest, add)
 }
 
-/// A GPU line's time as overlapping stages: the slowest sets the pace.
+/// A GPU line's time as stages: fixed + the slowest of the byte, segment
+/// and thread stages (they overlap), the byte and segment stages summed
+/// first where `add` (see [`gpu_line_ns`]).
 pub fn gpu_stage_ns(
     line: &LinearCost,
     thread_ns_per_byte: Option<f64>,
     bytes: u64,
     segments: usize,
     largest: u64,
+    add: bool,
 ) -> f64 {
     let thread = thread_ns_per_byte.unwrap_or(0.0) * largest.min(bytes) as f64;
-    line.fixed_ns
-        + (line.ns_per_byte * bytes as f64)
-            .max(line.ns_per_segment * segments as f64)
-            .max(thread)
+    let (per_byte, per_segment) = (
+        line.ns_per_byte * bytes as f64,
+        line.ns_per_segment * segments as f64,
+    );
+    let host = if add {
+        per_byte + per_segment
+    } else {
+        per_byte.max(per_segment)
+    };
+    line.fixed_ns + host.max(thread)
 }
 
 /// Where a job's data lives, as far as the GPU's cost is concerned.
@@ -576,6 +581,7 @@ pub fn fit_stages(samples: &[StageSample], serial: bool) -> Option<(LinearCost, 
             b,
             n,
             l,
+            false,
         );
         fixed = (ns - stages).clamp(0.0, ns);
     }
@@ -704,7 +710,12 @@ mod tests {
             .iter()
             .map(|&(size, n)| {
                 let bytes = size * n as u64;
-                (bytes, n, size, gpu_stage_ns(&line, thread, bytes, n, size))
+                (
+                    bytes,
+                    n,
+                    size,
+                    gpu_stage_ns(&line, thread, bytes, n, size, false),
+                )
             })
             .collect();
         let (fit, t) = fit_stages(&samples, true).expect("fits");
