@@ -193,6 +193,10 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             return Err(format!("--plot {}: name the figure *.png", path.display()));
         }
     }
+    if let Some(path) = &args.save {
+        // Likewise: a report that cannot be written fails now, not after it.
+        std::fs::File::create(path).map_err(|e| format!("--save {}: {e}", path.display()))?;
+    }
 
     let mut rows = Vec::new();
     if !args.json {
