@@ -143,6 +143,52 @@ pub fn paired(plain: &[f64], enc: &[f64]) -> Option<Paired> {
     })
 }
 
+/// Issue 7's target for an `auto` row: encrypted throughput at least this
+/// share of plain, 0.90 for values of 4 KiB and up, 0.80 below.
+pub fn target_for(value_bytes: usize) -> f64 {
+    if value_bytes >= 4096 {
+        0.90
+    } else {
+        0.80
+    }
+}
+
+/// One auto cell for the closing target check: its ratio to plain (of the
+/// medians), and the same cell's none-again ratio (the host's A/A spread)
+/// when that mode ran.
+pub struct TargetCell {
+    pub label: String,
+    pub value_bytes: usize,
+    pub ratio: f64,
+    pub control: Option<f64>,
+}
+
+/// "auto >= target in N of M cells" and the cells that missed, each with
+/// its A/A ratio beside it so a reader can tell a miss from the host's
+/// spread; `None` when no auto cell has a ratio.
+pub fn target_summary(cells: &[TargetCell]) -> Option<String> {
+    if cells.is_empty() {
+        return None;
+    }
+    let misses: Vec<String> = cells
+        .iter()
+        .filter(|c| c.ratio < target_for(c.value_bytes))
+        .map(|c| match c.control {
+            Some(a) => format!("{} {:.2} (none-again {a:.2})", c.label, c.ratio),
+            None => format!("{} {:.2}", c.label, c.ratio),
+        })
+        .collect();
+    let met = cells.len() - misses.len();
+    let mut line = format!(
+        "target (auto/plain >= 0.90 from 4 KiB values, >= 0.80 below): {met} of {} cells",
+        cells.len()
+    );
+    if !misses.is_empty() {
+        line.push_str(&format!("; below: {}", misses.join(", ")));
+    }
+    Some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +205,33 @@ mod tests {
         let key = ("fillseq", 4096, Some(false));
         assert_eq!(rates.ratio(Encrypt::None, key, 100.0), None);
         assert_eq!(rates.ratio(Encrypt::NoneAgain, key, 95.0), Some(0.95));
+    }
+
+    #[test]
+    fn the_target_check_names_each_miss_with_its_spread() {
+        let cell = |label: &str, value_bytes, ratio, control| TargetCell {
+            label: label.into(),
+            value_bytes,
+            ratio,
+            control,
+        };
+        assert_eq!(target_summary(&[]), None);
+        let line = target_summary(&[
+            cell("fillseq 4KiB", 4096, 0.91, Some(1.02)),
+            cell("readrandom 64KiB", 65536, 0.86, Some(0.97)),
+            cell("fillseq 100B", 100, 0.85, None),
+            cell("overwrite 100B", 100, 0.79, None),
+        ])
+        .unwrap();
+        assert!(line.contains("2 of 4 cells"), "{line}");
+        assert!(
+            line.contains("readrandom 64KiB 0.86 (none-again 0.97)"),
+            "{line}"
+        );
+        assert!(line.contains("overwrite 100B 0.79"), "{line}");
+        assert!(!line.contains("fillseq"), "{line}");
+        let all = target_summary(&[cell("readseq 4KiB", 4096, 0.90, None)]).unwrap();
+        assert!(all.ends_with("1 of 1 cells"), "{all}");
     }
 
     #[test]

@@ -298,6 +298,11 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
             rows.push(row);
         }
     }
+    if !args.json {
+        if let Some(line) = encrypt::target_summary(&target_cells(&rows)) {
+            println!("{line}");
+        }
+    }
     let reencrypt = match args.reencrypt {
         Some(gib) => {
             let mode = modes
@@ -339,6 +344,27 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
     }
     base.close()
         .map_err(|e| format!("removing the benchmark directory: {e}"))
+}
+
+/// The auto rows with a ratio to plain, each beside its cell's none-again
+/// ratio (same workload, size and sync) where that mode ran.
+fn target_cells(rows: &[Row]) -> Vec<encrypt::TargetCell> {
+    let cell = |r: &Row| (r.workload, r.value_bytes, r.sync);
+    rows.iter()
+        .filter(|r| r.encrypt == Encrypt::Auto.name())
+        .filter_map(|r| {
+            let control = rows
+                .iter()
+                .find(|c| c.encrypt == Encrypt::NoneAgain.name() && cell(c) == cell(r))
+                .and_then(|c| c.enc_vs_plain);
+            Some(encrypt::TargetCell {
+                label: format!("{} {}", r.workload, size_label(r.value_bytes)),
+                value_bytes: r.value_bytes,
+                ratio: r.enc_vs_plain?,
+                control,
+            })
+        })
+        .collect()
 }
 
 fn plan(args: &LsmArgs) -> Result<Plan, String> {
