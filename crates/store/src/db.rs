@@ -62,6 +62,9 @@ pub(crate) struct DbInner {
     pub opts: Options,
     pub fs: Arc<dyn FileSystem>,
     pub codec: Arc<dyn BlockCodec>,
+    /// What value-log files are sealed with: `codec`, except in an
+    /// index-only store (`Encryption::seal_value_log`), where it is CRC32C.
+    pub vlog_codec: Arc<dyn BlockCodec>,
     /// The key registry of an encrypted store.
     pub keys: Option<Arc<KeyState>>,
     pub block_cache: Arc<BlockCache>,
@@ -134,6 +137,7 @@ impl DbInner {
         dir: PathBuf,
         opts: Options,
         codec: Arc<dyn BlockCodec>,
+        vlog_codec: Arc<dyn BlockCodec>,
         keys: Option<Arc<KeyState>>,
         version: Version,
         log: LogWriter,
@@ -149,7 +153,7 @@ impl DbInner {
             block_cache.clone(),
             opts.max_open_tables,
         );
-        let vlog = ValueLog::new(fs.clone(), dir.clone(), codec.clone());
+        let vlog = ValueLog::new(fs.clone(), dir.clone(), vlog_codec.clone());
         let visible = version.last_sequence;
         let next_file = version.next_file_number;
         let current = Arc::new(version);
@@ -170,6 +174,7 @@ impl DbInner {
             opts,
             fs,
             codec,
+            vlog_codec,
             keys,
             block_cache,
             tables,

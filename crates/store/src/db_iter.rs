@@ -56,7 +56,8 @@ impl DbIterator {
             std::thread::available_parallelism().map_or(1, |n| n.get())
                 >= crate::options::READ_AHEAD_MIN_CORES
         });
-        let ahead = (wanted && inner.codec.opens_in_parallel())
+        // Read-ahead opens value-log frames: none in an index-only store.
+        let ahead = (wanted && inner.vlog_codec.opens_in_parallel())
             .then(|| parking_lot::Mutex::new(ReadAhead::new()));
         Ok(DbIterator {
             inner: inner.clone(),

@@ -67,7 +67,7 @@ pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
 /// value frames in it.
 fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>, u64)> {
     let path = vlog_path(&inner.dir, n);
-    let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.codec)?;
+    let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.vlog_codec)?;
     let end = match sealed {
         Some(s) => s,
         None => file
@@ -79,7 +79,7 @@ fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>,
         offset: HEADER_LEN as u64,
         block: 0,
     };
-    let mut reader = LogReader::new(file, &path, start, end, inner.codec.clone());
+    let mut reader = LogReader::new(file, &path, start, end, inner.vlog_codec.clone());
     let mut out = Vec::new();
     let mut total = 0u64;
     loop {

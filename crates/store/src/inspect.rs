@@ -97,7 +97,7 @@ pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
 
 fn verify_log(inner: &DbInner, n: u64, end: Option<u64>) -> Result<u64> {
     let path = vlog_path(&inner.dir, n);
-    let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.codec)?;
+    let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.vlog_codec)?;
     let len = file
         .len()
         .ctx(|| format!("reading size of {}", path.display()))?;
@@ -114,7 +114,7 @@ fn verify_log(inner: &DbInner, n: u64, end: Option<u64>) -> Result<u64> {
         offset: HEADER_LEN as u64,
         block: 0,
     };
-    let mut reader = LogReader::new(file, &path, start, end, inner.codec.clone());
+    let mut reader = LogReader::new(file, &path, start, end, inner.vlog_codec.clone());
     let mut frames = 0;
     loop {
         match reader.next()? {

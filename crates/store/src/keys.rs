@@ -16,6 +16,7 @@ use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 use rand::RngCore;
 use zeroize::Zeroizing;
 
+use crate::codec::{BlockCodec, Crc32cCodec};
 use crate::coding::{put_u32, Decoder};
 use crate::crypto::{GcmCodec, SealObserver, STORE_ID_LEN, TAG_LEN};
 use crate::env::FileSystem;
@@ -24,7 +25,11 @@ use crate::error::{Error, IoContext, Result};
 pub const KEYS_FILE: &str = "KEYS";
 pub const KEYS_TEMP: &str = "KEYS.tmp";
 const MAGIC: [u8; 4] = *b"GVKR";
-const VERSION: u16 = 1;
+/// Version 2 appends a flags word to the sealed body; version 1 (no flags:
+/// everything sealed) is still read.
+const VERSION: u16 = 2;
+/// Registry flag: value-log files keep CRC32C (index-only encryption).
+const FLAG_VALUE_LOG_UNSEALED: u32 = 1;
 const HEADER_LEN: usize = 48;
 const KEY_LEN: usize = 32;
 const SALT_LEN: usize = 16;
@@ -76,6 +81,18 @@ pub struct Encryption {
     /// Argon2id costs for a registry written with a passphrase (creation,
     /// `rotate-master`); opening uses the stored ones.
     pub kdf: KdfParams,
+    /// Whether value-log files are sealed too. `Some(false)` creates an
+    /// *index-only* store (seed 000's "index encryption"): tables, manifest
+    /// and pointer file are sealed, the value log keeps CRC32C, so every
+    /// value, and every key and small value until its memtable is flushed,
+    /// lies on disk in the clear, and value-log bytes are protected against
+    /// accidents only, not against deliberate changes. It exists to measure
+    /// what sealing the value log costs; it is fixed at creation and kept
+    /// in the sealed registry, so it cannot be switched by editing files.
+    /// `None`: a new store seals everything; an existing one keeps what it
+    /// was created with. `Some(x)` on an existing store created otherwise
+    /// is refused before any data file is read.
+    pub seal_value_log: Option<bool>,
 }
 
 impl Encryption {
@@ -83,6 +100,7 @@ impl Encryption {
         Encryption {
             master: MasterKeySource::Key(key),
             kdf: KdfParams::default(),
+            seal_value_log: None,
         }
     }
 
@@ -90,6 +108,7 @@ impl Encryption {
         Encryption {
             master: MasterKeySource::Passphrase(Arc::new(Zeroizing::new(passphrase.into()))),
             kdf: KdfParams::default(),
+            seal_value_log: None,
         }
     }
 }
@@ -236,6 +255,8 @@ pub struct Registry {
     /// Ids are never reused, so a retired key's id never names another key.
     pub next_id: u32,
     pub keys: BTreeMap<u32, Aes256Key>,
+    /// Whether value-log files are sealed (false: index-only store).
+    pub seal_value_log: bool,
     kdf: KdfHeader,
     master: Aes256Key,
 }
@@ -250,6 +271,7 @@ impl Registry {
             current: 1,
             next_id: 2,
             keys: BTreeMap::from([(1, generate_key())]),
+            seal_value_log: enc.seal_value_log.unwrap_or(true),
             kdf,
             master,
         })
@@ -288,7 +310,7 @@ impl Registry {
         }
         let mut d = Decoder::new(&head[4..]);
         let version = d.u16().unwrap_or(0);
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(Error::Unsupported {
                 path,
                 reason: format!("key registry version {version} (this build reads {VERSION})"),
@@ -353,16 +375,30 @@ impl Registry {
                 return Err(bad("malformed key id"));
             }
         }
+        let flags = if version >= 2 {
+            d.u32().ok_or_else(|| bad("flags missing"))?
+        } else {
+            0
+        };
         if !d.is_empty() || !keys.contains_key(&current) {
             return Err(bad(
                 "malformed registry (current key missing or trailing bytes)",
             ));
+        }
+        if flags & !FLAG_VALUE_LOG_UNSEALED != 0 {
+            return Err(Error::Unsupported {
+                path,
+                reason: format!(
+                    "key registry flags {flags:#x} (this build knows {FLAG_VALUE_LOG_UNSEALED:#x})"
+                ),
+            });
         }
         Ok(Registry {
             store_id,
             current,
             next_id,
             keys,
+            seal_value_log: flags & FLAG_VALUE_LOG_UNSEALED == 0,
             kdf,
             master,
         })
@@ -371,10 +407,22 @@ impl Registry {
     /// Seals and writes `KEYS` atomically (temporary file, fsync, rename,
     /// fsync of the directory) under a fresh random nonce.
     pub fn save(&self, fs: &dyn FileSystem, dir: &Path, backend: &dyn Backend) -> Result<()> {
+        self.save_as(fs, dir, backend, VERSION)
+    }
+
+    /// `save` in registry format `version` (tests write version 1, which
+    /// has no flags word, to check it is still read).
+    fn save_as(
+        &self,
+        fs: &dyn FileSystem,
+        dir: &Path,
+        backend: &dyn Backend,
+        version: u16,
+    ) -> Result<()> {
         let nonce = Nonce96(random_bytes());
         let mut head = Vec::with_capacity(HEADER_LEN);
         head.extend_from_slice(&MAGIC);
-        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&version.to_le_bytes());
         head.push(self.kdf.kind);
         head.push(0);
         put_u32(&mut head, self.kdf.params.m_cost_kib);
@@ -383,7 +431,7 @@ impl Registry {
         head.extend_from_slice(&self.kdf.salt);
         head.extend_from_slice(&nonce.0);
         debug_assert_eq!(head.len(), HEADER_LEN);
-        let mut body = Zeroizing::new(Vec::with_capacity(28 + self.keys.len() * 36));
+        let mut body = Zeroizing::new(Vec::with_capacity(32 + self.keys.len() * 36));
         body.extend_from_slice(&self.store_id);
         put_u32(&mut body, self.current);
         put_u32(&mut body, self.next_id);
@@ -391,6 +439,14 @@ impl Registry {
         for (id, k) in &self.keys {
             put_u32(&mut body, *id);
             body.extend_from_slice(k.expose());
+        }
+        let flags = if self.seal_value_log {
+            0
+        } else {
+            FLAG_VALUE_LOG_UNSEALED
+        };
+        if version >= 2 {
+            put_u32(&mut body, flags);
         }
         let tag = {
             let mut job = Job::Seal {
@@ -470,6 +526,11 @@ pub fn keys_path(dir: &Path) -> PathBuf {
 pub struct KeyState {
     pub registry: parking_lot::Mutex<Registry>,
     pub codec: Arc<GcmCodec>,
+    /// What value-log files are written and read with: `codec`, or CRC32C
+    /// in an index-only store. Fixed for the store's life (the registry's
+    /// flag), so a file under key 0 opens only where this is CRC32C, and
+    /// only as a value-log file: tables and manifests never accept it.
+    pub vlog_codec: Arc<dyn BlockCodec>,
     pub backend: Arc<dyn Backend>,
 }
 
@@ -480,9 +541,15 @@ impl KeyState {
             .clone()
             .unwrap_or_else(crate::crypto::shared_cpu_backend);
         let codec = Arc::new(registry.codec(backend.clone(), opts.seal_observer.clone()));
+        let vlog_codec: Arc<dyn BlockCodec> = if registry.seal_value_log {
+            codec.clone()
+        } else {
+            Arc::new(Crc32cCodec)
+        };
         KeyState {
             registry: parking_lot::Mutex::new(registry),
             codec,
+            vlog_codec,
             backend,
         }
     }
@@ -505,6 +572,18 @@ impl KeyState {
             .clone()
             .unwrap_or_else(crate::crypto::shared_cpu_backend);
         let registry = Registry::load(fs, dir, enc, &*backend)?;
+        if let Some(want) = enc.seal_value_log {
+            if want != registry.seal_value_log {
+                let on_off = |b: bool| if b { "on" } else { "off (index-only)" };
+                return Err(Error::InvalidArgument(format!(
+                    "store {} was created with value-log sealing {}, and the options ask for it {}; \
+                     it is fixed at creation (leave the option unset to open the store as it is)",
+                    dir.display(),
+                    on_off(registry.seal_value_log),
+                    on_off(want)
+                )));
+            }
+        }
         Ok(Some(KeyState::new(registry, opts)))
     }
 
@@ -517,5 +596,37 @@ impl KeyState {
             .lock()
             .save(&*opts.fs, dir, &*state.backend)?;
         Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::OsFs;
+
+    #[test]
+    fn registry_flags_round_trip_and_version_1_reads_as_fully_sealed() {
+        let d = tempfile::tempdir().unwrap();
+        let backend = crate::crypto::shared_cpu_backend();
+        let enc = Encryption {
+            seal_value_log: Some(false),
+            ..Encryption::with_key(generate_key())
+        };
+        let r = Registry::new(&enc, &keys_path(d.path())).unwrap();
+        r.save(&OsFs, d.path(), &*backend).unwrap();
+        let back = Registry::load(&OsFs, d.path(), &enc, &*backend).unwrap();
+        assert!(!back.seal_value_log);
+        assert_eq!(back.keys.len(), 1);
+        // A version-1 registry (written before the flags word) has every
+        // file sealed.
+        r.save_as(&OsFs, d.path(), &*backend, 1).unwrap();
+        let back = Registry::load(&OsFs, d.path(), &enc, &*backend).unwrap();
+        assert!(back.seal_value_log);
+        // A future version is refused, not misread.
+        r.save_as(&OsFs, d.path(), &*backend, VERSION + 1).unwrap();
+        assert!(matches!(
+            Registry::load(&OsFs, d.path(), &enc, &*backend),
+            Err(Error::Unsupported { .. })
+        ));
     }
 }

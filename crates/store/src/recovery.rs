@@ -110,7 +110,7 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
                 keys = Some(Arc::new(KeyState::create(&opts, dir, enc)?));
                 codec = codec_for(&keys);
             }
-            let v = create_empty(&opts, dir, codec.clone())?;
+            let v = create_empty(&opts, dir, vlog_codec_for(&keys))?;
             names = fs.list(dir).ctx(|| format!("listing {}", dir.display()))?;
             v
         }
@@ -170,7 +170,8 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
         });
     }
     let mem = MemTable::new();
-    let replayed = replay(&opts, dir, &version, &mem, codec.clone())?;
+    let vlog_codec = vlog_codec_for(&keys);
+    let replayed = replay(&opts, dir, &version, &mem, vlog_codec.clone())?;
     version.last_sequence = version.last_sequence.max(replayed.max_seq);
 
     // Writes go to a new value-log file: appending after a cut tail would
@@ -180,7 +181,13 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     let head = version.next_file_number;
     version.next_file_number += 1;
     let head_path = vlog_path(dir, head);
-    let log = LogWriter::create(&*fs, &head_path, FileKind::ValueLog, head, codec.clone())?;
+    let log = LogWriter::create(
+        &*fs,
+        &head_path,
+        FileKind::ValueLog,
+        head,
+        vlog_codec.clone(),
+    )?;
     fs.sync_dir(dir)
         .ctx(|| format!("syncing directory {}", dir.display()))?;
     let head_start = log.position();
@@ -203,7 +210,17 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     manifest::write_pointer(&*fs, dir, number, codec.clone())?;
     remove_orphans(&opts, dir, &names, &version, number);
 
-    let inner = DbInner::new(dir.to_owned(), opts, codec, keys, version, log, m, lock);
+    let inner = DbInner::new(
+        dir.to_owned(),
+        opts,
+        codec,
+        vlog_codec,
+        keys,
+        version,
+        log,
+        m,
+        lock,
+    );
     if !mem.is_empty() {
         // Flush what was replayed, as LevelDB does, so the next open does not
         // replay it again and value-log files do not pile up.
@@ -243,9 +260,24 @@ fn codec_for(keys: &Option<Arc<KeyState>>) -> Arc<dyn BlockCodec> {
     }
 }
 
-fn create_empty(opts: &Options, dir: &Path, codec: Arc<dyn BlockCodec>) -> Result<Version> {
+/// What value-log files use: the store's codec, or CRC32C in an
+/// index-only store.
+fn vlog_codec_for(keys: &Option<Arc<KeyState>>) -> Arc<dyn BlockCodec> {
+    match keys {
+        Some(k) => k.vlog_codec.clone(),
+        None => Arc::new(Crc32cCodec),
+    }
+}
+
+fn create_empty(opts: &Options, dir: &Path, vlog_codec: Arc<dyn BlockCodec>) -> Result<Version> {
     let n = 1;
-    LogWriter::create(&*opts.fs, &vlog_path(dir, n), FileKind::ValueLog, n, codec)?;
+    LogWriter::create(
+        &*opts.fs,
+        &vlog_path(dir, n),
+        FileKind::ValueLog,
+        n,
+        vlog_codec,
+    )?;
     let edit = VersionEdit {
         last_sequence: Some(0),
         next_file_number: Some(n + 1),

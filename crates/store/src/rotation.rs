@@ -27,6 +27,9 @@ pub struct KeyStatus {
     /// Keys a re-encryption pass dropped from the registry (ids are never
     /// reused, so every id below the next one that is not in `keys`).
     pub retired: Vec<u32>,
+    /// Live files under no key (CRC32C only): the value log of an
+    /// index-only store (`Encryption::seal_value_log`). Never stale.
+    pub unsealed: Vec<String>,
 }
 
 impl KeyStatus {
@@ -115,13 +118,18 @@ pub fn status(inner: &DbInner) -> Result<KeyStatus> {
         (r.current, r.keys.keys().copied().collect(), retired)
     };
     let mut keys: BTreeMap<u32, Vec<String>> = ids.into_iter().map(|i| (i, Vec::new())).collect();
+    let mut unsealed = Vec::new();
     for (name, k) in live_files(inner)? {
-        keys.entry(k).or_default().push(name);
+        match k {
+            0 => unsealed.push(name),
+            k => keys.entry(k).or_default().push(name),
+        }
     }
     Ok(KeyStatus {
         current,
         keys,
         retired,
+        unsealed,
     })
 }
 
@@ -178,6 +186,10 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
         rate: rate.max(4096),
     };
     let stopping = || inner.state.lock().shutting_down;
+    // An index-only store's value log is under no key: steps 1 and 2 skip
+    // it (and `retire_unused` never sees key 0, which is not in the
+    // registry).
+    let seal_value_log = ks.registry.lock().seal_value_log;
 
     // 1. The value-log head is still being appended to: start a new one, so
     //    that every older file is sealed (immutable, its size recorded).
@@ -186,7 +198,9 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
         let log = guard
             .as_mut()
             .ok_or_else(|| Error::Closed("store is closed".into()))?;
-        if header_key(inner, &vlog_path(&inner.dir, log.file_number()))? != current {
+        if seal_value_log
+            && header_key(inner, &vlog_path(&inner.dir, log.file_number()))? != current
+        {
             inner.rotate_log(log)?;
         }
         log.file_number()
@@ -194,9 +208,11 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
 
     // 2. Sealed value-log files. Each is synced and installed on a second
     //    thread while the next one is read and sealed.
-    let logs: Vec<(u64, Option<(u64, u32)>)> = {
+    let logs: Vec<(u64, Option<(u64, u32)>)> = if seal_value_log {
         let v = inner.state.lock().current.clone();
         v.logs.values().map(|m| (m.number, m.sealed)).collect()
+    } else {
+        Vec::new()
     };
     let installed = std::thread::scope(|scope| -> Result<(u64, u64)> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<(reseal::WrittenLog, u64)>(1);

@@ -123,7 +123,7 @@ impl DbInner {
         let first_seq = self.visible_seq.load(Ordering::SeqCst) + 1;
         // Value frames first, then the commit record that points at them,
         // all laid out in one buffer and sealed there.
-        let overhead = FRAME_HEADER_LEN + self.codec.overhead();
+        let overhead = FRAME_HEADER_LEN + self.vlog_codec.overhead();
         let capacity: usize = batches
             .iter()
             .flat_map(|b| &b.ops)
@@ -250,8 +250,13 @@ impl DbInner {
             let old = log.position();
             let n = self.new_file_number();
             let path = vlog_path(&self.dir, n);
-            let new =
-                LogWriter::create(&*self.fs, &path, FileKind::ValueLog, n, self.codec.clone())?;
+            let new = LogWriter::create(
+                &*self.fs,
+                &path,
+                FileKind::ValueLog,
+                n,
+                self.vlog_codec.clone(),
+            )?;
             self.fs
                 .sync_dir(&self.dir)
                 .ctx(|| format!("syncing directory {}", self.dir.display()))?;

@@ -318,3 +318,138 @@ fn reencrypt_with_everything_already_flushed_moves_every_file() {
     let s = Store::open(d.path(), Mode::Encrypted.options()).unwrap();
     assert!(s.verify().unwrap().is_clean());
 }
+
+fn files_with(dir: &Path, ext: &str) -> Vec<std::path::PathBuf> {
+    let mut t: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    t.sort();
+    t
+}
+
+/// Every file's bytes, by name (the lock file aside).
+fn dir_bytes(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != "LOCK")
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
+
+fn holds(path: &Path, needle: &[u8]) -> bool {
+    std::fs::read(path)
+        .unwrap()
+        .windows(needle.len())
+        .any(|w| w == needle)
+}
+
+#[test]
+fn index_only_store_seals_tables_not_the_value_log() {
+    let d = tempfile::tempdir().unwrap();
+    let index_only = |seal: Option<bool>| Options {
+        encryption: Some(Encryption {
+            seal_value_log: seal,
+            ..enc()
+        }),
+        reencrypt_bytes_per_sec: 1 << 30,
+        ..Mode::Encrypted.options()
+    };
+    let s = Store::open(d.path(), index_only(Some(false))).unwrap();
+    fill(&s, 200, 3);
+    s.flush().unwrap();
+    s.compact_range(None, None).unwrap();
+    // A large value (past `value_threshold`) lives in the value log, in the
+    // clear; tables and manifests hold no key or value in the clear.
+    let big = value_for(4, 3, 400);
+    assert!(files_with(d.path(), "vlog").iter().any(|p| holds(p, &big)));
+    for ext in ["sst", "manifest"] {
+        for p in files_with(d.path(), ext) {
+            assert!(!holds(&p, b"key0004"), "{} holds a key", p.display());
+        }
+    }
+    let status = s.key_status().unwrap();
+    assert!(!status.unsealed.is_empty(), "{status:?}");
+    assert_eq!(status.stale_files(), 0, "{status:?}");
+
+    // Rotation re-seals tables and manifest and leaves the value log.
+    let old = status.current;
+    s.rotate_data_key().unwrap();
+    fill(&s, 50, 4);
+    let report = s.reencrypt().unwrap();
+    let status = s.key_status().unwrap();
+    assert_eq!(status.stale_files(), 0, "{status:?} {report:?}");
+    assert_eq!(report.keys_retired, vec![old]);
+    assert_eq!(report.logs_rewritten, 0);
+    s.close().unwrap();
+
+    // The mode is the store's: unset opens it, the other setting is refused
+    // before anything is read or written.
+    let s = Store::open(d.path(), index_only(None)).unwrap();
+    for k in 0..200u64 {
+        let ver = if k < 50 { 4 } else { 3 };
+        let len = if k % 4 == 0 { 400 } else { 30 };
+        assert_eq!(
+            s.get(format!("key{k:04}")).unwrap().unwrap(),
+            value_for(k, ver, len)
+        );
+    }
+    assert!(s.verify().unwrap().is_clean());
+    s.close().unwrap();
+    let before = dir_bytes(d.path());
+    match Store::open(d.path(), index_only(Some(true))) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("index-only"), "{why}"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a fully sealed open of an index-only store was accepted"),
+    }
+    assert_eq!(before, dir_bytes(d.path()));
+
+    // And a fully sealed store refuses to become index-only.
+    let f = tempfile::tempdir().unwrap();
+    build(f.path(), Mode::Encrypted.options());
+    assert!(matches!(
+        Store::open(f.path(), index_only(Some(false))),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn a_crc_value_log_file_is_refused_by_a_sealed_store() {
+    // Same writes into an index-only and a fully sealed store (same master
+    // key): same file numbers. The index-only store's value-log file
+    // (CRC32C, key 0) put in place of the sealed one must not be read:
+    // only an index-only store accepts key 0, and only for value-log files.
+    let sealed = tempfile::tempdir().unwrap();
+    let plain = tempfile::tempdir().unwrap();
+    build(sealed.path(), Mode::Encrypted.options());
+    let index_only = Options {
+        encryption: Some(Encryption {
+            seal_value_log: Some(false),
+            ..enc()
+        }),
+        ..Mode::Encrypted.options()
+    };
+    build(plain.path(), index_only);
+    let ours = files_with(sealed.path(), "vlog");
+    let theirs = files_with(plain.path(), "vlog");
+    let mut replaced = 0;
+    for p in &theirs {
+        let name = p.file_name().unwrap();
+        if ours.iter().any(|o| o.file_name() == Some(name)) {
+            let c = tempfile::tempdir().unwrap();
+            common_copy(sealed.path(), c.path());
+            std::fs::copy(p, c.path().join(name)).unwrap();
+            assert!(detects(c.path()), "{name:?} under CRC32C was accepted");
+            replaced += 1;
+        }
+    }
+    assert!(
+        replaced > 0,
+        "no value-log file in common: {ours:?} {theirs:?}"
+    );
+}

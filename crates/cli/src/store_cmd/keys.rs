@@ -313,12 +313,15 @@ fn print_status(dir: &Path, st: &gvault_store::KeyStatus) {
         "{:>6}  {:<8} {:>6} {:>14}",
         "key", "state", "files", "bytes"
     );
-    for (id, files) in &st.keys {
-        let bytes: u64 = files
+    let bytes_of = |files: &[String]| -> u64 {
+        files
             .iter()
             .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
             .map(|m| m.len())
-            .sum();
+            .sum()
+    };
+    for (id, files) in &st.keys {
+        let bytes = bytes_of(files);
         let state = match (*id == st.current, files.is_empty()) {
             (true, _) => "current",
             (false, false) => "old",
@@ -328,6 +331,18 @@ fn print_status(dir: &Path, st: &gvault_store::KeyStatus) {
     }
     for id in &st.retired {
         println!("{id:>6}  {:<8} {:>6} {:>14}", "retired", 0, 0);
+    }
+    if !st.unsealed.is_empty() {
+        println!(
+            "{:>6}  {:<8} {:>6} {:>14}",
+            "none",
+            "crc32c",
+            st.unsealed.len(),
+            bytes_of(&st.unsealed)
+        );
+        println!(
+            "this store is index-only: its value log is not encrypted (values and recent keys lie on disk in the clear)"
+        );
     }
     let stale = st.stale_files();
     if stale > 0 {

@@ -43,11 +43,13 @@ pub fn value_for(key: u64, version: u64, len: usize) -> Vec<u8> {
     v
 }
 
-/// Whether a suite runs on an unencrypted or an encrypted store.
+/// Whether a suite runs on an unencrypted or an encrypted store, or on an
+/// index-only one (value log under CRC32C).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Plain,
     Encrypted,
+    IndexOnly,
 }
 
 pub const TEST_KEY_HEX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
@@ -59,7 +61,25 @@ impl Mode {
             Mode::Encrypted => Some(gvault_store::Encryption::with_key(
                 gvault_store::keys::parse_hex_key(TEST_KEY_HEX).unwrap(),
             )),
+            Mode::IndexOnly => Some(gvault_store::Encryption {
+                seal_value_log: Some(false),
+                ..Mode::Encrypted.encryption().unwrap()
+            }),
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Encrypted => "encrypted",
+            Mode::IndexOnly => "index-only",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Mode> {
+        [Mode::Plain, Mode::Encrypted, Mode::IndexOnly]
+            .into_iter()
+            .find(|m| m.name() == name)
     }
 
     /// `small_options` in this mode.

@@ -20,6 +20,13 @@ pub enum Encrypt {
     /// CRC32C only, a second time: an A/A check (its ratio to none is the
     /// host's own spread between two runs of the same code).
     NoneAgain,
+    /// Index-only (seed 000's "index encryption", Table 4.10): tables and
+    /// manifest sealed on the CPU backend, the value log under CRC32C.
+    CpuIndex,
+    /// Index-only, sealed on the GPU backend.
+    GpuIndex,
+    /// Index-only, sealed through the auto backend.
+    AutoIndex,
 }
 
 impl Encrypt {
@@ -30,11 +37,19 @@ impl Encrypt {
             Encrypt::Gpu => "gpu",
             Encrypt::Auto => "auto",
             Encrypt::NoneAgain => "none-again",
+            Encrypt::CpuIndex => "cpu-index",
+            Encrypt::GpuIndex => "gpu-index",
+            Encrypt::AutoIndex => "auto-index",
         }
     }
 
-    /// Whether the mode's stores are encrypted.
+    /// Whether the mode's stores are encrypted (index-only ones too).
     pub fn encrypts(self) -> bool {
+        !matches!(self, Encrypt::None | Encrypt::NoneAgain)
+    }
+
+    /// Whether the mode seals the value log too.
+    pub fn seals_value_log(self) -> bool {
         matches!(self, Encrypt::Cpu | Encrypt::Gpu | Encrypt::Auto)
     }
 }
@@ -53,12 +68,12 @@ impl Backends {
         for &mode in modes {
             let b: Arc<dyn Backend> = match mode {
                 Encrypt::None | Encrypt::NoneAgain => continue,
-                Encrypt::Cpu => Arc::new(gvault_accel::cpu::CpuBackend::new()),
-                Encrypt::Gpu => Arc::new(
+                Encrypt::Cpu | Encrypt::CpuIndex => Arc::new(gvault_accel::cpu::CpuBackend::new()),
+                Encrypt::Gpu | Encrypt::GpuIndex => Arc::new(
                     gvault_accel::gpu::GpuBackend::probe()
                         .map_err(|why| format!("--encrypt gpu: no usable GPU: {why}"))?,
                 ),
-                Encrypt::Auto => Arc::new(gvault_accel::AutoBackend::new()),
+                Encrypt::Auto | Encrypt::AutoIndex => Arc::new(gvault_accel::AutoBackend::new()),
             };
             m.insert(mode, b);
         }
@@ -78,7 +93,10 @@ impl Backends {
         match self.by_mode.get(&mode) {
             None => base,
             Some(b) => Options {
-                encryption: Some(Encryption::with_key(gvault_store::keys::generate_key())),
+                encryption: Some(Encryption {
+                    seal_value_log: Some(mode.seals_value_log()),
+                    ..Encryption::with_key(gvault_store::keys::generate_key())
+                }),
                 crypto_backend: Some(b.clone()),
                 ..base
             },
@@ -195,11 +213,21 @@ mod tests {
 
     #[test]
     fn the_control_mode_is_a_plain_store() {
-        let b = Backends::new(&[Encrypt::None, Encrypt::NoneAgain, Encrypt::Cpu]).unwrap();
+        let modes = [
+            Encrypt::None,
+            Encrypt::NoneAgain,
+            Encrypt::Cpu,
+            Encrypt::CpuIndex,
+        ];
+        let b = Backends::new(&modes).unwrap();
         assert!(b.options(Encrypt::NoneAgain).encryption.is_none());
         assert!(b.options(Encrypt::Cpu).encryption.is_some());
         assert!(!Encrypt::NoneAgain.encrypts() && !Encrypt::None.encrypts());
         assert!(Encrypt::Auto.encrypts());
+        let index = b.options(Encrypt::CpuIndex).encryption.unwrap();
+        assert_eq!(index.seal_value_log, Some(false));
+        let full = b.options(Encrypt::Cpu).encryption.unwrap();
+        assert_eq!(full.seal_value_log, Some(true));
         // Its rows get a ratio to none, like an encrypted mode's.
         let mut rates = PlainRates::default();
         let key = ("fillseq", 4096, Some(false));
