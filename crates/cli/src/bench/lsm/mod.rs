@@ -494,8 +494,11 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
     if encrypt.contains(&Encrypt::NoneAgain) {
         notes.push("none-again rows: the plain store a second time, in turn with the others; their ratio to none is the host's own spread".into());
     }
-    if encrypt.iter().any(|m| m.encrypts()) {
-        notes.push("encrypted rows: AES-256-GCM on every block of every file (value log included), a fresh random master key per store".into());
+    if encrypt.iter().any(|m| m.seals_value_log()) {
+        notes.push("encrypted rows (cpu, gpu, auto): AES-256-GCM on every block of every file (value log included), a fresh random master key per store".into());
+    }
+    if encrypt.iter().any(|m| m.encrypts() && !m.seals_value_log()) {
+        notes.push("index-only rows (*-index): tables and manifest under AES-256-GCM, the value log under CRC32C (seed 000's index encryption without log encryption)".into());
     }
     if let Some(r) = args.reads {
         notes.push(format!(
