@@ -161,6 +161,17 @@ pub fn thread_sched_secs() -> Option<(f64, f64)> {
     Some((run as f64 / 1e9, wait as f64 / 1e9))
 }
 
+/// Writes every dirty page of the host's filesystems back (`sync`), so a
+/// timed run does not start with the previous run's gigabyte still being
+/// written back: the kernel throttles a writer by the dirty pages of the
+/// whole device, so one run's leftovers slowed the next one's puts (H100
+/// host, session 10: fillseq 64 KiB runs slept 27-35 us an op beyond
+/// their CPU, and paired ratios of one mode spread 0.56-0.95). Best
+/// effort: without a `sync` program the run goes on as before.
+pub fn write_back_dirty_pages() {
+    let _ = std::process::Command::new("sync").status();
+}
+
 /// Flushes the memtable and waits until the store's background work
 /// (flushes, compactions, value-log GC) has stopped writing, so that a
 /// workload's write amplification includes the compaction debt it left.

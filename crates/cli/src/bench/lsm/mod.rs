@@ -505,6 +505,7 @@ fn plan(args: &LsmArgs) -> Result<Plan, String> {
             "readrandom: {r} timed gets over the num entries (--reads)"
         ));
     }
+    notes.push("each timed part starts after `sync` (no earlier run's dirty pages still being written back)".into());
     notes.push(format!(
         "counts not given are capped at {} of key+value per workload",
         size_label(max_bytes as usize)

@@ -11,7 +11,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use super::data::{process_bytes_written, settle, thread_sched_secs, Keys, Values};
+use super::data::{
+    process_bytes_written, settle, thread_sched_secs, write_back_dirty_pages, Keys, Values,
+};
 use super::encrypt::{Backends, Encrypt};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +196,7 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
             st.block_cache_bytes
         );
     }
+    write_back_dirty_pages();
     let w0 = process_bytes_written();
     let sched0 = thread_sched_secs();
     let start = Instant::now();
