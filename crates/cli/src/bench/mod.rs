@@ -8,6 +8,7 @@ pub mod lsm;
 mod measure;
 pub mod plot;
 pub mod primitive;
+mod replay;
 pub mod seed001;
 
 #[derive(clap::Subcommand, Debug)]
@@ -22,6 +23,8 @@ pub enum BenchCommand {
     Calibrate(calibrate::CalibrateArgs),
     /// Draw `primitive --json` output as seed 000's throughput figures.
     Plot(plot::PlotArgs),
+    /// Replay a recorded sweep's auto decisions under a cost model, offline.
+    Replay(replay::ReplayArgs),
     /// Seed 001 (HashGPU): sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
     Seed001(seed001::Seed001Args),
 }
@@ -33,6 +36,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Lsm(args) => lsm::run(args),
         BenchCommand::Calibrate(args) => calibrate::run(args),
         BenchCommand::Plot(args) => plot::run(args),
+        BenchCommand::Replay(args) => replay::run(args),
         BenchCommand::Seed001(args) => seed001::run(args),
     }
 }
