@@ -38,6 +38,7 @@ fn model(gpu_fixed_ns: f64, gpu_ns_per_byte: f64) -> CostModel {
                     threads: 2,
                     speedup: 2.0,
                     cut_cost: None,
+                    small_speedup: None,
                 },
                 gpu: Some(GpuCost {
                     kernel: gpu,

@@ -36,6 +36,7 @@ fn h200_like(threads: usize, gpu_slower: f64) -> CostModel {
                     threads,
                     speedup: threads as f64 * 0.9,
                     cut_cost: None,
+                    small_speedup: None,
                 },
                 gpu: Some(GpuCost {
                     kernel: line(30_000.0, 500.0 / gpu_slower, 20.0),

@@ -814,6 +814,7 @@ mod tests {
                         threads,
                         speedup: threads as f64,
                         cut_cost: None,
+                        small_speedup: None,
                     },
                     gpu: Some(GpuCost {
                         kernel: host(100.0),

@@ -82,6 +82,7 @@ pub fn shipped(identity: Identity) -> CostModel {
                 threads: cores,
                 speedup: (cores as f64 * CPU_EFFICIENCY).max(1.0),
                 cut_cost: None,
+                small_speedup: None,
             };
             let kernel = LinearCost {
                 fixed_ns: GPU_FIXED_NS,

@@ -597,6 +597,7 @@ mod tests {
             threads: 16,
             speedup: 16.0,
             cut_cost: None,
+            small_speedup: None,
         };
         let gpu = GpuCost {
             kernel: line(1.0 / 48.0),

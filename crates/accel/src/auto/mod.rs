@@ -37,5 +37,6 @@ pub use gcm_split::GMAC_SPEEDUP;
 pub use model::{
     fit_linear, fit_ramp, fit_stages, gpu_line_kind, gpu_line_ns, gpu_serial, gpu_stage_ns,
     CostModel, CpuCost, GpuCost, GpuLine, HostMemory, Identity, LinearCost, LinkCost, OpModel,
-    StageSample, DIRECT_MIN, FORMAT_VERSION,
+    StageSample, DIRECT_MIN, FORMAT_VERSION, SMALL_SPEEDUP_UNITS_PER_THREAD,
+    SPEEDUP_UNITS_PER_THREAD,
 };

@@ -65,7 +65,21 @@ pub struct CpuCost {
     /// host's 2.3-4.0 (seal, open) sat far from any one constant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_cost: Option<f64>,
+    /// Speed-up on many small segments ([`SMALL_SPEEDUP_UNITS_PER_THREAD`]
+    /// a thread), where the pool balances its threads; `speedup` is taken
+    /// on [`SPEEDUP_UNITS_PER_THREAD`] large ones, where one slow core holds
+    /// the whole job up. On the H100 host SHA-256 calibrated 9.5-12.7 on
+    /// 64 x 792 KiB while 16384 x 4 KiB ran at 13.7x the line, so the CPU
+    /// was priced 19-21% slow there and auto sent the job to a GPU that
+    /// lost (sessions 10, 11). Absent (older files): `speedup` throughout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_speedup: Option<f64>,
 }
+
+/// Segments a thread of the shape `CpuCost::speedup` is measured on.
+pub const SPEEDUP_UNITS_PER_THREAD: usize = 4;
+/// Segments a thread of the shape `CpuCost::small_speedup` is measured on.
+pub const SMALL_SPEEDUP_UNITS_PER_THREAD: usize = 1024;
 
 impl CpuCost {
     /// Speed-up with `t` threads: a roofline, t× until the measured
@@ -79,6 +93,29 @@ impl CpuCost {
             return 1.0;
         }
         (t.max(1) as f64).min(self.speedup.max(1.0))
+    }
+
+    /// Speed-up of `units` pieces of work on `threads` threads: the
+    /// roofline of [`Self::speedup_at`] on the busy threads, its cap moving
+    /// from `speedup` (4 pieces a thread or fewer) to `small_speedup` (1024
+    /// or more) with log2 of the pieces a thread, between the two shapes
+    /// calibration measured.
+    pub fn speedup_for(&self, threads: usize, units: usize) -> f64 {
+        let busy = threads.min(units.max(1));
+        let Some(small) = self.small_speedup else {
+            return self.speedup_at(busy);
+        };
+        if self.threads <= 1 {
+            return 1.0;
+        }
+        let per_thread = (units.max(1) as f64 / threads.max(1) as f64).max(1.0);
+        let (lo, hi) = (
+            (SPEEDUP_UNITS_PER_THREAD as f64).log2(),
+            (SMALL_SPEEDUP_UNITS_PER_THREAD as f64).log2(),
+        );
+        let w = ((per_thread.log2() - lo) / (hi - lo)).clamp(0.0, 1.0);
+        let cap = self.speedup.max(1.0) * (1.0 - w) + small.max(1.0) * w;
+        (busy.max(1) as f64).min(cap)
     }
 
     /// Time with `threads` threads for `units` independent pieces of work
@@ -95,7 +132,7 @@ impl CpuCost {
         // Only min(threads, units) threads are busy, each at the efficiency
         // measured with all of them (memory bandwidth and clocks are
         // shared): 4 segments on 16 cores run at speedup_at(4), not 4x.
-        let par = self.speedup_at(threads.min(units.max(1)));
+        let par = self.speedup_for(threads, units);
         let c = &self.one_thread;
         let spread = (c.ns_per_byte * bytes as f64 + c.ns_per_segment * segments as f64) / par;
         let longest = c.ns_per_byte * largest_unit.min(bytes) as f64 + c.ns_per_segment;
@@ -449,7 +486,8 @@ impl CostModel {
                 && m.cpu.threads >= 1
                 && m.cpu.speedup.is_finite()
                 && m.cpu.speedup > 0.0
-                && m.cpu.cut_cost.is_none_or(|c| c.is_finite() && c >= 1.0);
+                && m.cpu.cut_cost.is_none_or(|c| c.is_finite() && c >= 1.0)
+                && m.cpu.small_speedup.is_none_or(|s| s.is_finite() && s > 0.0);
             let gpu_ok = m.gpu.is_none_or(|g| {
                 g.kernel.is_valid()
                     && g.pinned.is_none_or(|h| h.is_valid())
@@ -788,6 +826,7 @@ mod tests {
             threads: 16,
             speedup: 14.5,
             cut_cost: None,
+            small_speedup: None,
         };
         assert_eq!(c.speedup_at(1), 1.0);
         assert!((c.speedup_at(16) - 14.5).abs() < 1e-9);
@@ -805,6 +844,7 @@ mod tests {
             threads: 16,
             speedup: 7.0,
             cut_cost: None,
+            small_speedup: None,
         };
         // 4 segments of 1 MB on 16 threads: 4 busy threads, under the
         // all-thread cap (7x), so 4x; 12 segments are capped at 7x.
@@ -814,5 +854,38 @@ mod tests {
         assert!((t - 12_000_000.0 / 7.0).abs() < 1.0, "{t}");
         assert_eq!(c.speedup_at(1), 1.0);
         assert_eq!(c.speedup_at(16), 7.0);
+    }
+
+    #[test]
+    fn many_small_segments_run_at_their_own_speedup() {
+        let c = CpuCost {
+            one_thread: LinearCost {
+                fixed_ns: 0.0,
+                ns_per_byte: 1.0,
+                ns_per_segment: 0.0,
+            },
+            threads: 16,
+            speedup: 10.0,
+            cut_cost: None,
+            small_speedup: Some(14.0),
+        };
+        // The calibration shapes get their own figures...
+        assert_eq!(c.speedup_for(16, 16 * SPEEDUP_UNITS_PER_THREAD), 10.0);
+        assert_eq!(c.speedup_for(16, 16 * SMALL_SPEEDUP_UNITS_PER_THREAD), 14.0);
+        assert_eq!(c.speedup_for(16, 1 << 20), 14.0);
+        // ...in between, log-linear and rising; few units stay on the
+        // busy-thread roofline, and fewer threads cap it.
+        let mid = c.speedup_for(16, 16 * 64);
+        assert!((mid - 12.0).abs() < 1e-9, "{mid}");
+        assert_eq!(c.speedup_for(16, 4), 4.0);
+        assert_eq!(c.speedup_for(8, 1 << 20), 8.0);
+        let t = c.predict_ns(64 << 20, 16384, 16384, 4096, 16);
+        assert!((t - (64u64 << 20) as f64 / 14.0).abs() < 1.0, "{t}");
+        // Without the figure (older files): `speedup` throughout.
+        let old = CpuCost {
+            small_speedup: None,
+            ..c
+        };
+        assert_eq!(old.speedup_for(16, 1 << 20), 10.0);
     }
 }
