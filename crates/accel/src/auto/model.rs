@@ -833,19 +833,24 @@ mod tests {
         assert!(c.speedup_at(8) > 1.0 && c.speedup_at(8) < 14.5);
     }
 
-    #[test]
-    fn few_units_run_at_the_busy_threads_speedup() {
-        let c = CpuCost {
+    /// 1 ns a byte on one thread, 16 threads.
+    fn byte_per_ns(speedup: f64, small_speedup: Option<f64>) -> CpuCost {
+        CpuCost {
             one_thread: LinearCost {
                 fixed_ns: 0.0,
                 ns_per_byte: 1.0,
                 ns_per_segment: 0.0,
             },
             threads: 16,
-            speedup: 7.0,
+            speedup,
             cut_cost: None,
-            small_speedup: None,
-        };
+            small_speedup,
+        }
+    }
+
+    #[test]
+    fn few_units_run_at_the_busy_threads_speedup() {
+        let c = byte_per_ns(7.0, None);
         // 4 segments of 1 MB on 16 threads: 4 busy threads, under the
         // all-thread cap (7x), so 4x; 12 segments are capped at 7x.
         let t = c.predict_ns(4_000_000, 4, 4, 1_000_000, 16);
@@ -858,17 +863,7 @@ mod tests {
 
     #[test]
     fn many_small_segments_run_at_their_own_speedup() {
-        let c = CpuCost {
-            one_thread: LinearCost {
-                fixed_ns: 0.0,
-                ns_per_byte: 1.0,
-                ns_per_segment: 0.0,
-            },
-            threads: 16,
-            speedup: 10.0,
-            cut_cost: None,
-            small_speedup: Some(14.0),
-        };
+        let c = byte_per_ns(10.0, Some(14.0));
         // The calibration shapes get their own figures...
         assert_eq!(c.speedup_for(16, 16 * SPEEDUP_UNITS_PER_THREAD), 10.0);
         assert_eq!(c.speedup_for(16, 16 * SMALL_SPEEDUP_UNITS_PER_THREAD), 14.0);
