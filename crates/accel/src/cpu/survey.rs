@@ -67,7 +67,27 @@ type Seen = (u64, bool, Option<SegmentErrorKind>);
 
 /// Jobs of at least this many segments are surveyed on the pool: a serial
 /// pass (~4 ns a segment) was ~8% of a 512 B x 131072 seal on 16 cores.
-const PARALLEL_MIN_SEGMENTS: usize = 16 << 10;
+/// At 16384 segments waking the pool costs more than it saves (H100 host,
+/// session 11, five runs each): auto's GPU runs of SHA-256 4 KiB x 16384
+/// from page-locked memory reached 0.94-0.96 of the forced GPU with the
+/// pool's survey and 0.97-0.99 with a serial one, while the CPU's own
+/// 4 KiB x 16384 cells did not move (SHA-256 17.2 against 17.1 GB/s,
+/// BLAKE3 35.1 against 34.4); at 512 B x 131072 the serial survey cost the
+/// CPU 8% (SHA-256 12.0 against 11.1, BLAKE3 10.5 against 9.7).
+const PARALLEL_MIN_SEGMENTS: usize = 32 << 10;
+/// `PARALLEL_MIN_SEGMENTS`, or `GVAULT_SURVEY_PARALLEL_MIN` where set: a
+/// measuring knob (does waking the pool for the survey cost a GPU-bound
+/// job more than the pass it saves?), read once.
+fn parallel_min_segments() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("GVAULT_SURVEY_PARALLEL_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(PARALLEL_MIN_SEGMENTS)
+    })
+}
+
 /// Segments per parallel task: enough to amortise a task's cost.
 const PARALLEL_CHUNK: usize = 4 << 10;
 
@@ -80,7 +100,7 @@ impl Survey {
     /// As [`Survey::of`], spread over the current rayon pool when the job
     /// has many segments.
     pub fn of_parallel(job: &Job<'_>) -> Survey {
-        Self::walk(job, job.len() >= PARALLEL_MIN_SEGMENTS)
+        Self::walk(job, job.len() >= parallel_min_segments())
     }
 
     fn walk(job: &Job<'_>, parallel: bool) -> Survey {
