@@ -164,6 +164,14 @@ pub fn run(args: CalibrateArgs) -> Result<(), String> {
         model.ops.insert(op.name().to_string(), m);
         println!("  {op}: {:.1} s", op_started.elapsed().as_secs_f64());
     }
+    if !args.quick {
+        let pass_started = Instant::now();
+        second_pass(&mut model, &keys, &all, min_time)?;
+        println!(
+            "  second pass: {:.1} s",
+            pass_started.elapsed().as_secs_f64()
+        );
+    }
     if let Some(g) = &gpu {
         model.link = calibrate_link(g)?;
         // Quick models keep the plateau extrapolation: the larger job alone
@@ -280,10 +288,7 @@ fn cpu_speedup(
     min_time: Duration,
     quick: bool,
 ) -> Result<f64, String> {
-    let n = all.threads() * SPEEDUP_UNITS_PER_THREAD;
-    let largest = if quick { 256 << 10 } else { 1 << 20 };
-    let per_byte = one_thread.ns_per_byte.max(1e-3);
-    let size = ((40e6 / per_byte) as usize / n / 4096 * 4096).clamp(64 << 10, largest);
+    let (size, n) = speedup_shape(one_thread, all.threads(), quick);
     let bytes = (size * n) as u64;
     let rounds = if quick { 1 } else { 3 };
     let mut ratios = Vec::with_capacity(rounds);
@@ -319,22 +324,105 @@ fn cpu_small_speedup(
     all: &CpuBackend,
     min_time: Duration,
 ) -> Result<f64, String> {
-    let n = all.threads() * SMALL_SPEEDUP_UNITS_PER_THREAD;
-    let size = 4096usize;
+    let shape = (4096, all.threads() * SMALL_SPEEDUP_UNITS_PER_THREAD);
+    let (speedup, ratios) = all_core_speedup(op, keys, one_thread, all, shape, min_time)?;
+    println!(
+        "  {op}: all-core speed-up over the one-thread line on {} x {}: {}",
+        shape.1,
+        size_label(shape.0),
+        ratios
+    );
+    Ok(speedup)
+}
+
+/// The shape `CpuCost::speedup` is measured on: `SPEEDUP_UNITS_PER_THREAD`
+/// segments a thread of up to 1 MiB (256 KiB quick), smaller for slow ops
+/// so one thread's pass over them stays near 40 ms.
+fn speedup_shape(one_thread: &LinearCost, threads: usize, quick: bool) -> (usize, usize) {
+    let n = threads * SPEEDUP_UNITS_PER_THREAD;
+    let largest = if quick { 256 << 10 } else { 1 << 20 };
+    let per_byte = one_thread.ns_per_byte.max(1e-3);
+    let size = ((40e6 / per_byte) as usize / n / 4096 * 4096).clamp(64 << 10, largest);
+    (size, n)
+}
+
+/// The median of three all-core timings of `shape` (size, segments) as a
+/// speed-up over the line, and the three figures as text.
+fn all_core_speedup(
+    op: OpKind,
+    keys: &Keys,
+    one_thread: &LinearCost,
+    all: &CpuBackend,
+    (size, n): (usize, usize),
+    min_time: Duration,
+) -> Result<(f64, String), String> {
     let bytes = (size * n) as u64;
     let mut ratios = Vec::with_capacity(3);
     for _ in 0..3 {
         let tn = time_ns(all, op, keys, size, n, min_time)?;
         ratios.push(line_speedup(one_thread, bytes, n, tn));
     }
-    ratios.sort_by(f64::total_cmp);
     let shown: Vec<String> = ratios.iter().map(|r| format!("{r:.1}")).collect();
-    println!(
-        "  {op}: all-core speed-up over the one-thread line on {n} x {}: {}",
-        size_label(size),
-        shown.join(", ")
+    ratios.sort_by(f64::total_cmp);
+    Ok((ratios[1].max(1.0), shown.join(", ")))
+}
+
+/// The all-core figures once more, after every op: each keeps the better
+/// of its two passes (the higher speed-ups, the lower cut cost). A speed-up
+/// is what the cores can do; a transient on the host lowers it for as long
+/// as it lasts. On the H100 host one calibration's AES-GCM and CRC figures
+/// came out at 4-5x where the call before had 10.6-10.8, while the
+/// compute-bound hashes calibrated as usual: host memory was taken for the
+/// seconds the first ops took. The CPU was then priced at 35 GB/s on 64 x
+/// 1 MiB GCM seals that ran at 92, and auto split them with the GPU at
+/// 0.63x of the CPU alone (session 11, call 9).
+fn second_pass(
+    model: &mut CostModel,
+    keys: &Keys,
+    all: &CpuBackend,
+    min_time: Duration,
+) -> Result<(), String> {
+    println!("second pass over the all-core figures (each keeps the better):");
+    for (name, m) in model.ops.iter_mut() {
+        let Some(op) = OpKind::from_name(name) else {
+            continue;
+        };
+        if op == OpKind::RsaPrivate {
+            continue;
+        }
+        let c = &mut m.cpu;
+        let line = c.one_thread;
+        let shape = speedup_shape(&line, all.threads(), false);
+        let (large, _) = all_core_speedup(op, keys, &line, all, shape, min_time)?;
+        let small = cpu_small_speedup(op, keys, &line, all, min_time)?;
+        let cut = gcm_cut_cost(op, keys, &line, all, min_time)?;
+        println!(
+            "  {op}: speed-up {:.1} -> {:.1}, many small pieces {} -> {:.1}{}",
+            c.speedup,
+            large,
+            c.small_speedup.map_or("-".into(), |s| format!("{s:.1}")),
+            small,
+            match (c.cut_cost, cut) {
+                (Some(a), Some(b)) => format!(", cut cost {a:.2} -> {b:.2}"),
+                _ => String::new(),
+            }
+        );
+        keep_the_better(c, large, small, cut);
+    }
+    Ok(())
+}
+
+/// Merges a second pass into `c`: the higher speed-ups, the lower cut cost.
+fn keep_the_better(c: &mut CpuCost, speedup: f64, small_speedup: f64, cut_cost: Option<f64>) {
+    c.speedup = c.speedup.max(speedup);
+    c.small_speedup = Some(
+        c.small_speedup
+            .map_or(small_speedup, |s| s.max(small_speedup)),
     );
-    Ok(ratios[1].max(1.0))
+    c.cut_cost = match (c.cut_cost, cut_cost) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
 }
 
 /// The speed-up at which [`CpuCost::predict_ns`] on all threads prices a
@@ -746,6 +834,36 @@ fn model_table(model: &CostModel, cpu_threads: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_pass_keeps_the_better_figures() {
+        let mut c = CpuCost {
+            one_thread: LinearCost::default(),
+            threads: 16,
+            speedup: 4.1,
+            cut_cost: Some(5.2),
+            small_speedup: Some(4.1),
+        };
+        // A disturbed first pass (H100, session 11 call 9) is lifted...
+        keep_the_better(&mut c, 10.8, 7.4, Some(3.9));
+        assert_eq!(
+            (c.speedup, c.small_speedup, c.cut_cost),
+            (10.8, Some(7.4), Some(3.9))
+        );
+        // ...and a disturbed second pass changes nothing.
+        keep_the_better(&mut c, 4.0, 3.0, Some(6.0));
+        assert_eq!(
+            (c.speedup, c.small_speedup, c.cut_cost),
+            (10.8, Some(7.4), Some(3.9))
+        );
+        // Ops without a cut cost keep none.
+        let mut hash = CpuCost {
+            cut_cost: None,
+            ..c
+        };
+        keep_the_better(&mut hash, 1.0, 1.0, None);
+        assert_eq!(hash.cut_cost, None);
+    }
 
     #[test]
     fn the_line_speedup_reproduces_the_measured_all_core_time() {
