@@ -229,8 +229,11 @@ if has split; then
 fi
 if has auto; then
   calibrate_once
-  # SHA-256 stops at 256 MiB: at 1 GiB x 4 the forced-GPU column (one
-  # thread per segment, ~0.13 GB/s) would take minutes.
+  # SHA-256 runs to 1 GiB: its GPU columns (one thread per segment, ~0.13
+  # GB/s, ~32 s a run at 1 GiB x 4) are timed by their warm-up run alone
+  # (`bench primitive`'s hopeless-column rule), and the SHA-256 half takes
+  # no --split-sweep (AUTO_SERIAL_FLAGS; split columns of a serial hash
+  # only repeat the GPU's time).
   # AUTO_OPS=none or AUTO_SERIAL_OPS=none skips that half (two calls when
   # one would pass the device's 10-minute limit); each half saves its JSON,
   # and `bench plot` draws whatever halves this call has.
@@ -242,7 +245,8 @@ if has auto; then
     [ "${PIPESTATUS[0]}" -eq 0 ] && saved+=(--from "$OUT/auto-main.json") || status=1
   fi
   if [ "${AUTO_SERIAL_OPS:-}" != none ]; then
-    $A --ops ${AUTO_SERIAL_OPS:-sha256} --sizes ${AUTO_SERIAL_SIZES:-512,4K,64K,1M,16M,64M,256M} \
+    $B/gvault bench primitive --no-single-core --min-ms ${AUTO_MIN_MS:-200} --pinned --backend auto ${AUTO_SERIAL_FLAGS:-} \
+      --ops ${AUTO_SERIAL_OPS:-sha256} --sizes ${AUTO_SERIAL_SIZES:-512,4K,64K,1M,16M,64M,256M,1G} \
       --save "$OUT/auto-serial.json" 2>&1 | tee -a "$OUT/auto.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] && saved+=(--from "$OUT/auto-serial.json") || status=1
   fi

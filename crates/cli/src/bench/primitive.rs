@@ -200,7 +200,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
 
     let mut rows = Vec::new();
     if !args.json {
-        println!("{threads} cores; GB/s per column (RSA: private ops/s); median of repeated runs, each >= {} ms", min_time.as_millis());
+        println!("{threads} cores; GB/s per column (RSA: private ops/s); median of repeated runs, each >= {} ms (a column whose warm-up run took >= {} s and {}x the fastest one's: that run)", min_time.as_millis(), HOPELESS_WARM_UP.as_secs_f64(), HOPELESS_RATIO);
         if let Some(a) = &auto {
             println!(
                 "auto: {} CPU threads, {}; cost model: {}",
@@ -720,6 +720,26 @@ const CONTENDER_ROUNDS: usize = 11;
 /// too much for a median of three.
 const OUT_OF_CONTENTION: f64 = 2.0;
 
+/// A column whose warm-up run alone took at least this long, and
+/// `HOPELESS_RATIO` times the fastest column's warm-up, is timed by that one
+/// run and runs no rounds: SHA-256 on four 1 GiB segments takes ~32 s a run
+/// on the GPU (one thread per segment) against ~1 s on the CPU, and the
+/// first rounds of its GPU columns would have taken minutes of a device
+/// call to confirm what the warm-up shows. The floor keeps a GPU column
+/// whose warm-up paid one-time costs (module loads, page-locking) in the
+/// rounds wherever a run is short.
+const HOPELESS_WARM_UP: Duration = Duration::from_secs(1);
+const HOPELESS_RATIO: f64 = 8.0;
+
+/// Which columns run rounds at all, from their warm-up runs.
+fn worth_rounds(warm_up: &[Duration]) -> Vec<bool> {
+    let fastest = warm_up.iter().min().copied().unwrap_or_default();
+    warm_up
+        .iter()
+        .map(|w| *w < HOPELESS_WARM_UP || w.as_secs_f64() <= fastest.as_secs_f64() * HOPELESS_RATIO)
+        .collect()
+}
+
 /// Which columns run on after the first rounds, from their medians so far.
 fn in_contention(medians: &[Duration]) -> Vec<bool> {
     let fastest = medians.iter().min().copied().unwrap_or_default();
@@ -736,7 +756,8 @@ fn median(times: &[Duration]) -> Duration {
 }
 
 /// Times `columns` on the same buffers one run of each in turn (after one
-/// warm-up run each): `FIRST_ROUNDS` rounds of every column, then rounds of
+/// warm-up run each; a column the warm-up shows hopeless, see
+/// [`worth_rounds`], keeps that run): `FIRST_ROUNDS` rounds of every column, then rounds of
 /// the columns still in contention until they have `CONTENDER_ROUNDS` runs
 /// and `min_time` per column has passed; the median of each. Each round
 /// starts one column later than the last, so that no column always runs
@@ -769,14 +790,20 @@ fn measure_interleaved<B: AsMut<[u8]> + AsRef<[u8]>>(
         }
         Ok(t)
     };
+    let mut warm_up = Vec::with_capacity(columns.len());
     for b in columns {
-        once(*b)?;
+        warm_up.push(once(*b)?);
     }
     let budget = min_time * columns.len() as u32;
     let start = Instant::now();
-    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); columns.len()];
+    let mut active = worth_rounds(&warm_up);
+    // A hopeless column keeps its warm-up run as its only timing.
+    let mut times: Vec<Vec<Duration>> = warm_up
+        .iter()
+        .zip(&active)
+        .map(|(w, a)| if *a { Vec::new() } else { vec![*w] })
+        .collect();
     let k = columns.len();
-    let mut active = vec![true; k];
     let mut round = 0;
     while round < CONTENDER_ROUNDS || (start.elapsed() < budget && round < 1000) {
         for i in round_order(round, k) {
@@ -787,7 +814,10 @@ fn measure_interleaved<B: AsMut<[u8]> + AsRef<[u8]>>(
         round += 1;
         if round == FIRST_ROUNDS {
             let medians: Vec<Duration> = times.iter().map(|t| median(t)).collect();
-            active = in_contention(&medians);
+            let contending = in_contention(&medians);
+            for (a, c) in active.iter_mut().zip(contending) {
+                *a &= c;
+            }
         }
     }
     Ok(times.iter().map(|t| median(t)).collect())
@@ -1210,6 +1240,18 @@ mod tests {
             super::target_summary(&[row("crc32c", 4096, 8, &[("cpu-all", 1.0)])]),
             None
         );
+    }
+
+    #[test]
+    fn only_long_and_far_behind_warm_ups_skip_the_rounds() {
+        let ms = Duration::from_millis;
+        // SHA-256 1 GiB x 4: GPU columns ~32 s against ~1 s on the CPU.
+        let worth = super::worth_rounds(&[ms(1000), ms(32_000), ms(1100), ms(7900)]);
+        assert_eq!(worth, [true, false, true, true]);
+        // A short run is never judged by its warm-up, however far behind
+        // (a first GPU job pays one-time costs).
+        assert_eq!(super::worth_rounds(&[ms(4), ms(900)]), [true, true]);
+        assert_eq!(super::worth_rounds(&[ms(5000)]), [true]);
     }
 
     #[test]
