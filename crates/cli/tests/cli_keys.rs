@@ -87,9 +87,15 @@ fn key_file_default_and_errors_before_any_data_is_touched() {
         assert!(!b.windows(5).any(|w| w == b"alpha"));
     }
 
+    // With no key given, the key file `init` made beside the store is used.
+    assert_eq!(ok(gvault(&d, &["get", "a"], &[])), "alpha");
+
     // No key, a wrong key, a malformed key: exit 2, nothing changed.
     let before = snapshot(&d);
+    let moved = tmp.path().join("moved.key");
+    std::fs::rename(&key, &moved).unwrap();
     let o = gvault(&d, &["get", "a"], &[]);
+    std::fs::rename(&moved, &key).unwrap();
     assert_eq!(code(&o), 2, "{o:?}");
     assert!(
         stderr(&o).contains("is encrypted") && stderr(&o).contains("--key-file"),
@@ -141,6 +147,21 @@ fn key_file_default_and_errors_before_any_data_is_touched() {
     let o = gvault(&plain, &["get", "--key-file", kf, "a"], &[]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("not encrypted"), "{o:?}");
+    // ... but a stray `<store>.key` beside a plain store is not picked up.
+    std::fs::copy(&key, tmp.path().join("plain.key")).unwrap();
+    ok(gvault(&plain, &["put", "p", "q"], &[]));
+    assert_eq!(ok(gvault(&plain, &["get", "p"], &[])), "q");
+}
+
+#[test]
+fn init_encrypt_creates_missing_parent_directories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("a").join("b").join("vault");
+    let out = ok(gvault(&d, &["init", "--encrypt"], &[]));
+    let key = tmp.path().join("a").join("b").join("vault.key");
+    assert!(key.exists() && d.join("CURRENT").exists(), "{out}");
+    ok(gvault(&d, &["put", "k", "v"], &[]));
+    assert_eq!(ok(gvault(&d, &["get", "k"], &[])), "v");
 }
 
 #[test]

@@ -36,7 +36,7 @@ pub enum Error {
     NotAStore { path: PathBuf, reason: String },
 
     /// The directory does not exist and the options did not ask to create it.
-    #[error("no store at {dir}; run `gvault store init` or open with create_if_missing")]
+    #[error("no store at {dir}; create it with `gvault init` (or open with create_if_missing)")]
     NotFound { dir: PathBuf },
 
     /// The caller passed something the store cannot accept.
@@ -48,7 +48,7 @@ pub enum Error {
     Unsupported { path: PathBuf, reason: String },
 
     /// The store is encrypted and no master key was given.
-    #[error("store {dir} is encrypted; give its master key (--key-file, --passphrase-env, GVAULT_KEY_FILE, GVAULT_KEY or GVAULT_PASSPHRASE)")]
+    #[error("store {dir} is encrypted; give its master key (--key-file, --passphrase-env, GVAULT_KEY_FILE, GVAULT_KEY or GVAULT_PASSPHRASE; the CLI also looks for the key file `gvault init --encrypt` makes beside the store, <store>.key)")]
     KeyRequired { dir: PathBuf },
 
     /// The master key given does not open the store's key registry. Nothing

@@ -129,11 +129,32 @@ impl KeyArgs {
         })
     }
 
-    /// Options to open an existing store with these keys and accelerator.
-    pub fn options(&self) -> Result<Options, String> {
+    /// The master key to open the store in `dir` with: the sources above,
+    /// else the key file `gvault init --encrypt` made by default
+    /// (`<store>.key` beside the store), if the store is encrypted (it has
+    /// a key registry) and that file exists. A plain store never picks up a
+    /// stray `.key` file.
+    fn encryption_for(&self, dir: &Path) -> Result<Option<Encryption>, String> {
+        if let Some(e) = self.encryption()? {
+            return Ok(Some(e));
+        }
+        if !dir.join(keys::KEYS_FILE).exists() {
+            return Ok(None);
+        }
+        match default_key_file(dir) {
+            Ok(f) if f.exists() => Ok(Some(Encryption::with_key(
+                keys::read_key_file(&f).map_err(|e| e.to_string())?,
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Options to open the existing store in `dir` with these keys and
+    /// accelerator.
+    pub fn options(&self, dir: &Path) -> Result<Options, String> {
         Ok(Options {
             create_if_missing: false,
-            encryption: self.encryption()?,
+            encryption: self.encryption_for(dir)?,
             crypto_backend: self.backend()?,
             ..Options::default()
         })
@@ -206,6 +227,12 @@ pub fn init_key(
                     f.display(),
                     f.display()
                 ));
+            }
+            // Beside the store: its parent may not exist yet (`init`
+            // creates the store's directories, as a plain store's would).
+            if let Some(parent) = f.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("creating {}: {e}", parent.display()))?;
             }
             let (e, new) = key_file_or_create(&f)?;
             Ok(created(e, f, new))

@@ -145,9 +145,10 @@ pub(crate) type CmdResult = Result<i32, Box<dyn std::error::Error>>;
 /// Opens an existing store with the keys and accelerator the command line
 /// names; `base` supplies the other options.
 fn open_with(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::error::Error>> {
-    let opts = store.keys.options()?;
+    let dir = store.path()?;
+    let opts = store.keys.options(&dir)?;
     Ok(Store::open(
-        store.path()?,
+        dir,
         Options {
             create_if_missing: false,
             encryption: opts.encryption,
