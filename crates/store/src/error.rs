@@ -19,7 +19,7 @@ pub enum Error {
 
     /// A file of the store failed a check: its bytes are not what the store
     /// wrote. Nothing from it is returned.
-    #[error("corruption in {file} ({location}): {reason}; restore the file from a backup or run `gvault store verify` for a full report")]
+    #[error("corruption in {file} ({location}): {reason}; restore the file from a backup or run `gvault verify` for a full report")]
     Corruption {
         file: PathBuf,
         /// Where in the file, e.g. "block 7 at offset 32768".

@@ -59,7 +59,7 @@ pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
                 r.table_blocks += blocks;
                 r.table_entries += entries;
             }
-            Err(e) => r.problems.push(e),
+            Err(e) => note(&mut r.problems, e),
         }
     }
     for meta in version.logs.values() {
@@ -71,13 +71,13 @@ pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
         };
         match verify_log(inner, meta.number, end) {
             Ok(frames) => r.vlog_frames += frames,
-            Err(e) => r.problems.push(e),
+            Err(e) => note(&mut r.problems, e),
         }
     }
     let mut it = match DbIterator::new(inner, &ReadOptions::default()) {
         Ok(it) => it,
         Err(e) => {
-            r.problems.push(e);
+            note(&mut r.problems, e);
             return Ok(r);
         }
     };
@@ -85,14 +85,23 @@ pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
     while it.valid() {
         r.live_keys += 1;
         if let Err(e) = it.value() {
-            r.problems.push(e);
+            note(&mut r.problems, e);
         }
         it.next();
     }
     if let Err(e) = it.status() {
-        r.problems.push(e);
+        note(&mut r.problems, e);
     }
     Ok(r)
+}
+
+/// Adds a problem unless the same one is already listed: a damaged table
+/// block is found by the table pass and again by the walk over live keys.
+fn note(problems: &mut Vec<Error>, e: Error) {
+    let text = e.to_string();
+    if !problems.iter().any(|p| p.to_string() == text) {
+        problems.push(e);
+    }
 }
 
 fn verify_log(inner: &DbInner, n: u64, end: Option<u64>) -> Result<u64> {

@@ -216,6 +216,13 @@ fn check(dir: &Path, file: &Path, model: &Model, what: &str, mode: Mode) -> bool
             "{what}: verify blames another file: {p}"
         );
     }
+    let texts: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    let distinct: std::collections::BTreeSet<&String> = texts.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        texts.len(),
+        "{what}: verify lists a problem twice: {texts:?}"
+    );
     detected || !report.is_clean()
 }
 

@@ -202,7 +202,7 @@ fn execute(cmd: StoreCommand) -> CmdResult {
                     Ok(0)
                 }
                 None => {
-                    eprintln!("gvault store: key {key:?} not found");
+                    eprintln!("gvault: key {key:?} not found");
                     Ok(EXIT_NOT_FOUND)
                 }
             }
@@ -210,7 +210,7 @@ fn execute(cmd: StoreCommand) -> CmdResult {
         StoreCommand::Del { store, key } => {
             let s = open_existing(&store)?;
             if s.get(key.as_bytes())?.is_none() {
-                eprintln!("gvault store: key {key:?} not found");
+                eprintln!("gvault: key {key:?} not found");
                 return Ok(EXIT_NOT_FOUND);
             }
             s.delete_opt(&WriteOptions::SYNC, key.as_bytes())?;
