@@ -87,6 +87,30 @@ fn commands_and_exit_codes() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "b\nbig\nj1\n");
     let o = run(d, &["scan", "--reverse", "--limit", "1"], None);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "j2\ty\n");
+    let o = run(
+        d,
+        &["scan", "--from", "j2", "--to", "b", "--keys-only"],
+        None,
+    );
+    assert_eq!(code(&o), 2, "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("comes after --to"),
+        "{o:?}"
+    );
+    let o = run(
+        d,
+        &[
+            "scan",
+            "--from",
+            "b",
+            "--to",
+            "j2",
+            "--keys-only",
+            "--reverse",
+        ],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "j1\nbig\nb\n");
 
     let o = run(d, &["stats"], None);
     assert!(String::from_utf8_lossy(&o.stdout).contains("last sequence"));

@@ -225,6 +225,14 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             reverse,
             keys_only,
         } => {
+            if let (Some(f), Some(t)) = (&from, &to) {
+                if f > t {
+                    return Err(format!(
+                        "--from {f:?} comes after --to {t:?}: the range [from, to) is empty (for newest-first order, pass --reverse with the same bounds)"
+                    )
+                    .into());
+                }
+            }
             let s = open_existing(&store)?;
             let scan = s.scan(
                 &ReadOptions::default(),
