@@ -286,3 +286,40 @@ fn rotate_reencrypt_status_and_verify() {
         assert!(stderr(&o).contains("no usable GPU"), "{o:?}");
     }
 }
+
+#[test]
+fn rotating_away_from_the_default_key_file_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("vault");
+    ok(gvault(&d, &["init", "--encrypt"], &[]));
+    ok(gvault(&d, &["put", "k", "v"], &[]));
+    let new = tmp.path().join("new.key");
+    let out = ok(gvault(
+        &d,
+        &[
+            "keys",
+            "rotate-master",
+            "--new-key-file",
+            new.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    assert!(out.contains("still holds the old master key"), "{out}");
+    // The default file now holds a key that does not open the store: the
+    // error says that key was read from there.
+    let o = gvault(&d, &["get", "k"], &[]);
+    assert_eq!(code(&o), 2, "{o:?}");
+    assert!(
+        stderr(&o).contains("wrong master key") && stderr(&o).contains("default key file"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        ok(gvault(
+            &d,
+            &["get", "--key-file", new.to_str().unwrap(), "k"],
+            &[]
+        )),
+        "v"
+    );
+}

@@ -18,7 +18,8 @@ use super::{open_with, CmdResult, StoreDir};
 pub struct KeyArgs {
     /// Master key file (64 hex digits, mode 0600) [sources, first found
     /// wins: --key-file, --passphrase-env, $GVAULT_KEY_FILE, $GVAULT_KEY,
-    /// $GVAULT_PASSPHRASE].
+    /// $GVAULT_PASSPHRASE; with none, an encrypted store's <DIR>.key
+    /// beside it, as `init --encrypt` makes by default].
     #[arg(long, value_name = "F", conflicts_with = "passphrase_env")]
     key_file: Option<PathBuf>,
     /// Name of an environment variable holding the passphrase (stretched
@@ -138,15 +139,21 @@ impl KeyArgs {
         if let Some(e) = self.encryption()? {
             return Ok(Some(e));
         }
-        if !dir.join(keys::KEYS_FILE).exists() {
-            return Ok(None);
-        }
-        match default_key_file(dir) {
-            Ok(f) if f.exists() => Ok(Some(Encryption::with_key(
+        match self.implicit_key_file(dir) {
+            Some(f) => Ok(Some(Encryption::with_key(
                 keys::read_key_file(&f).map_err(|e| e.to_string())?,
             ))),
-            _ => Ok(None),
+            None => Ok(None),
         }
+    }
+
+    /// The default key file the store in `dir` is opened with when no key
+    /// source is given (see [`Self::encryption_for`]), if any.
+    pub fn implicit_key_file(&self, dir: &Path) -> Option<PathBuf> {
+        if self.source().is_some() || !dir.join(keys::KEYS_FILE).exists() {
+            return None;
+        }
+        default_key_file(dir).ok().filter(|f| f.exists())
     }
 
     /// Options to open the existing store in `dir` with these keys and
@@ -306,10 +313,17 @@ pub fn execute(cmd: KeysCommand) -> CmdResult {
                 }
                 (None, None) => return Err("give --new-key-file or --new-passphrase-env".into()),
             };
+            let implicit = store.keys.implicit_key_file(&store.path()?);
             let s = open_encrypted(&store, Options::default())?;
             s.rotate_master_key(&new)?;
             s.close()?;
             println!("the key registry is now sealed under {what}; the old master key no longer opens this store");
+            if let Some(old) = implicit {
+                println!(
+                    "note: {} still holds the old master key, and commands given no key source read it: replace it with the new key (or remove it) and keep the old one only to open backups made before now",
+                    old.display()
+                );
+            }
             Ok(0)
         }
         KeysCommand::Status { store } => {

@@ -147,15 +147,25 @@ pub(crate) type CmdResult = Result<i32, Box<dyn std::error::Error>>;
 fn open_with(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::error::Error>> {
     let dir = store.path()?;
     let opts = store.keys.options(&dir)?;
-    Ok(Store::open(
-        dir,
+    let implicit = store.keys.implicit_key_file(&dir);
+    Store::open(
+        &dir,
         Options {
             create_if_missing: false,
             encryption: opts.encryption,
             crypto_backend: opts.crypto_backend,
             ..base
         },
-    )?)
+    )
+    .map_err(|e| match (&e, implicit) {
+        // Say where the key came from: the user named none.
+        (gvault_store::Error::WrongKey { .. }, Some(f)) => format!(
+            "{e} (no key source was given, so the key came from {}, the default key file beside the store; pass --key-file or another source)",
+            f.display()
+        )
+        .into(),
+        _ => e.into(),
+    })
 }
 
 fn open_existing(store: &StoreDir) -> Result<Store, Box<dyn std::error::Error>> {
