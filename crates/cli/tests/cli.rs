@@ -112,6 +112,21 @@ fn commands_and_exit_codes() {
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout), "j1\nbig\nb\n");
 
+    // A value over the store's 1 GiB limit is refused before it is read
+    // (the file is sparse: nothing of it is written or read here).
+    let huge = d.with_extension("huge");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len((1 << 30) + 1)
+        .unwrap();
+    let o = run(d, &["put", "huge", "--file", huge.to_str().unwrap()], None);
+    assert_eq!(code(&o), 2, "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the most one value holds"),
+        "{o:?}"
+    );
+    std::fs::remove_file(&huge).unwrap();
+
     let o = run(d, &["stats"], None);
     assert!(String::from_utf8_lossy(&o.stdout).contains("last sequence"));
     let o = run(d, &["gc"], None);

@@ -75,7 +75,7 @@ mod vlog;
 mod write;
 mod write_batch;
 
-pub use db::{ReadOptions, Snapshot, Store};
+pub use db::{ReadOptions, Snapshot, Store, MAX_BATCH_BYTES, MAX_KEY_LEN};
 pub use db_iter::{DbIterator, Scan};
 pub use env::{FaultInjectingFs, FileSystem, OsFs};
 pub use error::{Error, Result};

@@ -7,7 +7,7 @@
 mod demo;
 mod keys;
 
-use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions};
+use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions, MAX_BATCH_BYTES};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -168,6 +168,18 @@ fn open_with(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::erro
     })
 }
 
+/// Refuses a value the store would refuse (one write batch holds at most
+/// `MAX_BATCH_BYTES`) before it is read: a 50 GB file would otherwise be
+/// read into memory only to be refused.
+fn check_value_len(len: u64, what: &str) -> Result<(), String> {
+    if len > MAX_BATCH_BYTES as u64 {
+        return Err(format!(
+            "{what} exceeds {MAX_BATCH_BYTES} bytes (1 GiB), the most one value holds: store larger data in pieces under several keys"
+        ));
+    }
+    Ok(())
+}
+
 fn open_existing(store: &StoreDir) -> Result<Store, Box<dyn std::error::Error>> {
     open_with(store, Options::default())
 }
@@ -189,11 +201,20 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             let value = match (value, file) {
                 (Some(v), _) => v.into_bytes(),
                 (None, Some(f)) => {
+                    let len = std::fs::metadata(&f)
+                        .map_err(|e| format!("cannot read {}: {e}", f.display()))?
+                        .len();
+                    check_value_len(len, &f.display().to_string())?;
                     std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?
                 }
                 (None, None) => {
+                    // One byte past the limit is enough to refuse, without
+                    // holding an arbitrarily long stream in memory first.
                     let mut v = Vec::new();
-                    std::io::stdin().read_to_end(&mut v)?;
+                    std::io::stdin()
+                        .take(MAX_BATCH_BYTES as u64 + 1)
+                        .read_to_end(&mut v)?;
+                    check_value_len(v.len() as u64, "the value on stdin")?;
                     v
                 }
             };
