@@ -75,7 +75,8 @@ fn commands_and_exit_codes() {
     let o = run(d, &["import"], Some(b"{\"key\": 1}\n"));
     assert_eq!(code(&o), 2);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("line 1"),
+        String::from_utf8_lossy(&o.stderr).contains("line 1")
+            && String::from_utf8_lossy(&o.stderr).contains("nothing was imported"),
         "{o:?}"
     );
 

@@ -335,21 +335,33 @@ fn import(store: &StoreDir, file: Option<&Path>) -> CmdResult {
     let s = open_existing(store)?;
     let mut batch = WriteBatch::new();
     let mut count = 0u64;
+    // Records in batches already written: an import is not one transaction
+    // (it is written a megabyte at a time), so an error says how far it got.
+    let mut written = 0u64;
+    let so_far = |written: u64| {
+        if written == 0 {
+            "nothing was imported".to_string()
+        } else {
+            format!("the first {written} records were imported (importing the file again is safe: a key's value is replaced)")
+        }
+    };
     for (i, line) in input.lines().enumerate() {
-        let line = line?;
+        let line = line.map_err(|e| format!("reading line {}: {e}; {}", i + 1, so_far(written)))?;
         if line.trim().is_empty() {
             continue;
         }
         let rec: ImportLine = serde_json::from_str(&line).map_err(|e| {
             format!(
-                "line {}: expected {{\"key\": ..., \"value\": ...}}: {e}",
-                i + 1
+                "line {}: expected {{\"key\": ..., \"value\": ...}}: {e}; {}",
+                i + 1,
+                so_far(written)
             )
         })?;
         batch.put(rec.key.as_bytes(), rec.value.as_bytes());
         count += 1;
         if batch.approximate_bytes() >= 1 << 20 {
             s.write(&WriteOptions::default(), std::mem::take(&mut batch))?;
+            written = count;
         }
     }
     s.write(&WriteOptions::SYNC, batch)?;
