@@ -41,6 +41,33 @@ const SHAPES: [(usize, usize); 6] = [
 ];
 const QUICK_SHAPES: [(usize, usize); 4] = [(512, 64), (4096, 1), (4096, 16), (256 << 10, 4)];
 
+/// Shapes of the chunking ops' one-thread line. FastCDC skips the first
+/// 512 KiB (the minimum chunk) of every chunk, so a segment under that
+/// costs only its call: with such shapes in the fit there is no one rate
+/// per byte, and the line priced one thread at ~194 GB/s (3.1 measured)
+/// on the H100 host, and at 4.0 GB/s (1.6-1.8 measured) on the 2-core dev
+/// host with a 4 KiB shape left in. Segments of several chunks scan about
+/// half their bytes: a rate per byte again. Segments below a chunk are
+/// priced high by this line (their scan is skipped), the safe side.
+const CHUNKING_SHAPES: [(usize, usize); 5] = [
+    (4 << 20, 1),
+    (16 << 20, 1),
+    (16 << 20, 4),
+    (64 << 20, 2),
+    (64 << 20, 4),
+];
+const QUICK_CHUNKING_SHAPES: [(usize, usize); 3] = [(2 << 20, 1), (2 << 20, 4), (4 << 20, 2)];
+
+/// The one-thread line's shapes for `op`.
+fn cpu_shapes(op: OpKind, quick: bool) -> &'static [(usize, usize)] {
+    match (op, quick) {
+        (OpKind::Chunk | OpKind::ChunkDigest, false) => &CHUNKING_SHAPES,
+        (OpKind::Chunk | OpKind::ChunkDigest, true) => &QUICK_CHUNKING_SHAPES,
+        (_, false) => &SHAPES,
+        (_, true) => &QUICK_SHAPES,
+    }
+}
+
 /// GPU shapes: each puts one stage in charge (see `fit_stages`). 4 KiB x 1:
 /// the fixed cost. Pieces of >= DIRECT_MIN (256 KiB x 4, 1 MiB x 8, 16
 /// MiB x 2) are DMA'd from pinned memory: the pinned line; 1 MiB x 8 is
@@ -119,7 +146,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), String> {
         }
     };
     let identity = machine_identity(gpu.as_ref());
-    let shapes: &[(usize, usize)] = if args.quick { &QUICK_SHAPES } else { &SHAPES };
+    let shapes = cpu_shapes(OpKind::AesGcmSeal, args.quick);
     let min_time = Duration::from_millis(if args.quick { 10 } else { 40 });
     let one = CpuBackend::with_threads(1);
     let all = CpuBackend::new();
@@ -153,7 +180,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), String> {
             calibrate_op(
                 op,
                 &keys,
-                shapes,
+                cpu_shapes(op, args.quick),
                 &one,
                 &all,
                 gpu.as_ref(),
@@ -288,7 +315,7 @@ fn cpu_speedup(
     min_time: Duration,
     quick: bool,
 ) -> Result<f64, String> {
-    let (size, n) = speedup_shape(one_thread, all.threads(), quick);
+    let (size, n) = speedup_shape(op, one_thread, all.threads(), quick);
     let bytes = (size * n) as u64;
     let rounds = if quick { 1 } else { 3 };
     let mut ratios = Vec::with_capacity(rounds);
@@ -337,12 +364,24 @@ fn cpu_small_speedup(
 
 /// The shape `CpuCost::speedup` is measured on: `SPEEDUP_UNITS_PER_THREAD`
 /// segments a thread of up to 1 MiB (256 KiB quick), smaller for slow ops
-/// so one thread's pass over them stays near 40 ms.
-fn speedup_shape(one_thread: &LinearCost, threads: usize, quick: bool) -> (usize, usize) {
+/// so one thread's pass over them stays near 40 ms. The chunking ops take
+/// segments of several chunks, as their line does (`CHUNKING_SHAPES`): on
+/// 1 MiB segments one thread ran at about half the line's rate.
+fn speedup_shape(
+    op: OpKind,
+    one_thread: &LinearCost,
+    threads: usize,
+    quick: bool,
+) -> (usize, usize) {
     let n = threads * SPEEDUP_UNITS_PER_THREAD;
-    let largest = if quick { 256 << 10 } else { 1 << 20 };
+    let (smallest, largest) = match (op, quick) {
+        (OpKind::Chunk | OpKind::ChunkDigest, false) => (4 << 20, 8 << 20),
+        (OpKind::Chunk | OpKind::ChunkDigest, true) => (2 << 20, 2 << 20),
+        (_, false) => (64 << 10, 1 << 20),
+        (_, true) => (64 << 10, 256 << 10),
+    };
     let per_byte = one_thread.ns_per_byte.max(1e-3);
-    let size = ((40e6 / per_byte) as usize / n / 4096 * 4096).clamp(64 << 10, largest);
+    let size = ((40e6 / per_byte) as usize / n / 4096 * 4096).clamp(smallest, largest);
     (size, n)
 }
 
@@ -392,7 +431,7 @@ fn second_pass(
         }
         let c = &mut m.cpu;
         let line = c.one_thread;
-        let shape = speedup_shape(&line, all.threads(), false);
+        let shape = speedup_shape(op, &line, all.threads(), false);
         let (large, _) = all_core_speedup(op, keys, &line, all, shape, min_time)?;
         let small = cpu_small_speedup(op, keys, &line, all, min_time)?;
         let cut = gcm_cut_cost(op, keys, &line, all, min_time)?;
@@ -940,6 +979,36 @@ mod tests {
             "{table}"
         );
         assert!(!row("aes256gcm-open").contains(" ms + "), "{table}");
+    }
+
+    /// The chunking ops' line and speed-up are measured on segments of
+    /// several minimum-size chunks (the jobs `bench primitive` runs them
+    /// as), the others on the shared shapes.
+    #[test]
+    fn chunking_ops_are_measured_on_segments_of_several_chunks() {
+        use gvault_accel::ChunkParams;
+        let min = ChunkParams::DEFAULT.min() as usize;
+        let line = LinearCost {
+            fixed_ns: 0.0,
+            ns_per_byte: 0.5,
+            ns_per_segment: 0.0,
+        };
+        for op in [OpKind::Chunk, OpKind::ChunkDigest] {
+            for quick in [false, true] {
+                for &(size, n) in super::cpu_shapes(op, quick) {
+                    assert!(size >= 4 * min && n >= 1, "{op} {size} x {n}");
+                }
+                let (size, _) = super::speedup_shape(op, &line, 16, quick);
+                assert!(size >= 4 * min, "{op}: speed-up on {size}-byte segments");
+            }
+        }
+        assert_eq!(super::cpu_shapes(OpKind::Sha256, false), &super::SHAPES[..]);
+        assert_eq!(
+            super::cpu_shapes(OpKind::Sha256, true),
+            &super::QUICK_SHAPES[..]
+        );
+        let (size, _) = super::speedup_shape(OpKind::Sha256, &line, 16, false);
+        assert!(size <= 1 << 20);
     }
 
     #[test]
