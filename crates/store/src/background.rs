@@ -82,10 +82,11 @@ pub fn flush_oldest(inner: &DbInner) -> Result<()> {
     let outputs = out.finish()?;
     let edit = VersionEdit {
         replay: Some(end),
-        added_tables: outputs.into_iter().map(|f| (0, f)).collect(),
+        added_tables: outputs.files.iter().map(|f| (0, f.clone())).collect(),
         ..Default::default()
     };
     inner.log_and_apply(edit)?;
+    drop(outputs.keys); // the tables are in the version now
     inner.state.lock().imm.pop_front();
     Ok(())
 }

@@ -6,9 +6,72 @@
 //! hand over a whole batch (all blocks of a table, all frames of a group
 //! commit) because that batch becomes one accelerator job.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::format::FORMAT_VERSION;
+
+/// Data keys that files being written are sealed under, with how many such
+/// files each has. A re-encryption pass never retires a pinned key: a flush
+/// or compaction reads the current key when it seals a table and installs
+/// the table in the version only later, so between the two the table is on
+/// no list a pass can see (a retired key there made the store unopenable).
+#[derive(Debug, Default)]
+pub struct KeyPins(Mutex<BTreeMap<u32, usize>>);
+
+impl KeyPins {
+    /// Pins `id`; the caller makes reading the current key and this call
+    /// one step with respect to rotations (see `GcmCodec::pin_key`).
+    pub fn pin(self: &Arc<Self>, id: u32) -> KeyPin {
+        *self.0.lock().entry(id).or_default() += 1;
+        KeyPin {
+            id,
+            pins: Some(self.clone()),
+        }
+    }
+
+    /// The keys pinned now.
+    pub fn pinned(&self) -> Vec<u32> {
+        self.0.lock().keys().copied().collect()
+    }
+}
+
+/// The data key a new file is sealed under, kept from the moment the key is
+/// read until the file is on a list that re-encryption reads (the version,
+/// or the current manifest); dropping it releases the key.
+#[derive(Debug)]
+pub struct KeyPin {
+    id: u32,
+    pins: Option<Arc<KeyPins>>,
+}
+
+impl KeyPin {
+    /// A key nothing can retire (key 0: CRC32C).
+    pub fn fixed(id: u32) -> KeyPin {
+        KeyPin { id, pins: None }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl Drop for KeyPin {
+    fn drop(&mut self) {
+        if let Some(p) = &self.pins {
+            let mut m = p.0.lock();
+            if let Some(n) = m.get_mut(&self.id) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(&self.id);
+                }
+            }
+        }
+    }
+}
 
 /// What a block is; bound into its seal so a block cannot be moved to a place
 /// where it would be read as something else.
@@ -140,6 +203,12 @@ pub trait BlockCodec: Send + Sync + fmt::Debug {
     /// encryption). It changes when the data key rotates, so a writer reads
     /// it once per file and seals every block of that file under it.
     fn key_id(&self) -> u32;
+
+    /// The current data key, pinned: a writer takes this once per new file
+    /// and holds it until the file is installed (see [`KeyPins`]).
+    fn pin_key(&self) -> KeyPin {
+        KeyPin::fixed(self.key_id())
+    }
 
     /// Whether blocks under this data key can be opened.
     fn knows_key(&self, key_id: u32) -> bool;

@@ -9,6 +9,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::codec::KeyPin;
 use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{parse_internal_key, table_path, ValueType};
@@ -94,7 +95,16 @@ pub fn pick(inner: &DbInner, v: &Version, compact_pointer: &[Vec<u8>]) -> Option
 pub struct OutputWriter<'a> {
     inner: &'a DbInner,
     builder: Option<TableBuilder>,
-    pub outputs: Vec<FileMeta>,
+    outputs: Outputs,
+}
+
+/// Tables written and not yet installed, with the data keys they are
+/// sealed under: the caller keeps `keys` until the edit that adds `files`
+/// is applied, so that no re-encryption pass retires a key meanwhile.
+#[derive(Default)]
+pub struct Outputs {
+    pub files: Vec<FileMeta>,
+    pub keys: Vec<KeyPin>,
 }
 
 impl<'a> OutputWriter<'a> {
@@ -102,7 +112,7 @@ impl<'a> OutputWriter<'a> {
         OutputWriter {
             inner,
             builder: None,
-            outputs: Vec::new(),
+            outputs: Outputs::default(),
         }
     }
 
@@ -147,12 +157,13 @@ impl<'a> OutputWriter<'a> {
         f.append(&built.bytes)
             .and_then(|_| f.sync())
             .ctx(|| format!("writing table {}", path.display()))?;
-        self.outputs.push(FileMeta {
+        self.outputs.files.push(FileMeta {
             number,
             size: built.bytes.len() as u64,
             smallest: built.smallest,
             largest: built.largest,
         });
+        self.outputs.keys.push(built.key);
         Ok(())
     }
 
@@ -162,7 +173,7 @@ impl<'a> OutputWriter<'a> {
     /// open removes them: their numbers are then above the counter the new
     /// manifest records, so no file number (half of a block nonce) is ever
     /// used twice.
-    pub fn finish(mut self) -> Result<Vec<FileMeta>> {
+    pub fn finish(mut self) -> Result<Outputs> {
         self.finish_table()?;
         self.inner
             .fs
@@ -245,10 +256,12 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
         iter.status()
     })();
     result?; // partial outputs stay for the next open to remove
-    for f in out.finish()? {
-        edit.added_tables.push((out_level, f));
+    let outputs = out.finish()?;
+    for f in &outputs.files {
+        edit.added_tables.push((out_level, f.clone()));
     }
     inner.log_and_apply(edit)?;
+    drop(outputs.keys); // the tables are in the version now
     inner
         .state
         .lock()

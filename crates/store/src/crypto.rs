@@ -17,8 +17,8 @@ use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 use parking_lot::RwLock;
 
 use crate::codec::{
-    BlockCodec, BlockContext, OpenError, OpenSlot, Reseal, ResealError, SealError, SealSlot,
-    CONTEXT_LEN,
+    BlockCodec, BlockContext, KeyPin, KeyPins, OpenError, OpenSlot, Reseal, ResealError, SealError,
+    SealSlot, CONTEXT_LEN,
 };
 
 pub const TAG_LEN: usize = 16;
@@ -104,6 +104,7 @@ pub struct GcmCodec {
     /// a job's allocations.
     inline_cpu: bool,
     observer: Option<SealObserver>,
+    pins: Arc<KeyPins>,
 }
 
 impl fmt::Debug for GcmCodec {
@@ -141,15 +142,28 @@ impl GcmCodec {
             },
             backend,
             observer,
+            pins: Arc::default(),
         }
     }
 
-    /// Replaces the key set (after a rotation or a retirement). Writers that
-    /// already started a file keep sealing it under the key they read.
+    /// Keys that files being written are sealed under (never retired).
+    pub fn pinned_keys(&self) -> Vec<u32> {
+        self.pins.pinned()
+    }
+
+    /// Makes `current` the key new files use and adds the keys it does not
+    /// hold yet (after a rotation). Keys the registry has retired stay until
+    /// the store closes: a reader that opened a file before its deletion may
+    /// still read it. Writers that already started a file keep sealing it
+    /// under the key they pinned.
     pub fn set_keys(&self, current: u32, keys: Vec<(u32, Aes256Key)>) {
         let mut k = self.keys.write();
         k.current = current;
-        k.keys = keys.into_iter().map(|(i, k)| (i, Arc::new(k))).collect();
+        for (id, key) in keys {
+            if k.get(id).is_none() {
+                k.keys.push((id, Arc::new(key)));
+            }
+        }
     }
 
     fn key(&self, id: u32) -> Option<Arc<Aes256Key>> {
@@ -265,6 +279,13 @@ impl GcmCodec {
 impl BlockCodec for GcmCodec {
     fn key_id(&self) -> u32 {
         self.keys.read().current
+    }
+
+    fn pin_key(&self) -> KeyPin {
+        // The read lock keeps `set_keys` out until the pin is counted: a
+        // key stops being current only when no pin on it is still to come.
+        let k = self.keys.read();
+        self.pins.pin(k.current)
     }
 
     fn knows_key(&self, key_id: u32) -> bool {

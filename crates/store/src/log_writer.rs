@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::codec::{BlockCodec, BlockContext, BlockKind, SealSlot};
+use crate::codec::{BlockCodec, BlockContext, BlockKind, KeyPin, SealSlot};
 use crate::env::{FileSystem, WritableFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{BlockHandle, FileHeader, FileKind, LogPosition, HEADER_LEN};
@@ -21,7 +21,9 @@ pub struct LogWriter {
     offset: u64,
     next_block: u32,
     /// The data key named in the header; every block of the file uses it.
-    key_id: u32,
+    /// Pinned while the file is written (a value-log head is in the
+    /// version, a manifest is the current one, but only once created).
+    key: KeyPin,
     codec: Arc<dyn BlockCodec>,
     /// The last group's buffer, kept for the next one: a fresh
     /// value-sized buffer per group costs page faults on every commit.
@@ -96,7 +98,8 @@ impl LogWriter {
         let mut file = fs
             .create(path)
             .ctx(|| format!("creating {}", path.display()))?;
-        let key_id = codec.key_id();
+        let key = codec.pin_key();
+        let key_id = key.id();
         let header = FileHeader {
             kind,
             key_id,
@@ -111,7 +114,7 @@ impl LogWriter {
             file_number,
             offset: HEADER_LEN as u64,
             next_block: 0,
-            key_id,
+            key,
             codec,
             spare: Vec::new(),
         })
@@ -148,7 +151,7 @@ impl LogWriter {
             frames: Vec::new(),
             start: self.position(),
             overhead: self.codec.overhead(),
-            key_id: self.key_id,
+            key_id: self.key.id(),
         }
     }
 

@@ -178,7 +178,11 @@ impl Throttle {
 /// value pointer or level changes, and each file is read and written once.
 pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
     let ks = key_state(inner)?;
-    let current = ks.codec.key_id();
+    // Pinned for the pass: files re-sealed under it are installed one by
+    // one, and a concurrent pass (after another rotation) must not retire
+    // it meanwhile.
+    let pass_key = ks.codec.pin_key();
+    let current = pass_key.id();
     let mut report = ReencryptReport::default();
     let mut throttle = Throttle {
         start: Instant::now(),
@@ -307,12 +311,18 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
 }
 
 /// Drops from the registry every key but the current one that no live file
-/// (nor one waiting for deletion) names.
+/// (nor one waiting for deletion, nor one being written) names.
+///
+/// The registry stays locked throughout, so no rotation runs meanwhile and
+/// every file sealed under a key other than `current` had its key pinned
+/// before this began. The pins are read before the live files: a file whose
+/// pin is gone by then was already installed, and the walk finds it.
 fn retire_unused(inner: &DbInner) -> Result<Vec<u32>> {
     let ks = key_state(inner)?;
-    let used: BTreeSet<u32> = live_files(inner)?.into_iter().map(|(_, k)| k).collect();
     let mut r = ks.registry.lock();
     let current = r.current;
+    let mut used: BTreeSet<u32> = ks.codec.pinned_keys().into_iter().collect();
+    used.extend(live_files(inner)?.into_iter().map(|(_, k)| k));
     let retired: Vec<u32> = r
         .keys
         .keys()

@@ -7,7 +7,7 @@
 
 use crate::block::BlockBuilder;
 use crate::bloom;
-use crate::codec::{BlockCodec, BlockContext, BlockKind, SealError};
+use crate::codec::{BlockCodec, BlockContext, BlockKind, KeyPin, SealError};
 use crate::coding::{put_u32, put_u64};
 use crate::format::{user_key, BlockHandle, FileHeader, FileKind, HEADER_LEN};
 
@@ -39,6 +39,9 @@ pub struct BuiltTable {
     pub bytes: Vec<u8>,
     pub smallest: Vec<u8>,
     pub largest: Vec<u8>,
+    /// The data key the table is sealed under; hold it until the table is
+    /// in the version.
+    pub key: KeyPin,
 }
 
 impl TableBuilder {
@@ -102,7 +105,8 @@ impl TableBuilder {
         codec: &dyn BlockCodec,
     ) -> Result<BuiltTable, SealError> {
         self.finish_block();
-        let key_id = codec.key_id();
+        let key = codec.pin_key();
+        let key_id = key.id();
         let overhead = codec.overhead();
         let mut offset = HEADER_LEN as u64;
         let mut batch: Vec<(BlockContext, Vec<u8>)> = Vec::with_capacity(self.blocks.len() + 3);
@@ -160,6 +164,7 @@ impl TableBuilder {
             bytes,
             smallest: self.smallest.unwrap_or_default(),
             largest: self.last_key,
+            key,
         })
     }
 }

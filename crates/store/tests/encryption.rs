@@ -453,3 +453,74 @@ fn a_crc_value_log_file_is_refused_by_a_sealed_store() {
         "no value-log file in common: {ours:?} {theirs:?}"
     );
 }
+
+/// A flush reads the current data key when it seals its table, and puts
+/// the table in the version only after writing it. A rotation and a whole
+/// re-encryption pass in between must not retire that key: CI's crash test
+/// once left a store that would not open ("sealed with data key 3, which
+/// the key registry does not hold"). Here the flush is held inside its seal
+/// while the pass runs.
+#[test]
+fn a_key_sealing_a_table_not_yet_installed_is_never_retired() {
+    type Gate = (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>);
+    let gate: Arc<Mutex<Option<Gate>>> = Arc::default();
+    let g = gate.clone();
+    let d = tempfile::tempdir().unwrap();
+    let base = Options {
+        reencrypt_bytes_per_sec: 1 << 30,
+        ..Mode::Encrypted.options()
+    };
+    let opts = Options {
+        seal_observer: Some(Arc::new(move |_, _| {
+            if std::thread::current().name() != Some("gvault-store-bg") {
+                return;
+            }
+            let Some((paused, resume)) = g.lock().unwrap().take() else {
+                return;
+            };
+            paused.send(()).unwrap();
+            resume.recv().unwrap();
+        })),
+        ..base.clone()
+    };
+    let s = Arc::new(Store::open(d.path(), opts).unwrap());
+    fill(&s, 200, 1);
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    *gate.lock().unwrap() = Some((paused_tx, resume_rx));
+    let flusher = {
+        let s = s.clone();
+        std::thread::spawn(move || s.flush())
+    };
+    paused_rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the flush never sealed a block");
+    let old = s.key_status().unwrap().current;
+    let new = s.rotate_data_key().unwrap();
+    let report = s.reencrypt().unwrap();
+    assert!(
+        !report.keys_retired.contains(&old),
+        "key {old} retired while a table was being sealed under it: {report:?}"
+    );
+    resume_tx.send(()).unwrap();
+    flusher.join().unwrap().unwrap();
+    let status = s.key_status().unwrap();
+    assert_eq!(status.current, new);
+    assert!(status.keys[&old].iter().any(|f| f.ends_with(".sst")));
+    Arc::try_unwrap(s).ok().unwrap().close().unwrap();
+
+    // The store opens, and the next pass moves the table and retires the key.
+    let s = Store::open(d.path(), base.clone()).unwrap();
+    let report = s.reencrypt().unwrap();
+    assert!(report.keys_retired.contains(&old), "{report:?}");
+    s.close().unwrap();
+    let s = Store::open(d.path(), base).unwrap();
+    for k in 0..200u64 {
+        let len = if k % 4 == 0 { 400 } else { 30 };
+        assert_eq!(
+            s.get(format!("key{k:04}")).unwrap().unwrap(),
+            value_for(k, 1, len)
+        );
+    }
+    assert!(s.verify().unwrap().is_clean());
+}
