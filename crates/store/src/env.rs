@@ -166,6 +166,12 @@ impl FaultInjectingFs {
         self.state.budget.store(v, Ordering::SeqCst);
     }
 
+    /// Bytes that may still be written before the disk is full (None: no
+    /// limit).
+    pub fn space_left(&self) -> Option<u64> {
+        u64::try_from(self.state.budget.load(Ordering::SeqCst)).ok()
+    }
+
     pub fn set_fail_sync(&self, fail: bool) {
         self.state.fail_sync.store(fail, Ordering::SeqCst);
     }

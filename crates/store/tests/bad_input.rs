@@ -272,3 +272,77 @@ fn full_disk_while_flushing_in(mode: Mode) {
     s.flush().unwrap();
     assert!(s.verify().unwrap().is_clean());
 }
+
+/// The disk fills during a re-encryption pass, at points spread over all
+/// it writes (value-log files, tables, the manifest): the pass fails naming
+/// the full disk, the old key stays, nothing is lost, and once space is back
+/// the next pass (after a reopen) finishes the job.
+#[test]
+fn full_disk_while_reencrypting() {
+    let value = |b: u64| value_for(b, 0, if b % 3 == 0 { 3000 } else { 60 });
+    // A store with its data key just rotated, and the old key's id.
+    let rotated = |fs: &FaultInjectingFs, opts: &Options| {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path(), opts.clone()).unwrap();
+        for b in 0..600u64 {
+            s.put(format!("k{b:04}"), value(b)).unwrap();
+        }
+        s.compact_range(None, None).unwrap();
+        let old = s.key_status().unwrap().current;
+        s.rotate_data_key().unwrap();
+        fs.set_space_left(Some(1 << 40));
+        (dir, s, old)
+    };
+    let (fs, opts) = faulty(Mode::Encrypted);
+    let opts = Options {
+        reencrypt_bytes_per_sec: u64::MAX,
+        ..opts
+    };
+    let (_dir, s, _) = rotated(&fs, &opts);
+    s.reencrypt().unwrap();
+    let pass_bytes = (1 << 40) - fs.space_left().unwrap();
+    drop(s);
+    assert!(pass_bytes > 100_000, "{pass_bytes}");
+    for per_mille in [5, 100, 400, 700, 950, 995] {
+        let space = pass_bytes * per_mille / 1000;
+        fs.set_space_left(None);
+        let (dir, s, old) = rotated(&fs, &opts);
+        fs.set_space_left(Some(space));
+        let e = s.reencrypt().unwrap_err();
+        assert!(
+            e.to_string().contains("No space left"),
+            "space {space}: {e}"
+        );
+        let status = s.key_status().unwrap();
+        assert!(status.keys.contains_key(&old), "space {space}: {status:?}");
+        for b in 0..600u64 {
+            assert_eq!(
+                s.get(format!("k{b:04}")).unwrap(),
+                Some(value(b)),
+                "space {space}"
+            );
+        }
+        drop(s);
+
+        fs.set_space_left(None);
+        let (opts, _warnings) = capturing(opts.clone());
+        let s = Store::open(dir.path(), opts).unwrap();
+        let report = s.reencrypt().unwrap();
+        assert_eq!(report.keys_retired, vec![old], "space {space}: {report:?}");
+        assert_eq!(s.key_status().unwrap().stale_files(), 0);
+        for b in 0..600u64 {
+            assert_eq!(
+                s.get(format!("k{b:04}")).unwrap(),
+                Some(value(b)),
+                "space {space}"
+            );
+        }
+        assert!(s.verify().unwrap().is_clean(), "space {space}");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("reseal") || n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "space {space}: {leftovers:?}");
+    }
+}
