@@ -279,7 +279,7 @@ fn full_disk_while_flushing_in(mode: Mode) {
 /// the next pass (after a reopen) finishes the job.
 #[test]
 fn full_disk_while_reencrypting() {
-    let value = |b: u64| value_for(b, 0, if b % 3 == 0 { 3000 } else { 60 });
+    let value = |b: u64| value_for(b, 0, if b.is_multiple_of(3) { 3000 } else { 60 });
     // A store with its data key just rotated, and the old key's id.
     let rotated = |fs: &FaultInjectingFs, opts: &Options| {
         let dir = tempfile::tempdir().unwrap();

@@ -554,7 +554,7 @@ fn an_iterator_outlives_rotation_retirement_and_another_rotation() {
     s.rotate_data_key().unwrap();
     let mut n = 0u64;
     while it.valid() {
-        let len = if n % 4 == 0 { 400 } else { 30 };
+        let len = if n.is_multiple_of(4) { 400 } else { 30 };
         assert_eq!(it.key(), format!("key{n:04}").as_bytes());
         assert_eq!(it.value().unwrap(), value_for(n, 1, len));
         n += 1;
