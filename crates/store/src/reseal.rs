@@ -322,12 +322,26 @@ fn write_batches(
 /// compaction lock and has checked that `f` is live, so it stays live.
 /// False when it already uses `to_key`.
 pub(crate) fn reseal_table(inner: &DbInner, f: &FileMeta, to_key: u32) -> Result<bool> {
-    let table = inner.tables.get(f)?;
-    let from_key = table.key_id();
+    let path = table_path(&inner.dir, f.number);
+    let src = inner
+        .fs
+        .open_read(&path)
+        .ctx(|| format!("opening {}", path.display()))?;
+    // The key comes from the file read here, not from the open table: a
+    // table opened before an earlier pass re-sealed this file still reads
+    // the old file under the old key, while the path holds the new one.
+    let from_key = {
+        let mut head = [0u8; HEADER_LEN];
+        src.read_exact_at(&mut head, 0)
+            .ctx(|| format!("reading header of {}", path.display()))?;
+        FileHeader::decode(&head)
+            .map_err(|e| Error::corruption(&path, "file header at offset 0", e.to_string()))?
+            .key_id
+    };
     if from_key == to_key {
         return Ok(false);
     }
-    let path = table_path(&inner.dir, f.number);
+    let table = inner.tables.get(f)?;
     let mut layout = table.layout();
     layout.sort_by_key(|(h, _)| h.offset);
     let mut cursor = HEADER_LEN as u64;
@@ -348,10 +362,6 @@ pub(crate) fn reseal_table(inner: &DbInner, f: &FileMeta, to_key: u32) -> Result
             format!("blocks end at {cursor}, the table is {} bytes", f.size),
         ));
     }
-    let src = inner
-        .fs
-        .open_read(&path)
-        .ctx(|| format!("opening {}", path.display()))?;
     let mut buf = vec![0u8; f.size as usize];
     src.read_exact_at(&mut buf, 0)
         .ctx(|| format!("reading {}", path.display()))?;

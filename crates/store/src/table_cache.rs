@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -21,6 +22,11 @@ pub struct TableCache {
     blocks: Arc<BlockCache>,
     max_open: usize,
     open: Mutex<HashMap<u64, Arc<Table>>>,
+    /// Evictions so far. A table opened while one happened is returned
+    /// but not cached: it may be the file that re-encryption just replaced
+    /// (still readable through its own handle, under its own key), and
+    /// caching it would keep serving the old file after the eviction.
+    evictions: AtomicU64,
 }
 
 impl TableCache {
@@ -38,6 +44,7 @@ impl TableCache {
             blocks,
             max_open: max_open.max(1),
             open: Mutex::new(HashMap::new()),
+            evictions: AtomicU64::new(0),
         }
     }
 
@@ -45,6 +52,7 @@ impl TableCache {
         if let Some(t) = self.open.lock().get(&f.number) {
             return Ok(t.clone());
         }
+        let evictions = self.evictions.load(Ordering::SeqCst);
         let path = table_path(&self.dir, f.number);
         let t = Table::open(
             &*self.fs,
@@ -66,6 +74,9 @@ impl TableCache {
         })?;
         let t = Arc::new(t);
         let mut open = self.open.lock();
+        if self.evictions.load(Ordering::SeqCst) != evictions {
+            return Ok(t);
+        }
         if open.len() >= self.max_open {
             // Any entry will do: tables in use stay alive through their Arc.
             if let Some(&k) = open.keys().next() {
@@ -77,6 +88,9 @@ impl TableCache {
     }
 
     pub fn evict(&self, number: u64) {
-        self.open.lock().remove(&number);
+        let mut open = self.open.lock();
+        open.remove(&number);
+        // Under the map's lock, so that `get` sees it before inserting.
+        self.evictions.fetch_add(1, Ordering::SeqCst);
     }
 }

@@ -159,10 +159,6 @@ impl Table {
         out
     }
 
-    pub fn key_id(&self) -> u32 {
-        self.key_id
-    }
-
     pub fn path(&self) -> &Path {
         &self.path
     }
