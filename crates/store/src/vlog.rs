@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -22,6 +23,9 @@ pub struct ValueLog {
     dir: PathBuf,
     codec: Arc<dyn BlockCodec>,
     open: Mutex<HashMap<u64, LogFile>>,
+    /// Files forgotten so far: a file opened while one was forgotten is
+    /// used but not cached (see `TableCache`'s `evictions`).
+    forgotten: AtomicU64,
 }
 
 impl ValueLog {
@@ -31,6 +35,7 @@ impl ValueLog {
             dir,
             codec,
             open: Mutex::new(HashMap::new()),
+            forgotten: AtomicU64::new(0),
         }
     }
 
@@ -38,6 +43,7 @@ impl ValueLog {
         if let Some(f) = self.open.lock().get(&n) {
             return Ok(f.clone());
         }
+        let forgotten = self.forgotten.load(Ordering::SeqCst);
         let path = vlog_path(&self.dir, n);
         let f =
             open_log_file(&*self.fs, &path, FileKind::ValueLog, n, &*self.codec).map_err(|e| {
@@ -54,7 +60,10 @@ impl ValueLog {
                     e => e,
                 }
             })?;
-        self.open.lock().insert(n, f.clone());
+        let mut open = self.open.lock();
+        if self.forgotten.load(Ordering::SeqCst) == forgotten {
+            open.insert(n, f.clone());
+        }
         Ok(f)
     }
 
@@ -242,6 +251,8 @@ impl ValueLog {
     }
 
     pub fn forget(&self, n: u64) {
-        self.open.lock().remove(&n);
+        let mut open = self.open.lock();
+        open.remove(&n);
+        self.forgotten.fetch_add(1, Ordering::SeqCst);
     }
 }

@@ -242,6 +242,63 @@ both_modes!(
     damaged_frame_fails_only_its_entry
 );
 
+/// A value-log file cut short under a running scan: only the entries whose
+/// frames lie past the cut fail (each with its own corruption error, also
+/// when they come from a read-ahead batch); everything before it reads.
+fn cut_file_fails_only_entries_past_the_cut(mode: Mode) {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(mode);
+    let enc = opts.encryption.clone();
+    let s = Store::open(dir.path(), opts).unwrap();
+    let mut model = Model::new();
+    for k in 0..120u64 {
+        let v = value_for(k, 0, 20_000);
+        s.put(key(k), &v).unwrap();
+        model.insert(key(k), v);
+    }
+    s.flush().unwrap();
+    let log = logs(dir.path()).remove(0);
+    let frames: Vec<(u64, u64)> = block_extents_with(&log, enc.as_ref())
+        .unwrap()
+        .into_iter()
+        .filter(|&(_, len)| len > 15_000)
+        .collect();
+    assert_eq!(frames.len(), 120);
+    // Cut inside frame 90 (of key 90).
+    let (off, len) = frames[90];
+    let f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    f.set_len(off + len / 2).unwrap();
+    drop(f);
+
+    let mut it = s.iter(&ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let (mut ok, mut failed) = (0u64, 0u64);
+    while it.valid() {
+        let k = it.key().to_vec();
+        match it.value() {
+            Ok(v) => {
+                assert_eq!(v, model[&k]);
+                assert!(ok < 90, "an entry past the cut read: {k:?}");
+                ok += 1;
+            }
+            Err(e) => {
+                assert!(e.is_corruption(), "{e}");
+                failed += 1;
+            }
+        }
+        it.next();
+    }
+    assert_eq!((ok, failed), (90, 30));
+    if mode == Mode::Encrypted {
+        // The entries around the cut came from batches, not direct reads.
+        assert!(it.read_ahead_hits() >= 100, "{}", it.read_ahead_hits());
+    }
+}
+both_modes!(
+    cut_file_under_a_scan_fails_only_entries_past_the_cut,
+    cut_file_fails_only_entries_past_the_cut
+);
+
 /// Random moves (runs of next, steps back, seeks, values skipped) land
 /// on the model's entries with the model's values: seeks and turns while
 /// the worker is building a batch never hand out a stale value.
