@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::codec::BlockCodec;
 use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
-use crate::format::{manifest_path, table_path, vlog_path, FileHeader, HEADER_LEN};
+use crate::format::{manifest_path, table_path, vlog_path, FileHeader, HEADER_LEN, POINTER_FILE};
 use crate::keys::{keys_path, Encryption, KeyState};
 use crate::reseal;
 
@@ -71,8 +71,9 @@ fn header_key(inner: &DbInner, path: &std::path::Path) -> Result<u32> {
         .map_err(|e| Error::corruption(path, "file header at offset 0", e.to_string()))
 }
 
-/// Every live file (manifest, value logs, tables, and files waiting for
-/// deletion that readers may still open) with its data key.
+/// Every live file (manifest and pointer file, value logs, tables, and
+/// files waiting for deletion that readers may still open) with its data
+/// key.
 fn live_files(inner: &DbInner) -> Result<Vec<(String, u32)>> {
     let (v, pending_tables, pending_logs) = {
         let st = inner.state.lock();
@@ -83,7 +84,13 @@ fn live_files(inner: &DbInner) -> Result<Vec<(String, u32)>> {
         )
     };
     let manifest = inner.manifest.lock().number();
-    let mut paths = vec![manifest_path(&inner.dir, manifest)];
+    // The pointer file too: it is written just after its manifest and may
+    // be under a newer key than the manifest (a rotation in between), which
+    // then is in use although no other file names it.
+    let mut paths = vec![
+        manifest_path(&inner.dir, manifest),
+        inner.dir.join(POINTER_FILE),
+    ];
     paths.extend(
         v.logs
             .keys()
