@@ -82,6 +82,9 @@ pub(crate) struct DbInner {
     pub manifest: Mutex<Manifest>,
     /// Serialises compactions (background and manual).
     pub compaction_lock: Mutex<()>,
+    /// Serialises re-encryption passes: two at once would write the same
+    /// `.reseal` temporary files.
+    pub reencrypt_lock: Mutex<()>,
     /// The last sequence number whose group is fully in the memtable.
     pub visible_seq: AtomicU64,
     pub next_file: AtomicU64,
@@ -185,6 +188,7 @@ impl DbInner {
             log: Mutex::new(Some(log)),
             manifest: Mutex::new(manifest),
             compaction_lock: Mutex::new(()),
+            reencrypt_lock: Mutex::new(()),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),
             file_lock: Mutex::new(Some(lock)),

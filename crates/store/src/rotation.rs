@@ -185,9 +185,12 @@ impl Throttle {
 /// value pointer or level changes, and each file is read and written once.
 pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
     let ks = key_state(inner)?;
-    // Pinned for the pass: files re-sealed under it are installed one by
-    // one, and a concurrent pass (after another rotation) must not retire
-    // it meanwhile.
+    // One pass at a time; a second caller waits and then finds little or
+    // nothing left to do.
+    let _one_pass = inner.reencrypt_lock.lock();
+    // Pinned for the pass, like any writer's key: a rotation during the
+    // pass makes it old while re-sealed files are still being written
+    // under it.
     let pass_key = ks.codec.pin_key();
     let current = pass_key.id();
     let mut report = ReencryptReport::default();
