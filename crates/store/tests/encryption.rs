@@ -570,3 +570,89 @@ fn an_iterator_outlives_rotation_retirement_and_another_rotation() {
     it.status().unwrap();
     assert_eq!(n, 300);
 }
+
+/// A pass rewrites the manifest and then the pointer file. Rotations
+/// between the two and just after leave the pointer under a key that is
+/// neither the manifest's nor the current one: retirement must keep it
+/// (before, it was retired and the store would not open). The rotations
+/// run from the seal observer, at the new manifest's first block and at
+/// the pointer's block.
+#[test]
+fn rotations_around_the_pointer_file_never_retire_its_key() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{OnceLock, Weak};
+    const POINTER_BLOCK: u32 = u32::MAX - 1;
+    let store: Arc<OnceLock<Weak<Store>>> = Arc::default();
+    // File numbers at or above this are new (0: not armed yet).
+    let first_new = Arc::new(AtomicU64::new(0));
+    let (st, fnew) = (store.clone(), first_new.clone());
+    let fired: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let f = fired.clone();
+    let d = tempfile::tempdir().unwrap();
+    let base = Options {
+        reencrypt_bytes_per_sec: 1 << 30,
+        ..Mode::Encrypted.options()
+    };
+    let opts = Options {
+        seal_observer: Some(Arc::new(move |_, nonce| {
+            let file = u64::from_be_bytes(nonce[..8].try_into().unwrap());
+            let block = u32::from_be_bytes(nonce[8..].try_into().unwrap());
+            let min = fnew.load(Ordering::SeqCst);
+            if min == 0 || file < min || (block != 0 && block != POINTER_BLOCK) {
+                return;
+            }
+            let mut fired = f.lock().unwrap();
+            if fired.contains(&block) {
+                return;
+            }
+            fired.push(block);
+            drop(fired);
+            let s = st.get().and_then(Weak::upgrade).expect("store is open");
+            s.rotate_data_key().unwrap();
+        })),
+        ..base.clone()
+    };
+    let s = Arc::new(Store::open(d.path(), opts).unwrap());
+    store.set(Arc::downgrade(&s)).unwrap();
+    fill(&s, 200, 1);
+    s.flush().unwrap();
+    s.rotate_data_key().unwrap();
+    let newest = std::fs::read_dir(d.path())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            let digits: String = name.chars().filter(char::is_ascii_digit).collect();
+            digits.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap();
+    first_new.store(newest + 1, Ordering::SeqCst);
+    s.reencrypt().unwrap();
+    assert_eq!(
+        *fired.lock().unwrap(),
+        vec![0, POINTER_BLOCK],
+        "the rotations did not happen where meant"
+    );
+    let status = s.key_status().unwrap();
+    drop(s);
+    let s = Store::open(d.path(), base).unwrap();
+    // The interleaving happened: the pointer was under an older key than
+    // the current one, and that key was kept.
+    let pointer_key = status
+        .keys
+        .iter()
+        .find(|(_, files)| files.iter().any(|f| f == "CURRENT"))
+        .map(|(k, _)| *k)
+        .expect("CURRENT is listed");
+    assert_ne!(pointer_key, status.current, "{status:?}");
+    for k in 0..200u64 {
+        let len = if k % 4 == 0 { 400 } else { 30 };
+        assert_eq!(
+            s.get(format!("key{k:04}")).unwrap().unwrap(),
+            value_for(k, 1, len)
+        );
+    }
+    assert!(s.verify().unwrap().is_clean());
+    let report = s.reencrypt().unwrap();
+    assert_eq!(s.key_status().unwrap().stale_files(), 0, "{report:?}");
+}
