@@ -18,10 +18,34 @@ fn enc() -> Encryption {
     Mode::Encrypted.encryption().unwrap()
 }
 
+fn fill_len(k: u64) -> usize {
+    if k.is_multiple_of(4) {
+        400
+    } else {
+        30
+    }
+}
+
 fn fill(s: &Store, n: u64, ver: u64) {
     for k in 0..n {
-        let len = if k % 4 == 0 { 400 } else { 30 };
-        s.put(format!("key{k:04}"), value_for(k, ver, len)).unwrap();
+        s.put(format!("key{k:04}"), value_for(k, ver, fill_len(k)))
+            .unwrap();
+    }
+}
+
+/// Every key `fill(s, n, ver)` wrote reads back.
+fn check_fill(s: &Store, n: u64, ver: u64) {
+    for k in 0..n {
+        let v = s.get(format!("key{k:04}")).unwrap();
+        assert_eq!(v, Some(value_for(k, ver, fill_len(k))), "key {k}");
+    }
+}
+
+/// Encrypted options whose re-encryption passes are not throttled.
+fn fast_passes() -> Options {
+    Options {
+        reencrypt_bytes_per_sec: 1 << 30,
+        ..Mode::Encrypted.options()
     }
 }
 
@@ -314,13 +338,7 @@ fn reencrypt_with_everything_already_flushed_moves_every_file() {
         status.keys[&new].contains(&"CURRENT".to_string()),
         "{status:?}"
     );
-    for k in 0..200u64 {
-        let len = if k % 4 == 0 { 400 } else { 30 };
-        assert_eq!(
-            s.get(format!("key{k:04}")).unwrap().unwrap(),
-            value_for(k, 7, len)
-        );
-    }
+    check_fill(&s, 200, 7);
     s.close().unwrap();
     let s = Store::open(d.path(), Mode::Encrypted.options()).unwrap();
     assert!(s.verify().unwrap().is_clean());
@@ -473,10 +491,7 @@ fn a_key_sealing_a_table_not_yet_installed_is_never_retired() {
     let gate: Arc<Mutex<Option<Gate>>> = Arc::default();
     let g = gate.clone();
     let d = tempfile::tempdir().unwrap();
-    let base = Options {
-        reencrypt_bytes_per_sec: 1 << 30,
-        ..Mode::Encrypted.options()
-    };
+    let base = fast_passes();
     let opts = Options {
         seal_observer: Some(Arc::new(move |_, _| {
             if std::thread::current().name() != Some("gvault-store-bg") {
@@ -522,13 +537,7 @@ fn a_key_sealing_a_table_not_yet_installed_is_never_retired() {
     assert!(report.keys_retired.contains(&old), "{report:?}");
     s.close().unwrap();
     let s = Store::open(d.path(), base).unwrap();
-    for k in 0..200u64 {
-        let len = if k % 4 == 0 { 400 } else { 30 };
-        assert_eq!(
-            s.get(format!("key{k:04}")).unwrap().unwrap(),
-            value_for(k, 1, len)
-        );
-    }
+    check_fill(&s, 200, 1);
     assert!(s.verify().unwrap().is_clean());
 }
 
@@ -561,9 +570,8 @@ fn an_iterator_outlives_rotation_retirement_and_another_rotation() {
     s.rotate_data_key().unwrap();
     let mut n = 0u64;
     while it.valid() {
-        let len = if n.is_multiple_of(4) { 400 } else { 30 };
         assert_eq!(it.key(), format!("key{n:04}").as_bytes());
-        assert_eq!(it.value().unwrap(), value_for(n, 1, len));
+        assert_eq!(it.value().unwrap(), value_for(n, 1, fill_len(n)));
         n += 1;
         it.next();
     }
@@ -589,10 +597,7 @@ fn rotations_around_the_pointer_file_never_retire_its_key() {
     let fired: Arc<Mutex<Vec<u32>>> = Arc::default();
     let f = fired.clone();
     let d = tempfile::tempdir().unwrap();
-    let base = Options {
-        reencrypt_bytes_per_sec: 1 << 30,
-        ..Mode::Encrypted.options()
-    };
+    let base = fast_passes();
     let opts = Options {
         seal_observer: Some(Arc::new(move |_, nonce| {
             let file = u64::from_be_bytes(nonce[..8].try_into().unwrap());
@@ -645,13 +650,7 @@ fn rotations_around_the_pointer_file_never_retire_its_key() {
         .map(|(k, _)| *k)
         .expect("CURRENT is listed");
     assert_ne!(pointer_key, status.current, "{status:?}");
-    for k in 0..200u64 {
-        let len = if k % 4 == 0 { 400 } else { 30 };
-        assert_eq!(
-            s.get(format!("key{k:04}")).unwrap().unwrap(),
-            value_for(k, 1, len)
-        );
-    }
+    check_fill(&s, 200, 1);
     assert!(s.verify().unwrap().is_clean());
     let report = s.reencrypt().unwrap();
     assert_eq!(s.key_status().unwrap().stale_files(), 0, "{report:?}");

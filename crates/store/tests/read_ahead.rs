@@ -180,13 +180,22 @@ fn logs(dir: &Path) -> Vec<std::path::PathBuf> {
     l
 }
 
-fn damaged_frame_fails_only_its_entry(mode: Mode) {
+/// A store of 120 values of 20 KB, one per key, written in key order so
+/// that their frames follow the keys in one value-log file; returns that
+/// file and each value's frame (offset, length).
+struct KeyOrderedStore {
+    _dir: tempfile::TempDir,
+    s: Store,
+    model: Model,
+    log: std::path::PathBuf,
+    frames: Vec<(u64, u64)>,
+}
+
+fn key_ordered_store(mode: Mode) -> KeyOrderedStore {
     let dir = tempfile::tempdir().unwrap();
     let opts = options(mode);
     let enc = opts.encryption.clone();
     let s = Store::open(dir.path(), opts).unwrap();
-    // One value per key, in key order: frames follow the keys in the log;
-    // the damaged one (the middle) lies in the fourth batch.
     let mut model = Model::new();
     for k in 0..120u64 {
         let v = value_for(k, 0, 20_000);
@@ -194,13 +203,32 @@ fn damaged_frame_fails_only_its_entry(mode: Mode) {
         model.insert(key(k), v);
     }
     s.flush().unwrap();
-    // Flip a byte in the middle of one large frame, with the store open.
     let log = logs(dir.path()).remove(0);
     let frames: Vec<(u64, u64)> = block_extents_with(&log, enc.as_ref())
         .unwrap()
         .into_iter()
         .filter(|&(_, len)| len > 15_000)
         .collect();
+    assert_eq!(frames.len(), 120);
+    KeyOrderedStore {
+        _dir: dir,
+        s,
+        model,
+        log,
+        frames,
+    }
+}
+
+fn damaged_frame_fails_only_its_entry(mode: Mode) {
+    // The damaged frame (the middle one) lies in the fourth batch.
+    let KeyOrderedStore {
+        _dir,
+        s,
+        model,
+        log,
+        frames,
+    } = key_ordered_store(mode);
+    // Flip a byte in the middle of one large frame, with the store open.
     let (off, len) = frames[frames.len() / 2];
     let mut bytes = std::fs::read(&log).unwrap();
     bytes[(off + len / 2) as usize] ^= 0x40;
@@ -246,24 +274,13 @@ both_modes!(
 /// frames lie past the cut fail (each with its own corruption error, also
 /// when they come from a read-ahead batch); everything before it reads.
 fn cut_file_fails_only_entries_past_the_cut(mode: Mode) {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = options(mode);
-    let enc = opts.encryption.clone();
-    let s = Store::open(dir.path(), opts).unwrap();
-    let mut model = Model::new();
-    for k in 0..120u64 {
-        let v = value_for(k, 0, 20_000);
-        s.put(key(k), &v).unwrap();
-        model.insert(key(k), v);
-    }
-    s.flush().unwrap();
-    let log = logs(dir.path()).remove(0);
-    let frames: Vec<(u64, u64)> = block_extents_with(&log, enc.as_ref())
-        .unwrap()
-        .into_iter()
-        .filter(|&(_, len)| len > 15_000)
-        .collect();
-    assert_eq!(frames.len(), 120);
+    let KeyOrderedStore {
+        _dir,
+        s,
+        model,
+        log,
+        frames,
+    } = key_ordered_store(mode);
     // Cut inside frame 90 (of key 90).
     let (off, len) = frames[90];
     let f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
