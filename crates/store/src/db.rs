@@ -528,9 +528,11 @@ impl Store {
         crate::gc::collect(&self.inner, true)
     }
 
-    /// Closes the store: stops background work, syncs the value log and
-    /// releases the lock. Unflushed memtables are rebuilt from the value
-    /// log at the next open.
+    /// Closes the store: stops background work, syncs the value log,
+    /// records the head value-log file's final size in the manifest (so a
+    /// later shortening of it is damage, not a torn tail) and releases the
+    /// lock. Unflushed memtables are rebuilt from the value log at the next
+    /// open.
     pub fn close(self) -> Result<()> {
         self.shutdown()
     }
@@ -546,7 +548,13 @@ impl Store {
         }
         self.inner.delete_obsolete_files();
         let res = match self.inner.log.lock().take() {
-            Some(mut log) => log.sync(),
+            Some(mut log) => log.sync().and_then(|()| {
+                let end = log.position();
+                self.inner.log_and_apply(VersionEdit {
+                    sealed_logs: vec![(end.file, end.offset, end.block)],
+                    ..Default::default()
+                })
+            }),
             None => Ok(()),
         };
         self.inner.file_lock.lock().take();

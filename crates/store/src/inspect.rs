@@ -64,9 +64,10 @@ pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
     }
     for meta in version.logs.values() {
         r.vlog_files += 1;
+        // What the manifest (or the live head) says the file holds.
         let end = match (meta.sealed, head) {
-            (Some((size, _)), _) => Some(size),
-            (None, Some(h)) if h.file == meta.number => Some(h.offset),
+            (Some((size, blocks)), _) => Some((size, blocks)),
+            (None, Some(h)) if h.file == meta.number => Some((h.offset, h.block)),
             _ => None,
         };
         match verify_log(inner, meta.number, end) {
@@ -104,18 +105,25 @@ fn note(problems: &mut Vec<Error>, e: Error) {
     }
 }
 
-fn verify_log(inner: &DbInner, n: u64, end: Option<u64>) -> Result<u64> {
+/// Reads every frame of value-log file `n` up to `expected` (size and
+/// block count the manifest recorded, or the live head's position; None:
+/// the whole file) and checks the file holds exactly that.
+fn verify_log(inner: &DbInner, n: u64, expected: Option<(u64, u32)>) -> Result<u64> {
     let path = vlog_path(&inner.dir, n);
     let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.vlog_codec)?;
     let len = file
         .len()
         .ctx(|| format!("reading size of {}", path.display()))?;
-    let end = end.unwrap_or(len);
+    let end = expected.map_or(len, |(size, _)| size);
     if len < end {
+        let blocks = expected.map_or(0, |(_, b)| b);
         return Err(Error::corruption(
             &path,
             format!("end of file at {len}"),
-            format!("file should hold {end} bytes"),
+            format!(
+                "the manifest records {end} bytes ({blocks} blocks); {} bytes of its tail are missing",
+                end - len
+            ),
         ));
     }
     let start = LogPosition {
@@ -127,7 +135,17 @@ fn verify_log(inner: &DbInner, n: u64, end: Option<u64>) -> Result<u64> {
     let mut frames = 0;
     loop {
         match reader.next()? {
-            Ok(None) => return Ok(frames),
+            Ok(None) => {
+                let found = reader.position().block;
+                return match expected {
+                    Some((_, blocks)) if found != blocks => Err(Error::corruption(
+                        &path,
+                        format!("offset {end}"),
+                        format!("holds {found} blocks; the manifest records {blocks}"),
+                    )),
+                    _ => Ok(frames),
+                };
+            }
             Ok(Some(_)) => frames += 1,
             Err(bad) => {
                 return Err(Error::corruption(

@@ -35,7 +35,8 @@
 //! - **Value-log GC** (`gc`) rewrites live values out of mostly-dead
 //!   files, in the background every `vlog_gc_every_flushes` flushes and on
 //!   [`Store::gc_value_log`]; `inspect` verifies every block and reports
-//!   stats.
+//!   stats; [`salvage`] reads what still authenticates from a store too
+//!   damaged to open.
 //! - **Files** go through [`env::FileSystem`], so tests inject a full disk.
 //!
 //! docs/format.md in the repository describes every byte on disk.
@@ -67,6 +68,7 @@ mod read_ahead;
 mod recovery;
 mod reseal;
 mod rotation;
+mod salvage;
 mod table_builder;
 mod table_cache;
 mod table_reader;
@@ -84,6 +86,7 @@ pub use inspect::{block_extents, block_extents_with, Stats, VerifyReport};
 pub use keys::{Encryption, KdfParams, MasterKeySource};
 pub use options::{Options, WriteOptions};
 pub use rotation::{KeyStatus, ReencryptReport};
+pub use salvage::{salvage, SalvageReport};
 pub use write_batch::WriteBatch;
 
 impl Store {

@@ -240,10 +240,28 @@ impl LogReader {
     /// probe is affordable; a false match needs a 32-bit checksum collision
     /// on a frame that also names the right file, offset and block.
     pub fn valid_frame_after(&self, bad: &BadFrame) -> Result<bool> {
+        Ok(self.next_valid_frame(bad)?.is_some())
+    }
+
+    /// Moves past the bad frame to the next valid one, if there is one
+    /// (salvage reads on past damage); returns whether it found one.
+    pub fn resync_after(&mut self, bad: &BadFrame) -> Result<bool> {
+        Ok(match self.next_valid_frame(bad)? {
+            Some((offset, block)) => {
+                self.offset = offset;
+                self.next_block = block;
+                true
+            }
+            None => false,
+        })
+    }
+
+    /// Offset and block number of the first valid frame after `bad`.
+    fn next_valid_frame(&self, bad: &BadFrame) -> Result<Option<(u64, u32)>> {
         const MAX_SKIPPED_BLOCKS: u32 = 1 << 20;
         let start = bad.offset + 1;
         if start >= self.end {
-            return Ok(false);
+            return Ok(None);
         }
         let mut rest = vec![0u8; (self.end - start) as usize];
         self.read(&mut rest, start)?;
@@ -273,9 +291,9 @@ impl LogReader {
                 .open(&ctx, rest[body..body + len].to_vec())
                 .is_ok()
             {
-                return Ok(true);
+                return Ok(Some((start + i as u64, block)));
             }
         }
-        Ok(false)
+        Ok(None)
     }
 }

@@ -145,11 +145,12 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
             return Err(missing(p, "table"));
         }
     }
-    for n in version.logs.keys() {
-        let p = vlog_path(dir, *n);
+    for meta in version.logs.values() {
+        let p = vlog_path(dir, meta.number);
         if !fs.exists(&p) {
             return Err(missing(p, "value-log file"));
         }
+        check_sealed_size(&*fs, &p, meta)?;
     }
 
     if let Some(p) = unlisted_log_with_records(&*fs, dir, &names, &version)? {
@@ -249,6 +250,34 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     Ok(inner)
 }
 
+/// A sealed value-log file must hold at least the bytes the manifest
+/// recorded when it was sealed (at rotation, at open, at a clean close):
+/// any shortening is damage, never a torn tail.
+pub(crate) fn check_sealed_size(
+    fs: &dyn crate::env::FileSystem,
+    path: &Path,
+    meta: &crate::version::LogMeta,
+) -> Result<()> {
+    let Some((size, blocks)) = meta.sealed else {
+        return Ok(());
+    };
+    let len = fs
+        .open_read(path)
+        .and_then(|f| f.len())
+        .ctx(|| format!("reading size of {}", path.display()))?;
+    if len < size {
+        return Err(Error::corruption(
+            path,
+            format!("end of file at {len}"),
+            format!(
+                "value-log file was {size} bytes ({blocks} blocks) when sealed; {} bytes of its tail are missing",
+                size - len
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// File numbers skipped at each open of an encrypted store: more than any
 /// flush, compaction and GC pass can allocate between two manifest edits.
 const FILE_NUMBER_GAP: u64 = 1 << 16;
@@ -326,17 +355,8 @@ fn replay(
         let len = file
             .len()
             .ctx(|| format!("reading size of {}", path.display()))?;
-        let file_end = match meta.sealed {
-            Some((size, _)) if len < size => {
-                return Err(Error::corruption(
-                    &path,
-                    format!("end of file at {len}"),
-                    format!("value-log file was {size} bytes when closed; its tail is missing"),
-                ))
-            }
-            Some((size, _)) => size,
-            None => len,
-        };
+        // `open` checked that a sealed file is at least its recorded size.
+        let file_end = meta.sealed.map_or(len, |(size, _)| size);
         let start = if n == version.replay.file {
             version.replay
         } else {
@@ -415,29 +435,41 @@ fn replay(
             number: n,
             has_values,
         });
-        let is_head = n == head;
+        // Only the head of a store that was not closed cleanly can end in
+        // a torn append; a sealed file's every byte up to its recorded size
+        // was written and synced.
+        let may_be_torn = n == head && meta.sealed.is_none();
         if let Some(bad) = &failure {
             let loc = format!("block {} at offset {}", bad.block, bad.offset);
-            if !is_head || reader.valid_frame_after(bad)? {
+            if !may_be_torn || reader.valid_frame_after(bad)? {
                 return Err(Error::corruption(&path, loc, bad.reason.clone()));
             }
-        } else if pending_values > 0 && !is_head {
+        } else if pending_values > 0 && !may_be_torn {
             return Err(Error::corruption(
                 &path,
                 format!("offset {}", group_end.offset),
                 "value frames without their commit record",
             ));
         }
-        if is_head {
+        if n == head {
             if group_end.offset < len {
                 let why = failure
                     .map(|b| format!("block {} at offset {}: {}", b.block, b.offset, b.reason))
-                    .unwrap_or_else(|| "a group without its commit record".into());
+                    .unwrap_or_else(|| "value frames without their commit record".into());
+                let what = if meta.sealed.is_some() {
+                    "bytes past the size recorded at the last clean close".to_string()
+                } else {
+                    format!(
+                        "an append that never completed: {pending_values} value frame(s) and no readable commit record, so none of its records (sequence {} on) was acknowledged as synced",
+                        max_seq.max(version.last_sequence) + 1
+                    )
+                };
                 opts.warn(&format!(
-                    "{}: cutting a torn tail of {} bytes after offset {} ({why}); writes in it were never acknowledged as synced",
+                    "{}: dropping {} bytes after offset {} (block {}): {what}; at the cut: {why}",
                     path.display(),
                     len - group_end.offset,
-                    group_end.offset
+                    group_end.offset,
+                    group_end.block,
                 ));
                 fs.truncate(&path, group_end.offset)
                     .ctx(|| format!("cutting the torn tail of {}", path.display()))?;

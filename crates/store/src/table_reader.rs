@@ -193,6 +193,16 @@ impl Table {
             .map_err(|e| Error::corruption(&self.path, location(&h), e.0))
     }
 
+    /// How many data blocks the index names.
+    pub fn data_blocks(&self) -> usize {
+        self.handles.len()
+    }
+
+    /// The last internal key of data block `i`, as the index records it.
+    pub fn last_key_of_block(&self, i: usize) -> &[u8] {
+        self.index.key(i)
+    }
+
     /// Data block `i`, from the cache or the file.
     pub fn data_block(&self, i: usize) -> Result<Arc<Block>> {
         let h = self.handles[i];
