@@ -87,7 +87,9 @@ pub fn flush_oldest(inner: &DbInner) -> Result<()> {
     };
     inner.log_and_apply(edit)?;
     drop(outputs.keys); // the tables are in the version now
-    inner.state.lock().imm.pop_front();
+    let mut st = inner.state.lock();
+    st.imm.pop_front();
+    inner.publish_view(&st);
     Ok(())
 }
 

@@ -1,78 +1,71 @@
-//! An LRU cache of decoded blocks with a byte budget, keyed by (file number,
+//! A cache of decoded blocks with a byte budget, keyed by (file number,
 //! block offset). File numbers are never reused, so entries of deleted files
 //! simply age out.
+//!
+//! Every read of every thread passes through it, so it must not serialise
+//! them: it is `quick_cache`'s sharded cache (S3-FIFO eviction; a hit takes
+//! one shard's read lock and sets a bit), not one LRU behind a mutex.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 use crate::block::Block;
 
 type Key = (u64, u64);
 
-pub struct BlockCache {
-    capacity: usize,
-    inner: Mutex<Lru>,
+#[derive(Clone)]
+struct ByCharge;
+
+impl quick_cache::Weighter<Key, Arc<Block>> for ByCharge {
+    fn weight(&self, _: &Key, block: &Arc<Block>) -> u64 {
+        block.charge() as u64
+    }
 }
 
-#[derive(Default)]
-struct Lru {
-    map: HashMap<Key, (Arc<Block>, u64)>,
-    /// Recency order: tick -> key; the smallest tick is evicted first.
-    order: BTreeMap<u64, Key>,
-    used: usize,
-    tick: u64,
+pub struct BlockCache {
+    capacity: usize,
+    inner: quick_cache::sync::Cache<Key, Arc<Block>, ByCharge>,
 }
+
+/// Shards of a large cache: more than cores, so two readers rarely meet on
+/// one shard's lock word (a small cache gets fewer: quick_cache keeps at
+/// least 32 entries a shard).
+const SHARDS: usize = 64;
+
+/// A block's typical charge, to size the shards' tables.
+const TYPICAL_CHARGE: usize = 4 << 10;
 
 impl BlockCache {
     pub fn new(capacity: usize) -> Self {
+        let opts = quick_cache::OptionsBuilder::new()
+            .shards(SHARDS)
+            .estimated_items_capacity((capacity / TYPICAL_CHARGE).max(1))
+            .weight_capacity(capacity as u64)
+            .build()
+            .expect("shards, items and weight are set");
         BlockCache {
             capacity,
-            inner: Mutex::new(Lru::default()),
+            inner: quick_cache::sync::Cache::with_options(
+                opts,
+                ByCharge,
+                Default::default(),
+                Default::default(),
+            ),
         }
     }
 
     pub fn get(&self, file: u64, offset: u64) -> Option<Arc<Block>> {
-        let mut lru = self.inner.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
-        let (block, old) = {
-            let e = lru.map.get_mut(&(file, offset))?;
-            let old = std::mem::replace(&mut e.1, tick);
-            (e.0.clone(), old)
-        };
-        lru.order.remove(&old);
-        lru.order.insert(tick, (file, offset));
-        Some(block)
+        self.inner.get(&(file, offset))
     }
 
     pub fn insert(&self, file: u64, offset: u64, block: Arc<Block>) {
-        let charge = block.charge();
-        if charge > self.capacity {
+        if block.charge() > self.capacity {
             return;
         }
-        let mut lru = self.inner.lock();
-        lru.tick += 1;
-        let tick = lru.tick;
-        if let Some((old, old_tick)) = lru.map.insert((file, offset), (block, tick)) {
-            lru.order.remove(&old_tick);
-            lru.used -= old.charge();
-        }
-        lru.order.insert(tick, (file, offset));
-        lru.used += charge;
-        while lru.used > self.capacity {
-            let Some((_, key)) = lru.order.pop_first() else {
-                break;
-            };
-            if let Some((b, _)) = lru.map.remove(&key) {
-                lru.used -= b.charge();
-            }
-        }
+        self.inner.insert((file, offset), block);
     }
 
     pub fn used_bytes(&self) -> usize {
-        self.inner.lock().used
+        self.inner.weight() as usize
     }
 }
 
@@ -88,16 +81,41 @@ mod tests {
     }
 
     #[test]
-    fn evicts_least_recently_used_within_budget() {
+    fn keeps_hot_blocks_within_budget() {
         let one = block(1000).charge();
-        let c = BlockCache::new(one * 2);
+        let c = BlockCache::new(one * 40);
         c.insert(1, 0, block(1000));
-        c.insert(1, 1, block(1000));
-        assert!(c.get(1, 0).is_some()); // now 1,1 is the oldest
-        c.insert(1, 2, block(1000));
-        assert!(c.get(1, 1).is_none());
-        assert!(c.get(1, 0).is_some());
-        assert!(c.get(1, 2).is_some());
-        assert!(c.used_bytes() <= one * 2);
+        for round in 0..10 {
+            assert!(
+                c.get(1, 0).is_some(),
+                "a block read every round was evicted"
+            );
+            for i in 0..20 {
+                c.insert(2, round * 100 + i, block(1000));
+            }
+            assert!(c.used_bytes() <= one * 40);
+        }
+        // A block read again soon after it came in stays through a scan of
+        // blocks read once.
+        c.insert(3, 0, block(1000));
+        for round in 0..10 {
+            assert!(c.get(3, 0).is_some(), "round {round}");
+            for i in 0..20 {
+                c.insert(4, round * 100 + i, block(1000));
+            }
+        }
+        let cold = (0..10u64)
+            .flat_map(|r| (0..20).map(move |i| r * 100 + i))
+            .filter(|&k| c.get(4, k).is_some())
+            .count();
+        assert!(cold < 40, "{cold} blocks read once all stayed");
+    }
+
+    #[test]
+    fn a_block_larger_than_the_cache_is_not_kept() {
+        let c = BlockCache::new(100);
+        c.insert(1, 0, block(1000));
+        assert!(c.get(1, 0).is_none());
+        assert_eq!(c.used_bytes(), 0);
     }
 }

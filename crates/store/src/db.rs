@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
+use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
 use crate::cache::BlockCache;
@@ -57,6 +58,26 @@ pub(crate) struct State {
     pub compact_pointer: Vec<Vec<u8>>,
 }
 
+/// What a read searches: the memtables and the version. Published anew
+/// (under the state lock, in the order of the changes) whenever one of them
+/// changes, so that a get takes it without any lock.
+pub(crate) struct ReadView {
+    pub mem: Arc<MemTable>,
+    /// Immutable memtables, newest first.
+    pub imms: Vec<Arc<MemTable>>,
+    pub version: Arc<Version>,
+}
+
+impl State {
+    fn read_view(&self) -> ReadView {
+        ReadView {
+            mem: self.mem.clone(),
+            imms: self.imm.iter().rev().map(|i| i.mem.clone()).collect(),
+            version: self.current.clone(),
+        }
+    }
+}
+
 pub(crate) struct DbInner {
     pub dir: PathBuf,
     pub opts: Options,
@@ -71,6 +92,8 @@ pub(crate) struct DbInner {
     pub tables: TableCache,
     pub vlog: ValueLog,
     pub state: Mutex<State>,
+    /// `state`'s memtables and version as of its last change.
+    view: ArcSwap<ReadView>,
     /// Signalled when background work may be needed or has finished.
     pub bg_cv: Condvar,
     pub(crate) writers: Mutex<VecDeque<Arc<PendingWrite>>>,
@@ -160,19 +183,21 @@ impl DbInner {
         let visible = version.last_sequence;
         let next_file = version.next_file_number;
         let current = Arc::new(version);
+        let state = State {
+            mem: Arc::new(MemTable::new()),
+            imm: VecDeque::new(),
+            live_versions: vec![Arc::downgrade(&current)],
+            current,
+            snapshots: BTreeMap::new(),
+            obsolete_tables: Vec::new(),
+            obsolete_logs: Vec::new(),
+            bg_error: None,
+            shutting_down: false,
+            compact_pointer: vec![Vec::new(); crate::version::NUM_LEVELS],
+        };
         DbInner {
-            state: Mutex::new(State {
-                mem: Arc::new(MemTable::new()),
-                imm: VecDeque::new(),
-                live_versions: vec![Arc::downgrade(&current)],
-                current,
-                snapshots: BTreeMap::new(),
-                obsolete_tables: Vec::new(),
-                obsolete_logs: Vec::new(),
-                bg_error: None,
-                shutting_down: false,
-                compact_pointer: vec![Vec::new(); crate::version::NUM_LEVELS],
-            }),
+            view: ArcSwap::from_pointee(state.read_view()),
+            state: Mutex::new(state),
             dir,
             opts,
             fs,
@@ -193,6 +218,12 @@ impl DbInner {
             next_file: AtomicU64::new(next_file),
             file_lock: Mutex::new(Some(lock)),
         }
+    }
+
+    /// Publishes `st`'s read view; every change to `st.mem`, `st.imm` or
+    /// `st.current` calls it before the state lock is released.
+    pub fn publish_view(&self, st: &State) {
+        self.view.store(Arc::new(st.read_view()));
     }
 
     pub fn new_file_number(&self) -> u64 {
@@ -259,6 +290,7 @@ impl DbInner {
         let new = Arc::new(new);
         st.live_versions.push(Arc::downgrade(&new));
         st.current = new;
+        self.publish_view(&st);
         Ok(())
     }
 
@@ -278,15 +310,15 @@ impl DbInner {
 
     /// The newest entry for `key` visible at `seq`.
     pub fn get_entry(&self, key: &[u8], seq: u64) -> Result<Option<Found>> {
-        let (mem, imms, version) = {
-            let st = self.state.lock();
-            let imms: Vec<Arc<MemTable>> = st.imm.iter().rev().map(|i| i.mem.clone()).collect();
-            (st.mem.clone(), imms, st.current.clone())
-        };
+        self.get_entry_in(&self.view.load(), key, seq)
+    }
+
+    fn get_entry_in(&self, view: &ReadView, key: &[u8], seq: u64) -> Result<Option<Found>> {
+        let ReadView { mem, imms, version } = view;
         if let Some(f) = mem.get(key, seq) {
             return Ok(Some(f));
         }
-        for m in &imms {
+        for m in imms {
             if let Some(f) = m.get(key, seq) {
                 return Ok(Some(f));
             }
@@ -367,9 +399,16 @@ impl DbInner {
         }
     }
 
+    /// The view first, then the sequence number: every write visible at
+    /// that number is then in the view (a new memtable is published before
+    /// anything is written to it). Holding the view holds its version, and
+    /// a value-log file that GC dropped is deleted only once no live version
+    /// names it, so the value a found pointer names stays readable. A
+    /// snapshot's own pin keeps the files its older entries need.
     pub fn get(self: &Arc<Self>, key: &[u8], snapshot: Option<u64>) -> Result<Option<Vec<u8>>> {
-        let guard = self.pin_seq(snapshot);
-        match self.get_entry(key, guard.seq)? {
+        let view = self.view.load();
+        let seq = snapshot.unwrap_or_else(|| self.visible_seq.load(Ordering::SeqCst));
+        match self.get_entry_in(&view, key, seq)? {
             None => Ok(None),
             Some(f) if f.value_type == ValueType::Deletion => Ok(None),
             Some(f) => self.resolve(key, f.value_type, &f.value).map(Some),
@@ -382,8 +421,10 @@ impl DbInner {
             let mut st = self.state.lock();
             st.live_versions.retain(|w| w.strong_count() > 0);
             let mut live = std::collections::HashSet::new();
+            let mut live_logs = std::collections::HashSet::new();
             for v in st.live_versions.iter().filter_map(Weak::upgrade) {
                 live.extend(v.table_numbers());
+                live_logs.extend(v.logs.keys().copied());
             }
             let (dead, keep): (Vec<u64>, Vec<u64>) =
                 st.obsolete_tables.iter().partition(|n| !live.contains(n));
@@ -392,7 +433,7 @@ impl DbInner {
             let (dead_logs, keep_logs): (Vec<_>, Vec<_>) = st
                 .obsolete_logs
                 .iter()
-                .partition(|(_, seq)| oldest.is_none_or(|o| o >= *seq));
+                .partition(|(n, seq)| !live_logs.contains(n) && oldest.is_none_or(|o| o >= *seq));
             st.obsolete_logs = keep_logs;
             (dead, dead_logs)
         };
@@ -495,7 +536,7 @@ impl Store {
             };
             let mut st = self.inner.state.lock();
             if !st.mem.is_empty() {
-                DbInner::rotate_memtable(&mut st, log.position());
+                self.inner.rotate_memtable(&mut st, log.position());
                 self.inner.bg_cv.notify_all();
             }
         }

@@ -225,10 +225,13 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     if !mem.is_empty() {
         // Flush what was replayed, as LevelDB does, so the next open does not
         // replay it again and value-log files do not pile up.
-        inner.state.lock().imm.push_back(Immutable {
+        let mut st = inner.state.lock();
+        st.imm.push_back(Immutable {
             mem: Arc::new(mem),
             end: head_start,
         });
+        inner.publish_view(&st);
+        drop(st);
         crate::background::flush_oldest(&inner)?;
     }
     // Replayed files that held no value frames are now wholly in tables.

@@ -129,11 +129,7 @@ impl Entries {
 /// Reads every record of the store in `dir` that authenticates and hands
 /// each live one to `emit` in key order. Fails only when nothing can be
 /// read at all (no store, wrong key, store in use) or `emit` fails.
-pub fn salvage(
-    dir: &Path,
-    opts: &Options,
-    emit: &mut Emit<'_>,
-) -> Result<SalvageReport> {
+pub fn salvage(dir: &Path, opts: &Options, emit: &mut Emit<'_>) -> Result<SalvageReport> {
     let fs = opts.fs.clone();
     if !fs.exists(dir) {
         return Err(Error::NotFound {

@@ -1,11 +1,13 @@
 //! Open tables by file number, so that index and filter are read once.
+//! Every read looks a table up here: the map is split into shards behind
+//! read-write locks, so concurrent hits share locks instead of queueing.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::cache::BlockCache;
 use crate::codec::BlockCodec;
@@ -15,13 +17,17 @@ use crate::format::table_path;
 use crate::table_reader::Table;
 use crate::version::FileMeta;
 
+/// Table numbers are consecutive, so `number % SHARDS` spreads them evenly.
+const SHARDS: usize = 16;
+
 pub struct TableCache {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     codec: Arc<dyn BlockCodec>,
     blocks: Arc<BlockCache>,
-    max_open: usize,
-    open: Mutex<HashMap<u64, Arc<Table>>>,
+    /// Open tables a shard may keep.
+    max_open_per_shard: usize,
+    shards: Vec<RwLock<HashMap<u64, Arc<Table>>>>,
     /// Evictions so far. A table opened while one happened is returned
     /// but not cached: it may be the file that re-encryption just replaced
     /// (still readable through its own handle, under its own key), and
@@ -42,14 +48,18 @@ impl TableCache {
             dir,
             codec,
             blocks,
-            max_open: max_open.max(1),
-            open: Mutex::new(HashMap::new()),
+            max_open_per_shard: max_open.max(1).div_ceil(SHARDS),
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             evictions: AtomicU64::new(0),
         }
     }
 
+    fn shard(&self, number: u64) -> &RwLock<HashMap<u64, Arc<Table>>> {
+        &self.shards[number as usize % SHARDS]
+    }
+
     pub fn get(&self, f: &FileMeta) -> Result<Arc<Table>> {
-        if let Some(t) = self.open.lock().get(&f.number) {
+        if let Some(t) = self.shard(f.number).read().get(&f.number) {
             return Ok(t.clone());
         }
         let evictions = self.evictions.load(Ordering::SeqCst);
@@ -73,11 +83,11 @@ impl TableCache {
             e => e,
         })?;
         let t = Arc::new(t);
-        let mut open = self.open.lock();
+        let mut open = self.shard(f.number).write();
         if self.evictions.load(Ordering::SeqCst) != evictions {
             return Ok(t);
         }
-        if open.len() >= self.max_open {
+        if open.len() >= self.max_open_per_shard {
             // Any entry will do: tables in use stay alive through their Arc.
             if let Some(&k) = open.keys().next() {
                 open.remove(&k);
@@ -88,7 +98,7 @@ impl TableCache {
     }
 
     pub fn evict(&self, number: u64) {
-        let mut open = self.open.lock();
+        let mut open = self.shard(number).write();
         open.remove(&number);
         // Under the map's lock, so that `get` sees it before inserting.
         self.evictions.fetch_add(1, Ordering::SeqCst);

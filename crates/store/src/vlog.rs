@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::codec::{BlockCodec, BlockContext, BlockKind, OpenError, OpenSlot};
 use crate::env::FileSystem;
@@ -22,7 +22,8 @@ pub struct ValueLog {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     codec: Arc<dyn BlockCodec>,
-    open: Mutex<HashMap<u64, LogFile>>,
+    /// Open files; readers share the read lock.
+    open: RwLock<HashMap<u64, LogFile>>,
     /// Files forgotten so far: a file opened while one was forgotten is
     /// used but not cached (see `TableCache`'s `evictions`).
     forgotten: AtomicU64,
@@ -34,13 +35,13 @@ impl ValueLog {
             fs,
             dir,
             codec,
-            open: Mutex::new(HashMap::new()),
+            open: RwLock::new(HashMap::new()),
             forgotten: AtomicU64::new(0),
         }
     }
 
     fn file(&self, n: u64) -> Result<LogFile> {
-        if let Some(f) = self.open.lock().get(&n) {
+        if let Some(f) = self.open.read().get(&n) {
             return Ok(f.clone());
         }
         let forgotten = self.forgotten.load(Ordering::SeqCst);
@@ -60,7 +61,7 @@ impl ValueLog {
                     e => e,
                 }
             })?;
-        let mut open = self.open.lock();
+        let mut open = self.open.write();
         if self.forgotten.load(Ordering::SeqCst) == forgotten {
             open.insert(n, f.clone());
         }
@@ -251,7 +252,7 @@ impl ValueLog {
     }
 
     pub fn forget(&self, n: u64) {
-        let mut open = self.open.lock();
+        let mut open = self.open.write();
         open.remove(&n);
         self.forgotten.fetch_add(1, Ordering::SeqCst);
     }

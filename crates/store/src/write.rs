@@ -223,14 +223,15 @@ impl DbInner {
                 self.bg_cv.wait(&mut st);
                 continue;
             }
-            Self::rotate_memtable(&mut st, log.position());
+            self.rotate_memtable(&mut st, log.position());
             self.bg_cv.notify_all();
         }
     }
 
-    pub fn rotate_memtable(st: &mut State, end: LogPosition) {
+    pub fn rotate_memtable(&self, st: &mut State, end: LogPosition) {
         let old = std::mem::replace(&mut st.mem, Arc::new(MemTable::new()));
         st.imm.push_back(Immutable { mem: old, end });
+        self.publish_view(st);
     }
 
     /// Starts a new value-log file once the head is large enough. The old
