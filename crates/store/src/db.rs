@@ -361,10 +361,10 @@ impl DbInner {
         if !table.may_contain(key) {
             return Ok(None);
         }
-        let Some((ikey, value)) = table.seek_entry(seek)? else {
+        let Some((block, i)) = table.seek_entry(seek)? else {
             return Ok(None);
         };
-        let Some(p) = crate::format::parse_internal_key(&ikey) else {
+        let Some(p) = crate::format::parse_internal_key(block.key(i)) else {
             return Err(Error::corruption(
                 table.path(),
                 "data block",
@@ -377,7 +377,7 @@ impl DbInner {
         Ok(Some(Found {
             seq: p.seq,
             value_type: p.value_type,
-            value,
+            value: block.value(i).to_vec(),
         }))
     }
 
@@ -411,6 +411,8 @@ impl DbInner {
         match self.get_entry_in(&view, key, seq)? {
             None => Ok(None),
             Some(f) if f.value_type == ValueType::Deletion => Ok(None),
+            // An inline value is handed over as found: no second copy.
+            Some(f) if f.value_type == ValueType::Inline => Ok(Some(f.value)),
             Some(f) => self.resolve(key, f.value_type, &f.value).map(Some),
         }
     }

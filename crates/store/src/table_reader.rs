@@ -221,8 +221,9 @@ impl Table {
         bloom::may_contain(&self.filter, user_key)
     }
 
-    /// The first entry with internal key >= `seek`, if any.
-    pub fn seek_entry(&self, seek: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    /// The first entry with internal key >= `seek`, if any: its block and
+    /// its index there (borrowed, not copied: a get copies only the value).
+    pub fn seek_entry(&self, seek: &[u8]) -> Result<Option<(Arc<Block>, usize)>> {
         let i = self.index.seek(seek);
         if i >= self.handles.len() {
             return Ok(None);
@@ -230,7 +231,7 @@ impl Table {
         let block = self.data_block(i)?;
         let j = block.seek(seek);
         if j < block.len() {
-            return Ok(Some((block.key(j).to_vec(), block.value(j).to_vec())));
+            return Ok(Some((block, j)));
         }
         // The index key is the block's last key, so the entry exists unless
         // the block disagrees with the index.
