@@ -19,8 +19,10 @@ use crate::log_writer::LogWriter;
 use crate::options::Options;
 use crate::version::{Version, VersionEdit};
 
+/// The manifest in force. Opened for appending, except on a read-only
+/// store, where only its number is known.
 pub struct Manifest {
-    log: LogWriter,
+    log: Option<LogWriter>,
     number: u64,
 }
 
@@ -35,9 +37,17 @@ impl Manifest {
     ) -> Result<Manifest> {
         let path = manifest_path(dir, number);
         let log = LogWriter::create(fs, &path, FileKind::Manifest, number, codec)?;
-        let mut m = Manifest { log, number };
+        let mut m = Manifest {
+            log: Some(log),
+            number,
+        };
         m.append(&version.snapshot_edit())?;
         Ok(m)
+    }
+
+    /// Manifest `number` of a store opened read-only: never appended to.
+    pub fn read_only(number: u64) -> Manifest {
+        Manifest { log: None, number }
     }
 
     pub fn number(&self) -> u64 {
@@ -45,14 +55,19 @@ impl Manifest {
     }
 
     pub fn size(&self) -> u64 {
-        self.log.position().offset
+        self.log.as_ref().map_or(0, |l| l.position().offset)
     }
 
     /// Appends one edit and makes it durable.
     pub fn append(&mut self, edit: &VersionEdit) -> Result<()> {
-        self.log
-            .append_group(vec![(BlockKind::ManifestEdit, edit.encode())])?;
-        self.log.sync()
+        let Some(log) = self.log.as_mut() else {
+            return Err(Error::InvalidArgument(format!(
+                "manifest {} belongs to a store opened read-only",
+                self.number
+            )));
+        };
+        log.append_group(vec![(BlockKind::ManifestEdit, edit.encode())])?;
+        log.sync()
     }
 }
 
