@@ -174,19 +174,7 @@ pub fn read_pointer(
     if !fs.exists(&path) {
         return Ok(None);
     }
-    let bytes = fs
-        .read_all(&path)
-        .ctx(|| format!("reading {}", path.display()))?;
-    let header = FileHeader::decode(&bytes).map_err(|e| Error::NotAStore {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    if header.kind != FileKind::Pointer {
-        return Err(Error::NotAStore {
-            path,
-            reason: format!("expected a pointer file, found a {:?} file", header.kind),
-        });
-    }
+    let (bytes, header) = read_pointer_file(fs, &path)?;
     crate::log_reader::check_key(&path, header.key_id, &*codec)?;
     let file = fs
         .open_read(&path)
@@ -227,6 +215,25 @@ pub fn read_pointer(
             "malformed pointer record",
         )),
     }
+}
+
+/// Reads the pointer file at `path` and checks by its header that it is
+/// one of ours: `NotAStore` if not.
+pub fn read_pointer_file(fs: &dyn FileSystem, path: &Path) -> Result<(Vec<u8>, FileHeader)> {
+    let bytes = fs
+        .read_all(path)
+        .ctx(|| format!("reading {}", path.display()))?;
+    let header = FileHeader::decode(&bytes).map_err(|e| Error::NotAStore {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if header.kind != FileKind::Pointer {
+        return Err(Error::NotAStore {
+            path: path.to_owned(),
+            reason: format!("expected a pointer file, found a {:?} file", header.kind),
+        });
+    }
+    Ok((bytes, header))
 }
 
 /// Points `CURRENT` at manifest `number`, atomically.

@@ -197,7 +197,9 @@ fn check_before_lock(opts: &Options, dir: &Path, create: bool) -> Result<()> {
     }
     let pointer = dir.join(POINTER_FILE);
     if fs.exists(&pointer) {
-        return Ok(());
+        // Someone else's `CURRENT` (a LevelDB directory, say) is refused
+        // here too. Ours is replaced by a rename, so it is read whole.
+        return manifest::read_pointer_file(fs, &pointer).map(|_| ());
     }
     let names = match fs.list(dir) {
         Ok(names) => names,

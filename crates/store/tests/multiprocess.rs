@@ -83,8 +83,7 @@ fn multiprocess_child() {
                 },
             )
             .unwrap_or_else(|e| panic!("writer {id} round {i}: {e}"));
-            let v = value_for(i, id.len() as u64, if i % 3 == 0 { 300 } else { 20 });
-            s.put(format!("w{id}-{i:04}"), v).unwrap();
+            s.put(format!("w{id}-{i:04}"), written(id, i)).unwrap();
             s.close().unwrap();
         }
     } else {
@@ -98,13 +97,19 @@ fn multiprocess_child() {
                 let k = String::from_utf8(k.clone()).unwrap();
                 let (id, n) = k[1..].split_once('-').unwrap();
                 let n: u64 = n.parse().unwrap();
-                let want = value_for(n, id.len() as u64, if n % 3 == 0 { 300 } else { 20 });
-                assert_eq!(v, &want, "reader round {i}: wrong value for {k}");
+                assert_eq!(v, &written(id, n), "reader round {i}: wrong value for {k}");
             }
             assert!(entries.len() >= seen, "reader round {i}: keys vanished");
             seen = entries.len();
         }
     }
+}
+
+/// The value writer `id` puts in its round `i`: every third one large
+/// enough to live in the value log.
+fn written(id: &str, i: u64) -> Vec<u8> {
+    let len = if i.is_multiple_of(3) { 300 } else { 20 };
+    value_for(i, id.len() as u64, len)
 }
 
 fn spawn_child(dir: &Path, mode: Mode, role: &str, rounds: u64) -> std::process::Child {
@@ -576,6 +581,20 @@ fn a_directory_that_is_not_a_store_is_left_as_it_was_in(mode: Mode) {
         );
         assert!(
             snapshot(dir.path()) == before,
+            "{opts:?} changed the directory"
+        );
+    }
+
+    // Someone else's CURRENT (LevelDB has one).
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("CURRENT"), "MANIFEST-000001\n").unwrap();
+    std::fs::write(other.path().join("MANIFEST-000001"), "not ours").unwrap();
+    let before = snapshot(other.path());
+    for opts in [mode.options(), read_only(mode)] {
+        let e = Store::open(other.path(), opts.clone()).err().unwrap();
+        assert!(matches!(e, Error::NotAStore { .. }), "{opts:?}: {e}");
+        assert!(
+            snapshot(other.path()) == before,
             "{opts:?} changed the directory"
         );
     }
