@@ -111,7 +111,11 @@ pub(crate) struct DbInner {
     /// The last sequence number whose group is fully in the memtable.
     pub visible_seq: AtomicU64,
     pub next_file: AtomicU64,
+    /// `None` for a read-only open of a store that has no `LOCK` file.
     pub file_lock: Mutex<Option<Box<dyn FileLock>>>,
+    /// Set when the store was opened read-only: where the replayed value
+    /// log ends, since no head is open for appending.
+    pub read_only_end: Option<LogPosition>,
 }
 
 /// Handle to an open store. Share it between threads through an `Arc`.
@@ -166,9 +170,9 @@ impl DbInner {
         vlog_codec: Arc<dyn BlockCodec>,
         keys: Option<Arc<KeyState>>,
         version: Version,
-        log: LogWriter,
+        log: Option<LogWriter>,
         manifest: Manifest,
-        lock: Box<dyn FileLock>,
+        lock: Option<Box<dyn FileLock>>,
     ) -> DbInner {
         let fs = opts.fs.clone();
         let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
@@ -210,13 +214,14 @@ impl DbInner {
             bg_cv: Condvar::new(),
             writers: Mutex::new(VecDeque::new()),
             writers_cv: Condvar::new(),
-            log: Mutex::new(Some(log)),
+            log: Mutex::new(log),
             manifest: Mutex::new(manifest),
             compaction_lock: Mutex::new(()),
             reencrypt_lock: Mutex::new(()),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),
-            file_lock: Mutex::new(Some(lock)),
+            file_lock: Mutex::new(lock),
+            read_only_end: None,
         }
     }
 
@@ -224,6 +229,28 @@ impl DbInner {
     /// `st.current` calls it before the state lock is released.
     pub fn publish_view(&self, st: &State) {
         self.view.store(Arc::new(st.read_view()));
+    }
+
+    /// Fails with [`Error::ReadOnly`] on a store opened read-only.
+    pub fn check_mutable(&self, operation: &str) -> Result<()> {
+        match self.read_only_end {
+            Some(_) => Err(Error::ReadOnly {
+                dir: self.dir.clone(),
+                operation: operation.to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Where the value log ends: the head's append position, or on a
+    /// read-only store the end of the last replayed group. `None` once
+    /// closed.
+    pub fn log_end(&self) -> Option<LogPosition> {
+        self.log
+            .lock()
+            .as_ref()
+            .map(|l| l.position())
+            .or(self.read_only_end)
     }
 
     pub fn new_file_number(&self) -> u64 {
@@ -269,6 +296,7 @@ impl DbInner {
     /// Callers hold whatever keeps the edit valid (the log lock for log
     /// edits, the compaction lock for compactions).
     pub fn log_and_apply(&self, mut edit: VersionEdit) -> Result<()> {
+        self.check_mutable("changing the manifest")?;
         let mut manifest = self.manifest.lock();
         let base = self.state.lock().current.clone();
         edit.next_file_number = Some(self.next_file.load(Ordering::SeqCst));
@@ -460,8 +488,15 @@ pub(crate) fn show_key(key: &[u8]) -> String {
 }
 
 impl Store {
-    /// Opens the store in `dir`, creating it if `opts.create_if_missing`.
+    /// Opens the store in `dir`, creating it if `opts.create_if_missing`,
+    /// or with `opts.read_only` opens an existing one for reading only.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        if opts.read_only {
+            return Ok(Store {
+                inner: Arc::new(crate::readonly::open(dir.as_ref(), opts)?),
+                bg: Mutex::new(None),
+            });
+        }
         let inner = Arc::new(crate::recovery::open(dir.as_ref(), opts)?);
         let bg_inner = inner.clone();
         let handle = std::thread::Builder::new()
@@ -476,6 +511,11 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// Whether the store was opened with `Options::read_only`.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only_end.is_some()
     }
 
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
@@ -531,6 +571,7 @@ impl Store {
     /// Writes the active memtable to a table and waits until every
     /// memtable is flushed.
     pub fn flush(&self) -> Result<()> {
+        self.inner.check_mutable("flushing")?;
         {
             let guard = self.inner.log.lock();
             let Some(log) = guard.as_ref() else {
@@ -561,6 +602,7 @@ impl Store {
     /// to the deepest level that holds data, dropping overwritten and
     /// deleted entries.
     pub fn compact_range(&self, start: Option<&[u8]>, end: Option<&[u8]>) -> Result<()> {
+        self.inner.check_mutable("compacting")?;
         self.flush()?;
         crate::compaction::compact_range(&self.inner, start, end)
     }
@@ -568,6 +610,7 @@ impl Store {
     /// Rewrites live values out of value-log files that are mostly garbage
     /// and deletes the files.
     pub fn gc_value_log(&self) -> Result<crate::gc::GcReport> {
+        self.inner.check_mutable("value-log GC")?;
         crate::gc::collect(&self.inner, true)
     }
 

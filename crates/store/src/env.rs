@@ -41,8 +41,21 @@ pub trait FileSystem: Send + Sync + std::fmt::Debug {
     fn exists(&self, path: &Path) -> bool;
     /// Makes renames and creations inside `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
-    /// Takes an exclusive advisory lock; `WouldBlock` when another holds it.
+    /// Takes an exclusive advisory lock, creating the file if it is
+    /// missing; `WouldBlock` while another holds any lock on it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+    /// Takes a shared advisory lock on an existing file without writing
+    /// anything: `NotFound` if the file is missing (it is not created),
+    /// `WouldBlock` while another holds an exclusive lock on it. Any number
+    /// of shared locks are held at once. A file system that cannot take
+    /// one fails, and read-only opens fail with it.
+    fn lock_shared(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
+        let _ = path;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this file system takes no shared locks",
+        ))
+    }
 }
 
 /// The real file system.
@@ -121,6 +134,16 @@ impl FileSystem for OsFs {
             .write(true)
             .open(path)?;
         match f.try_lock() {
+            Ok(()) => Ok(Box::new(OsLock(f))),
+            Err(TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+            Err(TryLockError::Error(e)) => Err(e),
+        }
+    }
+    fn lock_shared(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
+        // flock(2) takes either kind of lock on a descriptor open for
+        // reading only.
+        let f = File::open(path)?;
+        match f.try_lock_shared() {
             Ok(()) => Ok(Box::new(OsLock(f))),
             Err(TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
             Err(TryLockError::Error(e)) => Err(e),
@@ -288,5 +311,8 @@ impl FileSystem for FaultInjectingFs {
     }
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
         self.inner.lock(path)
+    }
+    fn lock_shared(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
+        self.inner.lock_shared(path)
     }
 }

@@ -2,8 +2,9 @@
 //! so that a user can act on it (restore a file, free space, stop the other
 //! process) without reading the code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -27,9 +28,16 @@ pub enum Error {
         reason: String,
     },
 
-    /// Another process (or another handle in this one) has the store open.
-    #[error("store {dir} is locked by another process; close it there first")]
-    Locked { dir: PathBuf },
+    /// Another process (or another handle in this one) has the store open
+    /// in a way this open cannot share, and did not let go within
+    /// `Options::lock_timeout` (`waited`).
+    #[error("{}", locked_message(dir, *waited))]
+    Locked { dir: PathBuf, waited: Duration },
+
+    /// The store was opened read-only (`Options::read_only`) and the call
+    /// would change it.
+    #[error("store {dir} is open read-only: {operation} needs a read-write open")]
+    ReadOnly { dir: PathBuf, operation: String },
 
     /// The directory holds something that is not a gvault store.
     #[error("{path} is not a gvault store: {reason}")]
@@ -88,6 +96,22 @@ impl Error {
 
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corruption { .. })
+    }
+}
+
+fn locked_message(dir: &Path, waited: Duration) -> String {
+    let how = "close it there first, or let this open wait longer for it (`--wait SECS` on the command line, Options::lock_timeout in the library)";
+    if waited.is_zero() {
+        format!(
+            "store {} is locked by another process; {how}",
+            dir.display()
+        )
+    } else {
+        format!(
+            "store {} stayed locked by another process for the {:.1} s this open waited; {how}",
+            dir.display(),
+            waited.as_secs_f64()
+        )
     }
 }
 

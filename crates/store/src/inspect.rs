@@ -51,7 +51,7 @@ impl fmt::Display for VerifyReport {
 pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     let version = inner.state.lock().current.clone();
-    let head = inner.log.lock().as_ref().map(|l| l.position());
+    let head = inner.log_end();
     for f in version.levels.iter().flatten() {
         r.tables += 1;
         match inner.tables.get(f).and_then(|t| t.verify()) {
@@ -172,7 +172,7 @@ pub struct Stats {
 }
 
 pub fn stats(inner: &DbInner) -> Stats {
-    let head = inner.log.lock().as_ref().map(|l| l.position());
+    let head = inner.log_end();
     let st = inner.state.lock();
     let v = &st.current;
     let vlog_bytes = v

@@ -24,9 +24,11 @@
 //!   `version::Version`; each change is a `version::VersionEdit`
 //!   appended to the manifest; the `CURRENT` pointer file names the
 //!   manifest and is replaced atomically.
-//! - **Recovery** (`recovery`): read CURRENT and the manifest, replay the
-//!   value log from the replay pointer (`log_reader`), cut a torn tail,
-//!   report any other damage as [`Error::Corruption`].
+//! - **Recovery** (`recovery`): lock the directory (`dir_lock`), read
+//!   CURRENT and the manifest, replay the value log from the replay pointer
+//!   (`log_reader`), cut a torn tail, report any other damage as
+//!   [`Error::Corruption`]. A read-only open (`readonly`) shares the lock
+//!   with other readers and the same steps, but writes nothing.
 //! - **Reads**: active memtable, immutable memtables, then level 0 (newest
 //!   first) and each deeper level; the first entry found decides, a
 //!   deletion included. Tables are opened once (`table_cache`); decoded
@@ -51,6 +53,7 @@ mod compaction;
 pub mod crypto;
 mod db;
 mod db_iter;
+mod dir_lock;
 pub mod env;
 pub mod error;
 pub mod format;
@@ -65,6 +68,7 @@ mod manifest;
 mod memtable;
 pub mod options;
 mod read_ahead;
+mod readonly;
 mod recovery;
 mod reseal;
 mod rotation;
@@ -135,11 +139,13 @@ impl Store {
     /// [`Store::reencrypt`] (or [`Store::spawn_reencrypt`]) to move older
     /// files to it.
     pub fn rotate_data_key(&self) -> Result<u32> {
+        self.inner().check_mutable("rotating the data key")?;
         rotation::rotate_data_key(self.inner())
     }
 
     /// Rewraps the key registry under a new master key (key or passphrase).
     pub fn rotate_master_key(&self, new: &Encryption) -> Result<()> {
+        self.inner().check_mutable("rotating the master key")?;
         rotation::rotate_master_key(self.inner(), new)
     }
 
@@ -147,6 +153,7 @@ impl Store {
     /// `options.reencrypt_bytes_per_sec`, then retires keys no file uses.
     /// Safe to interrupt: a later call resumes.
     pub fn reencrypt(&self) -> Result<ReencryptReport> {
+        self.inner().check_mutable("re-encryption")?;
         let rate = self.inner().opts.reencrypt_bytes_per_sec;
         rotation::reencrypt(self.inner(), rate)
     }

@@ -19,8 +19,10 @@ use crate::log_writer::LogWriter;
 use crate::options::Options;
 use crate::version::{Version, VersionEdit};
 
+/// The manifest in force. Opened for appending, except on a read-only
+/// store, where only its number is known.
 pub struct Manifest {
-    log: LogWriter,
+    log: Option<LogWriter>,
     number: u64,
 }
 
@@ -35,9 +37,17 @@ impl Manifest {
     ) -> Result<Manifest> {
         let path = manifest_path(dir, number);
         let log = LogWriter::create(fs, &path, FileKind::Manifest, number, codec)?;
-        let mut m = Manifest { log, number };
+        let mut m = Manifest {
+            log: Some(log),
+            number,
+        };
         m.append(&version.snapshot_edit())?;
         Ok(m)
+    }
+
+    /// Manifest `number` of a store opened read-only: never appended to.
+    pub fn read_only(number: u64) -> Manifest {
+        Manifest { log: None, number }
     }
 
     pub fn number(&self) -> u64 {
@@ -45,14 +55,19 @@ impl Manifest {
     }
 
     pub fn size(&self) -> u64 {
-        self.log.position().offset
+        self.log.as_ref().map_or(0, |l| l.position().offset)
     }
 
     /// Appends one edit and makes it durable.
     pub fn append(&mut self, edit: &VersionEdit) -> Result<()> {
-        self.log
-            .append_group(vec![(BlockKind::ManifestEdit, edit.encode())])?;
-        self.log.sync()
+        let Some(log) = self.log.as_mut() else {
+            return Err(Error::InvalidArgument(format!(
+                "manifest {} belongs to a store opened read-only",
+                self.number
+            )));
+        };
+        log.append_group(vec![(BlockKind::ManifestEdit, edit.encode())])?;
+        log.sync()
     }
 }
 
@@ -159,19 +174,7 @@ pub fn read_pointer(
     if !fs.exists(&path) {
         return Ok(None);
     }
-    let bytes = fs
-        .read_all(&path)
-        .ctx(|| format!("reading {}", path.display()))?;
-    let header = FileHeader::decode(&bytes).map_err(|e| Error::NotAStore {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    if header.kind != FileKind::Pointer {
-        return Err(Error::NotAStore {
-            path,
-            reason: format!("expected a pointer file, found a {:?} file", header.kind),
-        });
-    }
+    let (bytes, header) = read_pointer_file(fs, &path)?;
     crate::log_reader::check_key(&path, header.key_id, &*codec)?;
     let file = fs
         .open_read(&path)
@@ -212,6 +215,25 @@ pub fn read_pointer(
             "malformed pointer record",
         )),
     }
+}
+
+/// Reads the pointer file at `path` and checks by its header that it is
+/// one of ours: `NotAStore` if not.
+pub fn read_pointer_file(fs: &dyn FileSystem, path: &Path) -> Result<(Vec<u8>, FileHeader)> {
+    let bytes = fs
+        .read_all(path)
+        .ctx(|| format!("reading {}", path.display()))?;
+    let header = FileHeader::decode(&bytes).map_err(|e| Error::NotAStore {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if header.kind != FileKind::Pointer {
+        return Err(Error::NotAStore {
+            path: path.to_owned(),
+            reason: format!("expected a pointer file, found a {:?} file", header.kind),
+        });
+    }
+    Ok((bytes, header))
 }
 
 /// Points `CURRENT` at manifest `number`, atomically.

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use gvault_accel::Backend;
 
@@ -20,6 +21,21 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Fail if a store already exists.
     pub error_if_exists: bool,
+    /// Open an existing store for reading only, sharing it with any number
+    /// of other readers: the open writes nothing (no file created, changed
+    /// or removed; `LOCK` is not created when missing), replays unflushed
+    /// writes into memory, and starts no background thread. Writes, flush,
+    /// compaction, GC, key rotation and re-encryption fail with
+    /// [`Error::ReadOnly`]. `create_if_missing` is ignored.
+    pub read_only: bool,
+    /// How long an open waits for another process to let go of the store
+    /// before it fails with [`Error::Locked`]: a read-write open needs the
+    /// store to itself, a read-only one waits only for a read-write holder.
+    /// Zero (the default) fails at once: a program embedding the store
+    /// usually holds it for its whole run, so a second holder is a mistake
+    /// better reported than waited out. The `gvault` command, whose
+    /// invocations each hold the store for a moment, waits 30 s.
+    pub lock_timeout: Duration,
     /// Bytes of memtable before it becomes immutable and is flushed.
     pub write_buffer_size: usize,
     /// Immutable memtables allowed to wait for a flush before writers block.
@@ -93,6 +109,8 @@ impl Default for Options {
         Options {
             create_if_missing: true,
             error_if_exists: false,
+            read_only: false,
+            lock_timeout: Duration::ZERO,
             write_buffer_size: 8 << 20,
             max_immutable_memtables: 2,
             value_threshold: 1024,
@@ -132,6 +150,8 @@ impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Options")
             .field("create_if_missing", &self.create_if_missing)
+            .field("read_only", &self.read_only)
+            .field("lock_timeout", &self.lock_timeout)
             .field("write_buffer_size", &self.write_buffer_size)
             .field("value_threshold", &self.value_threshold)
             .field("table_file_size", &self.table_file_size)
@@ -154,6 +174,10 @@ impl Options {
                 Err(Error::InvalidArgument(format!("option {what}")))
             }
         };
+        check(
+            !(self.read_only && self.error_if_exists),
+            "error_if_exists cannot be combined with read_only (a read-only open needs an existing store)",
+        )?;
         check(
             self.write_buffer_size >= 1024,
             "write_buffer_size must be at least 1 KiB",

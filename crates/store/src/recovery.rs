@@ -1,12 +1,15 @@
 //! Opening a store: lock, read CURRENT and the manifest, replay the value
 //! log from the replay pointer into a fresh memtable (cutting a torn tail),
-//! remove files no version names, and start a new manifest.
+//! remove files no version names, and start a new manifest. `load` is the
+//! part a read-only open (`readonly.rs`) shares.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::codec::{BlockCodec, BlockKind, Crc32cCodec};
 use crate::db::{DbInner, Immutable};
+use crate::dir_lock::{self, Access};
+use crate::env::FileLock;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{
     parse_file_name, table_path, vlog_path, FileKind, FileType, LogPosition, ValuePointer,
@@ -21,42 +24,37 @@ use crate::options::Options;
 use crate::version::{Version, VersionEdit};
 use crate::write_batch::decode_commit;
 
-pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
+/// What both kinds of open find before they part: the lock, the keys, the
+/// recovered version and the value log replayed into a memtable.
+pub(crate) struct Loaded {
+    pub lock: Option<Box<dyn FileLock>>,
+    /// The directory's entries once the store exists.
+    pub names: Vec<String>,
+    /// The largest file number found in the directory before anything was
+    /// removed.
+    pub max_on_disk: u64,
+    pub keys: Option<Arc<KeyState>>,
+    pub codec: Arc<dyn BlockCodec>,
+    pub vlog_codec: Arc<dyn BlockCodec>,
+    pub version: Version,
+    /// The manifest `CURRENT` names; `None` for a store created just now.
+    pub manifest: Option<u64>,
+    pub mem: MemTable,
+    pub replayed: ReplayEnd,
+}
+
+/// Checks `dir`, locks it and recovers the store in it (creating an empty
+/// one for a read-write open with `create_if_missing`). A read-only open
+/// writes nothing here: a torn tail of the value log is left in place and
+/// not replayed.
+pub(crate) fn load(dir: &Path, opts: &Options, access: Access) -> Result<Loaded> {
     opts.validate()?;
     let fs = opts.fs.clone();
-    if !fs.exists(dir) {
-        if !opts.create_if_missing {
-            return Err(Error::NotFound {
-                dir: dir.to_owned(),
-            });
-        }
-        fs.create_dir_all(dir)
-            .ctx(|| format!("creating directory {}", dir.display()))?;
-    } else if !opts.create_if_missing
-        && !fs.exists(&dir.join(POINTER_FILE))
-        && fs.list(dir).is_ok_and(|n| n.is_empty())
-    {
-        // Not even a LOCK file is left behind by a failed open.
-        return Err(Error::NotFound {
-            dir: dir.to_owned(),
-        });
-    }
-    let lock = fs.lock(&dir.join(LOCK_FILE)).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            Error::Locked {
-                dir: dir.to_owned(),
-            }
-        } else if e.kind() == std::io::ErrorKind::NotADirectory {
-            Error::NotAStore {
-                path: dir.to_owned(),
-                reason: "it is a file, not a directory".into(),
-            }
-        } else {
-            Error::io(format!("locking {}", dir.join(LOCK_FILE).display()), e)
-        }
-    })?;
+    let create = access == Access::ReadWrite && opts.create_if_missing;
+    check_before_lock(opts, dir, create)?;
+    let lock = dir_lock::acquire(opts, dir, access)?;
     let mut names = fs.list(dir).ctx(|| format!("listing {}", dir.display()))?;
-    // Never reuse a number, not even one of a file removed below: a file
+    // Never reuse a number, not even one of a file removed later: a file
     // number is half of every block's nonce.
     let max_on_disk = names
         .iter()
@@ -68,13 +66,14 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     // Keys first: a missing or wrong key fails here, before any data file
     // is read.
     let mut keys = if fs.exists(&dir.join(POINTER_FILE)) {
-        KeyState::load(&opts, dir)?.map(Arc::new)
+        KeyState::load(opts, dir)?.map(Arc::new)
     } else {
         None
     };
     let mut codec = codec_for(&keys);
     let mut dropped_tail = None;
-    let mut version = match manifest::read_pointer(&*fs, dir, codec.clone())? {
+    let pointer = manifest::read_pointer(&*fs, dir, codec.clone())?;
+    let mut version = match pointer {
         Some(number) => {
             if keys.is_none() && opts.encryption.is_some() {
                 return Err(Error::InvalidArgument(format!(
@@ -88,13 +87,13 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
                     dir.display()
                 )));
             }
-            let r = manifest::recover(&*fs, dir, number, codec.clone(), &opts)?;
+            let r = manifest::recover(&*fs, dir, number, codec.clone(), opts)?;
             dropped_tail = r.dropped_tail;
             r.version
         }
         None => {
-            let leftovers = unfinished_init_leftovers(&opts, dir, &names)?;
-            if !opts.create_if_missing {
+            let leftovers = unfinished_init_leftovers(opts, dir, &names)?;
+            if !create {
                 return Err(Error::NotFound {
                     dir: dir.to_owned(),
                 });
@@ -107,22 +106,14 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
                 fs.remove(&p).ctx(|| format!("removing {}", p.display()))?;
             }
             if let Some(enc) = &opts.encryption {
-                keys = Some(Arc::new(KeyState::create(&opts, dir, enc)?));
+                keys = Some(Arc::new(KeyState::create(opts, dir, enc)?));
                 codec = codec_for(&keys);
             }
-            let v = create_empty(&opts, dir, vlog_codec_for(&keys))?;
+            let v = create_empty(opts, dir, vlog_codec_for(&keys))?;
             names = fs.list(dir).ctx(|| format!("listing {}", dir.display()))?;
             v
         }
     };
-
-    version.next_file_number = version.next_file_number.max(max_on_disk + 1);
-    if keys.is_some() {
-        // A file whose directory entry a power loss dropped leaves no trace
-        // for `max_on_disk`, but its sealed blocks may still lie on the
-        // device: never seal under its number again.
-        version.next_file_number += FILE_NUMBER_GAP;
-    }
 
     // A torn edit is never followed by a deletion, so with a dropped tail a
     // missing file means the manifest lost a record that was complete.
@@ -172,8 +163,88 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     }
     let mem = MemTable::new();
     let vlog_codec = vlog_codec_for(&keys);
-    let replayed = replay(&opts, dir, &version, &mem, vlog_codec.clone())?;
+    let replayed = replay(opts, dir, &version, &mem, vlog_codec.clone(), access)?;
     version.last_sequence = version.last_sequence.max(replayed.max_seq);
+    Ok(Loaded {
+        lock,
+        names,
+        max_on_disk,
+        keys,
+        codec,
+        vlog_codec,
+        version,
+        manifest: pointer,
+        mem,
+        replayed,
+    })
+}
+
+/// Decides, before `LOCK` exists, whether `dir` may hold a store, so that a
+/// failed open leaves a directory that is not one as it found it. Creates
+/// the directory when `create` allows. A store being created meanwhile by
+/// another process shows its `CURRENT` by the time a check fails, and is
+/// then let through to the lock.
+fn check_before_lock(opts: &Options, dir: &Path, create: bool) -> Result<()> {
+    let fs = &*opts.fs;
+    if !fs.exists(dir) {
+        if !create {
+            return Err(Error::NotFound {
+                dir: dir.to_owned(),
+            });
+        }
+        return fs
+            .create_dir_all(dir)
+            .ctx(|| format!("creating directory {}", dir.display()));
+    }
+    let pointer = dir.join(POINTER_FILE);
+    if fs.exists(&pointer) {
+        // Someone else's `CURRENT` (a LevelDB directory, say) is refused
+        // here too. Ours is replaced by a rename, so it is read whole.
+        return manifest::read_pointer_file(fs, &pointer).map(|_| ());
+    }
+    let names = match fs.list(dir) {
+        Ok(names) => names,
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(Error::NotAStore {
+                path: dir.to_owned(),
+                reason: "it is a file, not a directory".into(),
+            })
+        }
+        Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
+    };
+    let verdict = unfinished_init_leftovers(opts, dir, &names).and_then(|_| match create {
+        true => Ok(()),
+        false => Err(Error::NotFound {
+            dir: dir.to_owned(),
+        }),
+    });
+    match verdict {
+        Err(_) if fs.exists(&pointer) => Ok(()),
+        v => v,
+    }
+}
+
+pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
+    let Loaded {
+        lock,
+        names,
+        max_on_disk,
+        keys,
+        codec,
+        vlog_codec,
+        mut version,
+        manifest: _,
+        mem,
+        replayed,
+    } = load(dir, &opts, Access::ReadWrite)?;
+    let fs = opts.fs.clone();
+    version.next_file_number = version.next_file_number.max(max_on_disk + 1);
+    if keys.is_some() {
+        // A file whose directory entry a power loss dropped leaves no trace
+        // for `max_on_disk`, but its sealed blocks may still lie on the
+        // device: never seal under its number again.
+        version.next_file_number += FILE_NUMBER_GAP;
+    }
 
     // Writes go to a new value-log file: appending after a cut tail would
     // reuse the (file, block) pairs of the cut frames, which must never
@@ -218,7 +289,7 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
         vlog_codec,
         keys,
         version,
-        log,
+        Some(log),
         m,
         lock,
     );
@@ -326,8 +397,9 @@ fn create_empty(opts: &Options, dir: &Path, vlog_codec: Arc<dyn BlockCodec>) -> 
         .map_err(|r| Error::InvalidArgument(format!("creating an empty store: {r}")))
 }
 
-struct ReplayEnd {
-    end: LogPosition,
+pub(crate) struct ReplayEnd {
+    /// Just after the last complete group of the head file.
+    pub end: LogPosition,
     max_seq: u64,
     files: Vec<ReplayedFile>,
 }
@@ -338,13 +410,15 @@ struct ReplayedFile {
     has_values: bool,
 }
 
-/// Replays every value-log file from the replay pointer into `mem`.
+/// Replays every value-log file from the replay pointer into `mem`. A
+/// torn tail of the head file is cut, or for a read-only open left alone.
 fn replay(
     opts: &Options,
     dir: &Path,
     version: &Version,
     mem: &MemTable,
     codec: Arc<dyn BlockCodec>,
+    access: Access,
 ) -> Result<ReplayEnd> {
     let fs = &*opts.fs;
     let head = version.head_log().expect("recover checks for a value log");
@@ -467,15 +541,21 @@ fn replay(
                         max_seq.max(version.last_sequence) + 1
                     )
                 };
+                let action = match access {
+                    Access::ReadWrite => "dropping",
+                    Access::ReadOnly => "skipping (a read-only open leaves them on disk)",
+                };
                 opts.warn(&format!(
-                    "{}: dropping {} bytes after offset {} (block {}): {what}; at the cut: {why}",
+                    "{}: {action} {} bytes after offset {} (block {}): {what}; at the cut: {why}",
                     path.display(),
                     len - group_end.offset,
                     group_end.offset,
                     group_end.block,
                 ));
-                fs.truncate(&path, group_end.offset)
-                    .ctx(|| format!("cutting the torn tail of {}", path.display()))?;
+                if access == Access::ReadWrite {
+                    fs.truncate(&path, group_end.offset)
+                        .ctx(|| format!("cutting the torn tail of {}", path.display()))?;
+                }
             }
             end = group_end;
         }

@@ -26,7 +26,7 @@ use crate::codec::{BlockCodec, BlockKind, Crc32cCodec};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{
     manifest_path, parse_file_name, parse_internal_key, table_path, vlog_path, FileKind, FileType,
-    LogPosition, ValuePointer, ValueType, HEADER_LEN, LOCK_FILE,
+    LogPosition, ValuePointer, ValueType, HEADER_LEN,
 };
 use crate::keys::KeyState;
 use crate::log_reader::{open_log_file, LogReader};
@@ -143,21 +143,9 @@ pub fn salvage(dir: &Path, opts: &Options, emit: &mut Emit<'_>) -> Result<Salvag
             reason: "it holds no gvault files".into(),
         });
     }
-    // No writer may change the files under us; a store without a LOCK file
-    // gets none (salvage writes nothing).
-    let _lock = if fs.exists(&dir.join(LOCK_FILE)) {
-        Some(fs.lock(&dir.join(LOCK_FILE)).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                Error::Locked {
-                    dir: dir.to_owned(),
-                }
-            } else {
-                Error::io(format!("locking {}", dir.join(LOCK_FILE).display()), e)
-            }
-        })?)
-    } else {
-        None
-    };
+    // A shared lock, as a read-only open takes: no writer changes the
+    // files under us, other readers may run.
+    let _lock = crate::dir_lock::acquire(opts, dir, crate::dir_lock::Access::ReadOnly)?;
     let keys = KeyState::load(opts, dir)?.map(Arc::new);
     let (codec, vlog_codec): (Arc<dyn BlockCodec>, Arc<dyn BlockCodec>) = match &keys {
         Some(k) => (k.codec.clone(), k.vlog_codec.clone()),

@@ -41,6 +41,7 @@ impl DbInner {
     }
 
     pub fn write(&self, opts: &WriteOptions, batch: WriteBatch) -> Result<()> {
+        self.check_mutable("writing")?;
         for op in &batch.ops {
             let (BatchOp::Put(k, _) | BatchOp::Delete(k)) = op;
             if k.len() > MAX_KEY_LEN {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use gvault_accel::Backend;
 use gvault_store::{keys, Encryption, KdfParams, Options, Store};
 
-use super::{open_with, CmdResult, StoreDir};
+use super::{open_with, read_only, CmdResult, StoreDir};
 
 /// Where the master key of an encrypted store comes from. The first source
 /// found wins: --key-file, --passphrase-env, $GVAULT_KEY_FILE, $GVAULT_KEY
@@ -327,7 +327,7 @@ pub fn execute(cmd: KeysCommand) -> CmdResult {
             Ok(0)
         }
         KeysCommand::Status { store } => {
-            let s = open_encrypted(&store, Options::default())?;
+            let s = open_encrypted(&store, read_only())?;
             let st = s.key_status()?;
             print_status(s.path(), &st);
             s.close()?;

@@ -10,6 +10,7 @@ mod keys;
 use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions, MAX_BATCH_BYTES};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 const EXIT_NOT_FOUND: i32 = 1;
 const EXIT_ERROR: i32 = 2;
@@ -21,8 +22,27 @@ pub struct StoreDir {
     /// Store directory [default: $GVAULT_STORE].
     #[arg(long = "store", value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Seconds to wait while another gvault process uses the store (readers
+    /// share it; a writer needs it alone); 0 fails at once [default:
+    /// $GVAULT_WAIT, else 30].
+    #[arg(long, value_name = "SECS", value_parser = parse_wait)]
+    wait: Option<Duration>,
     #[command(flatten)]
     keys: keys::KeyArgs,
+}
+
+/// How long a command waits for the store by default: one-shot commands
+/// hold it for moments, so this absorbs scripts and shells running side by
+/// side, yet a holder that keeps it (a long import, a server) is reported
+/// within half a minute rather than waited on silently.
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("expected seconds, 0 or more (such as 30 or 0.5); got {text:?}"))
 }
 
 impl StoreDir {
@@ -31,6 +51,17 @@ impl StoreDir {
             .clone()
             .or_else(|| std::env::var_os("GVAULT_STORE").map(PathBuf::from))
             .ok_or_else(|| "no store directory: pass --store DIR or set GVAULT_STORE".into())
+    }
+
+    /// --wait, else $GVAULT_WAIT, else `DEFAULT_WAIT`.
+    fn wait(&self) -> Result<Duration, String> {
+        if let Some(w) = self.wait {
+            return Ok(w);
+        }
+        match std::env::var("GVAULT_WAIT") {
+            Ok(v) if !v.is_empty() => parse_wait(&v).map_err(|e| format!("GVAULT_WAIT: {e}")),
+            _ => Ok(DEFAULT_WAIT),
+        }
     }
 }
 
@@ -142,8 +173,8 @@ pub fn run(cmd: StoreCommand) -> i32 {
 
 pub(crate) type CmdResult = Result<i32, Box<dyn std::error::Error>>;
 
-/// Opens an existing store with the keys and accelerator the command line
-/// names; `base` supplies the other options.
+/// Opens an existing store with the keys, accelerator and lock wait the
+/// command line names; `base` supplies the other options.
 fn open_with(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::error::Error>> {
     let dir = store.path()?;
     let opts = store.keys.options(&dir)?;
@@ -154,6 +185,7 @@ fn open_with(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::erro
             create_if_missing: false,
             encryption: opts.encryption,
             crypto_backend: opts.crypto_backend,
+            lock_timeout: store.wait()?,
             ..base
         },
     )
@@ -180,8 +212,24 @@ fn check_value_len(len: u64, what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Opens an existing store for writing: it waits until no other process
+/// reads or writes it.
 fn open_existing(store: &StoreDir) -> Result<Store, Box<dyn std::error::Error>> {
     open_with(store, Options::default())
+}
+
+/// Opens an existing store read-only, sharing it with other readers; it
+/// waits only while a writer has it. Nothing on disk changes.
+fn open_reader(store: &StoreDir) -> Result<Store, Box<dyn std::error::Error>> {
+    open_with(store, read_only())
+}
+
+/// Options of the commands that only read.
+fn read_only() -> Options {
+    Options {
+        read_only: true,
+        ..Options::default()
+    }
 }
 
 fn execute(cmd: StoreCommand) -> CmdResult {
@@ -224,7 +272,7 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             Ok(0)
         }
         StoreCommand::Get { store, key } => {
-            let s = open_existing(&store)?;
+            let s = open_reader(&store)?;
             match s.get(key.as_bytes())? {
                 Some(v) => {
                     let mut out = std::io::stdout().lock();
@@ -264,7 +312,7 @@ fn execute(cmd: StoreCommand) -> CmdResult {
                     .into());
                 }
             }
-            let s = open_existing(&store)?;
+            let s = open_reader(&store)?;
             let scan = s.scan(
                 &ReadOptions::default(),
                 from.as_deref().map(str::as_bytes),
@@ -285,12 +333,12 @@ fn execute(cmd: StoreCommand) -> CmdResult {
         }
         StoreCommand::Import { store, file } => import(&store, file.as_deref()),
         StoreCommand::Stats { store } => {
-            let s = open_existing(&store)?;
+            let s = open_reader(&store)?;
             print!("{}", s.stats());
             Ok(0)
         }
         StoreCommand::Verify { store } => {
-            let s = match open_existing(&store) {
+            let s = match open_reader(&store) {
                 Ok(s) => s,
                 Err(e) => match e.downcast_ref::<gvault_store::Error>() {
                     Some(se) if se.is_corruption() => {
@@ -380,6 +428,7 @@ fn init(store: &StoreDir, encrypt: bool, kdf: &keys::KdfArgs) -> CmdResult {
             &dir,
             Options {
                 error_if_exists: true,
+                lock_timeout: store.wait()?,
                 ..Options::default()
             },
         )?
@@ -397,6 +446,7 @@ fn init(store: &StoreDir, encrypt: bool, kdf: &keys::KdfArgs) -> CmdResult {
             error_if_exists: true,
             encryption: Some(enc),
             crypto_backend: store.keys.backend()?,
+            lock_timeout: store.wait()?,
             ..Options::default()
         },
     )
