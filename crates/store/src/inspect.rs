@@ -48,10 +48,21 @@ impl fmt::Display for VerifyReport {
     }
 }
 
-pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
+/// `progress(bytes, total)` is called after each file: bytes of the live
+/// tables and value-log files checked so far, of `total` (a value-log file
+/// whose end is not known counts 0).
+pub fn verify(inner: &Arc<DbInner>, progress: &mut dyn FnMut(u64, u64)) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     let version = inner.state.lock().current.clone();
     let head = inner.log.lock().as_ref().map(|l| l.position());
+    let log_end = |meta: &crate::version::LogMeta| match (meta.sealed, head) {
+        (Some((size, _)), _) => Some(size),
+        (None, Some(h)) if h.file == meta.number => Some(h.offset),
+        _ => None,
+    };
+    let total = version.levels.iter().flatten().map(|f| f.size).sum::<u64>()
+        + version.logs.values().filter_map(log_end).sum::<u64>();
+    let mut done = 0;
     for f in version.levels.iter().flatten() {
         r.tables += 1;
         match inner.tables.get(f).and_then(|t| t.verify()) {
@@ -61,18 +72,18 @@ pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
             }
             Err(e) => note(&mut r.problems, e),
         }
+        done += f.size;
+        progress(done, total);
     }
     for meta in version.logs.values() {
         r.vlog_files += 1;
-        let end = match (meta.sealed, head) {
-            (Some((size, _)), _) => Some(size),
-            (None, Some(h)) if h.file == meta.number => Some(h.offset),
-            _ => None,
-        };
+        let end = log_end(meta);
         match verify_log(inner, meta.number, end) {
             Ok(frames) => r.vlog_frames += frames,
             Err(e) => note(&mut r.problems, e),
         }
+        done += end.unwrap_or(0);
+        progress(done, total);
     }
     let mut it = match DbIterator::new(inner, &ReadOptions::default()) {
         Ok(it) => it,
