@@ -15,9 +15,13 @@ fn target() -> ProgressDrawTarget {
     }
 }
 
+const SPINNER: &str = "{spinner} {msg} ({elapsed})";
+const BYTES_OF_TOTAL: &str = "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}, {eta} left";
+const BYTES: &str = "{spinner} {msg} {bytes} {bytes_per_sec} ({elapsed})";
+
 fn style(template: &str) -> ProgressStyle {
-    // The templates are constants of this module; a bad one is a bug the
-    // tests of the commands that draw it would show.
+    // The templates are the constants above, which the tests parse: the
+    // fallback is never taken.
     ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner())
 }
 
@@ -35,7 +39,7 @@ fn start(pb: ProgressBar) -> ProgressBar {
 /// (`gc`, `keys reencrypt`, `compact`). Call `finish_and_clear` when done.
 pub fn spinner(what: &str) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(None, target());
-    pb.set_style(style("{spinner} {msg} ({elapsed})"));
+    pb.set_style(style(SPINNER));
     pb.set_message(what.to_string());
     start(pb)
 }
@@ -45,11 +49,22 @@ pub fn spinner(what: &str) -> ProgressBar {
 pub fn bytes(what: &str, total: Option<u64>) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(total, target());
     pb.set_style(if total.is_some() {
-        style("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}, {eta} left")
-            .progress_chars("=> ")
+        style(BYTES_OF_TOTAL).progress_chars("=> ")
     } else {
-        style("{spinner} {msg} {bytes} {bytes_per_sec} ({elapsed})")
+        style(BYTES)
     });
     pb.set_message(what.to_string());
     start(pb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_parse() {
+        for t in [SPINNER, BYTES_OF_TOTAL, BYTES] {
+            assert!(ProgressStyle::with_template(t).is_ok(), "{t}");
+        }
+    }
 }

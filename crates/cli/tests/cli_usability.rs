@@ -438,6 +438,16 @@ fn put_and_get_in_hex_and_base64() {
     assert!(stderr(&o).contains("--hex"), "{o:?}");
     assert_eq!(code(&run(&d, &["get", "x"])), 1, "nothing was written");
     assert_eq!(code(&run(&d, &["put", "x", "--hex", "--base64", "00"])), 2);
+    // Hex of more than 1 GiB of value is refused before it is read (the
+    // file is sparse: nothing of it is written or read here).
+    let huge = tmp.path().join("huge.hex");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len((2 << 30) + (1 << 26) + 1)
+        .unwrap();
+    let o = run(&d, &["put", "x", "--hex", "--file", huge.to_str().unwrap()]);
+    assert_eq!(code(&o), 2, "{o:?}");
+    assert!(stderr(&o).contains("too long for the --hex form"), "{o:?}");
     assert_eq!(code(&run(&d, &["get", "h", "--hex", "--json"])), 2);
 }
 

@@ -285,7 +285,8 @@ fn put_value(
             check_value_len(len, what)
         } else if len > limit {
             Err(format!(
-                "{what} is {len} bytes, more than any encoded value of at most {MAX_BATCH_BYTES} bytes (1 GiB) takes"
+                "{what} is {len} bytes: too long for the {} form of a value, which holds at most {MAX_BATCH_BYTES} bytes (1 GiB)",
+                enc.flag()
             ))
         } else {
             Ok(())

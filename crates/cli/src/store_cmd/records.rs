@@ -43,7 +43,8 @@ impl Encoding {
         }
     }
 
-    fn flag(self) -> &'static str {
+    /// The flag that selects this encoding.
+    pub fn flag(self) -> &'static str {
         match self {
             Self::Raw => "",
             Self::Hex => "--hex",
