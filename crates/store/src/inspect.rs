@@ -48,10 +48,26 @@ impl fmt::Display for VerifyReport {
     }
 }
 
-pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
+/// `progress(bytes, total)` is called after each file: bytes of the live
+/// tables and value-log files checked so far, of `total` (a value-log file
+/// whose end is not known counts 0).
+pub fn verify(inner: &Arc<DbInner>, progress: &mut dyn FnMut(u64, u64)) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     let version = inner.state.lock().current.clone();
     let head = inner.log_end();
+    // What the manifest (or the live head) says each file holds.
+    let expected = |meta: &crate::version::LogMeta| match (meta.sealed, head) {
+        (Some((size, blocks)), _) => Some((size, blocks)),
+        (None, Some(h)) if h.file == meta.number => Some((h.offset, h.block)),
+        _ => None,
+    };
+    let total = version.levels.iter().flatten().map(|f| f.size).sum::<u64>()
+        + version
+            .logs
+            .values()
+            .filter_map(|m| expected(m).map(|(size, _)| size))
+            .sum::<u64>();
+    let mut done = 0;
     for f in version.levels.iter().flatten() {
         r.tables += 1;
         match inner.tables.get(f).and_then(|t| t.verify()) {
@@ -61,19 +77,18 @@ pub fn verify(inner: &Arc<DbInner>) -> Result<VerifyReport> {
             }
             Err(e) => note(&mut r.problems, e),
         }
+        done += f.size;
+        progress(done, total);
     }
     for meta in version.logs.values() {
         r.vlog_files += 1;
-        // What the manifest (or the live head) says the file holds.
-        let end = match (meta.sealed, head) {
-            (Some((size, blocks)), _) => Some((size, blocks)),
-            (None, Some(h)) if h.file == meta.number => Some((h.offset, h.block)),
-            _ => None,
-        };
+        let end = expected(meta);
         match verify_log(inner, meta.number, end) {
             Ok(frames) => r.vlog_frames += frames,
             Err(e) => note(&mut r.problems, e),
         }
+        done += end.map_or(0, |(size, _)| size);
+        progress(done, total);
     }
     let mut it = match DbIterator::new(inner, &ReadOptions::default()) {
         Ok(it) => it,

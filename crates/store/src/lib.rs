@@ -118,7 +118,14 @@ impl Store {
 
     /// Reads and checks every block of every live file and every live value.
     pub fn verify(&self) -> Result<VerifyReport> {
-        inspect::verify(self.inner())
+        inspect::verify(self.inner(), &mut |_, _| {})
+    }
+
+    /// [`Store::verify`], calling `progress(bytes_checked, total_bytes)`
+    /// after each live table and value-log file (for a progress bar; the
+    /// walk over live values that follows is not counted).
+    pub fn verify_with_progress(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<VerifyReport> {
+        inspect::verify(self.inner(), progress)
     }
 
     pub fn stats(&self) -> Stats {

@@ -10,6 +10,7 @@ pub struct LinkArgs {
     /// Sizes 4 KiB, 1 MiB, 16 MiB, 256 MiB only.
     #[arg(long)]
     quick: bool,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }

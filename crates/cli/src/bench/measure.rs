@@ -53,5 +53,35 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         "g" | "gib" | "gb" => 1 << 30,
         _ => return Err(format!("bad size unit in {s:?}")),
     };
-    Ok(n * mult)
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// [`parse_size`] for a size that must be at least one byte (a segment, a
+/// job, a block): `what` names it in the error.
+pub fn parse_nonzero_size(s: &str, what: &str) -> Result<usize, String> {
+    match parse_size(s)? {
+        0 => Err(format!("{what} {s:?}: must be at least 1 byte")),
+        n => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_bad_ones_are_errors() {
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("0"), Ok(0));
+        // Would wrap to 0 (and divide by zero later) if multiplied unchecked.
+        let huge = format!("{}G", (usize::MAX >> 30) + 1);
+        assert!(parse_size(&huge).unwrap_err().contains("too large"));
+        assert!(parse_size("4X").is_err());
+        assert!(parse_nonzero_size("0K", "--sizes")
+            .unwrap_err()
+            .contains("at least 1 byte"));
+        assert_eq!(parse_nonzero_size("1", "--sizes"), Ok(1));
+    }
 }

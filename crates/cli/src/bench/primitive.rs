@@ -13,7 +13,7 @@ use rand::RngCore;
 use serde::Serialize;
 
 use super::forced_split;
-use super::measure::{gbps, parse_size, repeat, size_label};
+use super::measure::{gbps, parse_nonzero_size, repeat, size_label};
 
 #[derive(clap::Args, Debug)]
 pub struct PrimitiveArgs {
@@ -148,13 +148,16 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
         None => OpKind::ALL.iter().map(|&op| (op, false)).collect(),
     };
     let sizes: Vec<usize> = match &args.sizes {
-        Some(s) => s.iter().map(|s| parse_size(s)).collect::<Result<_, _>>()?,
+        Some(s) => s
+            .iter()
+            .map(|s| parse_nonzero_size(s, "--sizes"))
+            .collect::<Result<_, _>>()?,
         None if args.quick => vec![4 << 10, 64 << 10, 1 << 20, 16 << 20],
         None => (9..=30).map(|p| 1usize << p).collect(),
     };
     let min_time = Duration::from_millis(args.min_ms.unwrap_or(if args.quick { 150 } else { 500 }));
     let base_total: usize = match &args.total {
-        Some(t) => parse_size(t)?,
+        Some(t) => parse_nonzero_size(t, "--total")?,
         None if args.quick => 32 << 20,
         None => 64 << 20,
     };

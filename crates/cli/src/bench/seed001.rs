@@ -13,7 +13,7 @@ use gvault_accel::seed001::{pmd_digest, window_matches, window_md5, PmdHash, Win
 use gvault_accel::Data;
 use serde::Serialize;
 
-use super::measure::{gbps, parse_size, repeat, size_label};
+use super::measure::{gbps, parse_nonzero_size, repeat, size_label};
 use super::primitive::random;
 
 #[derive(clap::Args, Debug)]
@@ -33,6 +33,7 @@ pub struct Seed001Args {
     /// Block size of the parallel Merkle-Damgård digest.
     #[arg(long, default_value = "4KiB")]
     block: String,
+    /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
@@ -49,10 +50,13 @@ struct Row {
 
 pub fn run(args: Seed001Args) -> Result<(), String> {
     let params = WindowParams::new(args.window, args.step).map_err(|e| e.to_string())?;
-    let block = u32::try_from(parse_size(&args.block)?)
+    let block = u32::try_from(parse_nonzero_size(&args.block, "--block")?)
         .map_err(|_| format!("block {} is too large", args.block))?;
     let sizes: Vec<usize> = match &args.sizes {
-        Some(s) => s.iter().map(|s| parse_size(s)).collect::<Result<_, _>>()?,
+        Some(s) => s
+            .iter()
+            .map(|s| parse_nonzero_size(s, "--sizes"))
+            .collect::<Result<_, _>>()?,
         None if args.quick => vec![1 << 20, 64 << 20],
         None => (0..=6).map(|k| (64 << 10) << (2 * k)).collect(),
     };

@@ -8,12 +8,15 @@ use std::time::Duration;
 use gvault_accel::Backend;
 use gvault_store::{keys, Encryption, KdfParams, Options, Store};
 
-use super::{open_with, read_only, CmdResult, StoreDir};
+use super::{open_with, read_only, report, CmdResult, StoreDir};
 
 /// Where the master key of an encrypted store comes from. The first source
 /// found wins: --key-file, --passphrase-env, $GVAULT_KEY_FILE, $GVAULT_KEY
 /// (64 hex digits), $GVAULT_PASSPHRASE. A store without encryption is
-/// opened with no key; giving one for it is an error.
+/// opened with no key: a key named by a flag for it is an error (the user
+/// thinks the store is encrypted); one from the environment is ignored
+/// with a warning (a shell that exports $GVAULT_KEY for one store still
+/// reaches plain ones).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct KeyArgs {
     /// Master key file (64 hex digits, mode 0600) [sources, first found
@@ -72,6 +75,15 @@ enum Source {
     HexKey,
 }
 
+/// The environment variables that name a master key.
+const KEY_ENV_VARS: [&str; 3] = ["GVAULT_KEY_FILE", "GVAULT_KEY", "GVAULT_PASSPHRASE"];
+
+/// Whether `dir` holds a store without encryption: one with a pointer file
+/// and no key registry.
+fn is_plain_store(dir: &Path) -> bool {
+    dir.join(gvault_store::format::POINTER_FILE).exists() && !dir.join(keys::KEYS_FILE).exists()
+}
+
 fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
@@ -101,6 +113,26 @@ impl KeyArgs {
             return Some(Source::HexKey);
         }
         env_nonempty("GVAULT_PASSPHRASE").map(|_| Source::Passphrase("GVAULT_PASSPHRASE".into()))
+    }
+
+    /// The variable the master key comes from, when it comes from the
+    /// environment rather than a flag.
+    fn env_source(&self) -> Option<&'static str> {
+        if self.key_file.is_some() || self.passphrase_env.is_some() {
+            return None;
+        }
+        KEY_ENV_VARS.into_iter().find(|v| env_nonempty(v).is_some())
+    }
+
+    /// Names the master key source for a message: the flag or variable.
+    pub fn source_name(&self) -> Option<String> {
+        if self.key_file.is_some() {
+            return Some("--key-file".into());
+        }
+        if self.passphrase_env.is_some() {
+            return Some("--passphrase-env".into());
+        }
+        self.env_source().map(|v| format!("${v}"))
     }
 
     /// The master key to open a store with; `None` when no source is given.
@@ -136,6 +168,15 @@ impl KeyArgs {
     /// a key registry) and that file exists. A plain store never picks up a
     /// stray `.key` file.
     fn encryption_for(&self, dir: &Path) -> Result<Option<Encryption>, String> {
+        if let Some(var) = self.env_source() {
+            if is_plain_store(dir) {
+                eprintln!(
+                    "gvault: warning: ignoring ${var}: the store in {} is not encrypted",
+                    dir.display()
+                );
+                return Ok(None);
+            }
+        }
         if let Some(e) = self.encryption()? {
             return Ok(Some(e));
         }
@@ -273,9 +314,14 @@ pub enum KeysCommand {
     Status {
         #[command(flatten)]
         store: StoreDir,
+        /// Print one JSON object: "current" (the key new files use), "keys"
+        /// (id, state, files, bytes; id null for unsealed files),
+        /// "stale_files", "index_only".
+        #[arg(long)]
+        json: bool,
     },
     /// Rewrite files still under older data keys and retire those keys, in
-    /// the foreground with a progress line; resumes an interrupted pass.
+    /// the foreground (progress on a terminal); resumes an interrupted pass.
     Reencrypt {
         #[command(flatten)]
         store: StoreDir,
@@ -326,10 +372,14 @@ pub fn execute(cmd: KeysCommand) -> CmdResult {
             }
             Ok(0)
         }
-        KeysCommand::Status { store } => {
+        KeysCommand::Status { store, json } => {
             let s = open_encrypted(&store, read_only())?;
             let st = s.key_status()?;
-            print_status(s.path(), &st);
+            if json {
+                report::print(&report::key_status(s.path(), &st))?;
+            } else {
+                print_status(s.path(), &st);
+            }
             s.close()?;
             Ok(0)
         }
@@ -354,33 +404,11 @@ fn print_status(dir: &Path, st: &gvault_store::KeyStatus) {
         "{:>6}  {:<8} {:>6} {:>14}",
         "key", "state", "files", "bytes"
     );
-    let bytes_of = |files: &[String]| -> u64 {
-        files
-            .iter()
-            .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
-            .map(|m| m.len())
-            .sum()
-    };
-    for (id, files) in &st.keys {
-        let bytes = bytes_of(files);
-        let state = match (*id == st.current, files.is_empty()) {
-            (true, _) => "current",
-            (false, false) => "old",
-            (false, true) => "unused",
-        };
-        println!("{id:>6}  {state:<8} {:>6} {bytes:>14}", files.len());
-    }
-    for id in &st.retired {
-        println!("{id:>6}  {:<8} {:>6} {:>14}", "retired", 0, 0);
+    for r in report::key_rows(dir, st) {
+        let id = r.id.map_or_else(|| "none".to_string(), |id| id.to_string());
+        println!("{id:>6}  {:<8} {:>6} {:>14}", r.state, r.files, r.bytes);
     }
     if !st.unsealed.is_empty() {
-        println!(
-            "{:>6}  {:<8} {:>6} {:>14}",
-            "none",
-            "crc32c",
-            st.unsealed.len(),
-            bytes_of(&st.unsealed)
-        );
         println!(
             "this store is index-only: its value log is not encrypted (values and recent keys lie on disk in the clear)"
         );
@@ -409,19 +437,21 @@ fn reencrypt(store: &StoreDir, rate_mb: f64) -> CmdResult {
     )?);
     let before = s.key_status()?.stale_files();
     let start = std::time::Instant::now();
+    let pb = crate::progress::spinner(&format!("re-encrypting: {before} files under older keys"));
     let pass = s.spawn_reencrypt();
     while !pass.is_finished() {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(200));
         // Files come and go while the pass runs; a failed look is skipped.
-        if let Ok(st) = s.key_status() {
-            eprint!(
-                "\rre-encrypting: {} of {before} files left under older keys, {:.0} s",
-                st.stale_files(),
-                start.elapsed().as_secs_f64()
-            );
+        if !pb.is_hidden() {
+            if let Ok(st) = s.key_status() {
+                pb.set_message(format!(
+                    "re-encrypting: {} of {before} files left under older keys",
+                    st.stale_files()
+                ));
+            }
         }
     }
-    eprintln!();
+    pb.finish_and_clear();
     let report = pass
         .join()
         .map_err(|_| "the re-encryption thread panicked")??;

@@ -2,14 +2,18 @@
 //! the command line.
 //!
 //! Exit codes: 0 success, 1 key not found, 2 error (message on stderr; a
-//! missing or wrong master key included), 3 `verify` found damage.
+//! missing or wrong master key included), 3 `verify` found damage, 141
+//! stdout closed early (see `crate::output`).
 
 mod demo;
 mod keys;
+mod records;
+mod report;
 
-use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions, MAX_BATCH_BYTES};
-use std::io::{BufRead, Read, Write};
-use std::path::{Path, PathBuf};
+use gvault_store::{Options, ReadOptions, Store, WriteOptions, MAX_BATCH_BYTES};
+use records::Encoding;
+use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 const EXIT_NOT_FOUND: i32 = 1;
@@ -67,8 +71,9 @@ impl StoreDir {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum StoreCommand {
-    /// Create an empty store. With --encrypt, every block is sealed with
-    /// AES-256-GCM under data keys wrapped by a master key: from --key-file
+    /// Create an empty store (encrypted with --encrypt).
+    ///
+    /// With --encrypt, every block is sealed with AES-256-GCM under data keys wrapped by a master key: from --key-file
     /// F (created, mode 0600, if missing), a passphrase (--passphrase-env),
     /// $GVAULT_KEY, or by default a new key file <DIR>.key beside the store
     /// (never overwritten).
@@ -82,10 +87,15 @@ pub enum StoreCommand {
         kdf: keys::KdfArgs,
     },
     /// Write one value: from the argument, from --file, or from stdin.
+    ///
+    /// A key holds at most 1 MiB; a value at most 1 GiB less its key (one
+    /// write batch holds at most 1 GiB).
     Put {
         #[command(flatten)]
         store: StoreDir,
+        /// The key (its UTF-8 bytes).
         key: String,
+        /// The value [default: --file, else stdin].
         #[arg(conflicts_with = "file")]
         value: Option<String>,
         /// Read the value from this file.
@@ -94,28 +104,56 @@ pub enum StoreCommand {
         /// Return only once the write is on stable storage.
         #[arg(long)]
         sync: bool,
+        /// The value is given in hex (whitespace ignored); the bytes it
+        /// spells are stored.
+        #[arg(long, conflicts_with = "base64")]
+        hex: bool,
+        /// The value is given in base64 (standard alphabet, padding and
+        /// whitespace optional); the bytes it spells are stored.
+        #[arg(long)]
+        base64: bool,
     },
-    /// Print a value (raw bytes) to stdout; exit 1 if the key is absent.
+    /// Print a value to stdout (raw bytes, as stored); exit 1 if the key is
+    /// absent.
     Get {
         #[command(flatten)]
         store: StoreDir,
+        /// The key (its UTF-8 bytes).
         key: String,
+        /// Print the value in lowercase hex, then a newline.
+        #[arg(long, conflicts_with_all = ["base64", "json"])]
+        hex: bool,
+        /// Print the value in base64 (standard alphabet, padded), then a
+        /// newline.
+        #[arg(long, conflicts_with = "json")]
+        base64: bool,
+        /// Print one JSON line as `export` writes it: {"key": ..., "value":
+        /// ...}, with "value_b64" (base64) instead of "value" when the value
+        /// is not UTF-8.
+        #[arg(long)]
+        json: bool,
     },
     /// Delete a key; exit 1 if it was absent.
     Del {
         #[command(flatten)]
         store: StoreDir,
+        /// The key (its UTF-8 bytes).
         key: String,
     },
-    /// List keys and values in [--from, --to), one "key<TAB>value" a line
-    /// (bytes that are not printable are escaped).
+    /// List keys and values in [--from, --to).
+    ///
+    /// One "key<TAB>value" a line (bytes that are not printable are
+    /// escaped), or with --json one JSON record a line.
     Scan {
         #[command(flatten)]
         store: StoreDir,
+        /// First key of the range (inclusive) [default: the first key].
         #[arg(long, value_name = "K")]
         from: Option<String>,
+        /// End of the range (exclusive) [default: past the last key].
         #[arg(long, value_name = "K")]
         to: Option<String>,
+        /// Print at most N records.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
         /// Newest-key-first order (descending).
@@ -124,25 +162,74 @@ pub enum StoreCommand {
         /// Print keys only.
         #[arg(long)]
         keys_only: bool,
+        /// Print JSON lines, one record a line as `export` writes them
+        /// (with --keys-only, {"key": ...} alone).
+        #[arg(long)]
+        json: bool,
     },
-    /// Load JSON lines {"key": "...", "value": "..."} from FILE or stdin.
+    /// Write records to stdout as JSON lines, for `gvault import`.
+    ///
+    /// Every record in [--from, --to), in key order: {"key": "...", "value": "..."}, with "key_b64" / "value_b64"
+    /// (base64) for bytes that are not UTF-8. `gvault import` reads it
+    /// back exactly. Values are written in the clear, encrypted store or
+    /// not.
+    Export {
+        #[command(flatten)]
+        store: StoreDir,
+        /// First key of the range (inclusive) [default: the first key].
+        #[arg(long, value_name = "K")]
+        from: Option<String>,
+        /// End of the range (exclusive) [default: past the last key].
+        #[arg(long, value_name = "K")]
+        to: Option<String>,
+    },
+    /// Read what still authenticates from a store too damaged to open.
+    ///
+    /// Writes every live record that can be read as JSON lines on stdout
+    /// (as `export` does, for `gvault import` into a new store) and lists
+    /// on stderr what could not be read: lost blocks with the key ranges
+    /// they held, lost log frames, missing file tails. Writes nothing to
+    /// the store. Exit 3 when anything was lost, 0 when nothing was.
+    Salvage {
+        #[command(flatten)]
+        store: StoreDir,
+        /// Print the report as one JSON object on stderr.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load JSON lines (as `gvault export` writes them) from FILE or stdin.
+    ///
+    /// One record a line: {"key": "...", "value": "..."}, or "key_b64" /
+    /// "value_b64" for base64 bytes. Written a megabyte at a time (not one
+    /// transaction: an error says how far it got, and importing again is
+    /// safe); progress on stderr when it is a terminal.
     Import {
         #[command(flatten)]
         store: StoreDir,
+        /// JSON-lines file [default: stdin].
         file: Option<PathBuf>,
     },
     /// Show levels, value-log size, memtable and cache use.
     Stats {
         #[command(flatten)]
         store: StoreDir,
+        /// Print one JSON object (byte counts, tables per level).
+        #[arg(long)]
+        json: bool,
     },
     /// Read and check every block of every file and every live value;
     /// exit 3 if anything is damaged.
     Verify {
         #[command(flatten)]
         store: StoreDir,
+        /// Print one JSON object: "clean", "opened", counts, and "problems"
+        /// (one message each). The exit status is the same.
+        #[arg(long)]
+        json: bool,
     },
-    /// Rewrite live values out of mostly-dead value-log files and delete
+    /// Reclaim value-log space now.
+    ///
+    /// Rewrites live values out of mostly-dead value-log files and deletes
     /// the files (the background thread also does this as it runs).
     Gc {
         #[command(flatten)]
@@ -164,6 +251,9 @@ pub enum StoreCommand {
 pub fn run(cmd: StoreCommand) -> i32 {
     match execute(cmd) {
         Ok(code) => code,
+        // The reader of stdout went away (`gvault scan | head`): stop
+        // quietly, as a Unix tool that SIGPIPE ends.
+        Err(e) if crate::output::is_broken_pipe(&*e) => crate::output::EXIT_BROKEN_PIPE,
         Err(e) => {
             eprintln!("gvault: {e}");
             EXIT_ERROR
@@ -232,6 +322,64 @@ fn read_only() -> Options {
     }
 }
 
+/// Refuses a range whose start comes after its end.
+fn check_range(from: Option<&str>, to: Option<&str>) -> Result<(), String> {
+    if let (Some(f), Some(t)) = (from, to) {
+        if f > t {
+            return Err(format!(
+                "--from {f:?} comes after --to {t:?}: the range [from, to) is empty (for newest-first order, pass --reverse with the same bounds)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The value `put` stores: from the argument, a file or stdin, decoded
+/// from `enc`.
+fn put_value(
+    value: Option<String>,
+    file: Option<PathBuf>,
+    enc: Encoding,
+) -> Result<Vec<u8>, String> {
+    let limit = enc.max_input_len();
+    let what_limit = |len: u64, what: &str| {
+        if enc == Encoding::Raw {
+            check_value_len(len, what)
+        } else if len > limit {
+            Err(format!(
+                "{what} is {len} bytes: too long for the {} form of a value, which holds at most {MAX_BATCH_BYTES} bytes (1 GiB)",
+                enc.flag()
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let input = match (value, file) {
+        (Some(v), _) => v.into_bytes(),
+        (None, Some(f)) => {
+            let len = std::fs::metadata(&f)
+                .map_err(|e| format!("cannot read {}: {e}", f.display()))?
+                .len();
+            what_limit(len, &f.display().to_string())?;
+            std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?
+        }
+        (None, None) => {
+            // One byte past the limit is enough to refuse, without
+            // holding an arbitrarily long stream in memory first.
+            let mut v = Vec::new();
+            std::io::stdin()
+                .take(limit + 1)
+                .read_to_end(&mut v)
+                .map_err(|e| format!("reading the value from stdin: {e}"))?;
+            what_limit(v.len() as u64, "the value on stdin")?;
+            v
+        }
+    };
+    let value = enc.decode(input)?;
+    check_value_len(value.len() as u64, "the value")?;
+    Ok(value)
+}
+
 fn execute(cmd: StoreCommand) -> CmdResult {
     match cmd {
         StoreCommand::Init {
@@ -245,38 +393,31 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             value,
             file,
             sync,
+            hex,
+            base64,
         } => {
-            let value = match (value, file) {
-                (Some(v), _) => v.into_bytes(),
-                (None, Some(f)) => {
-                    let len = std::fs::metadata(&f)
-                        .map_err(|e| format!("cannot read {}: {e}", f.display()))?
-                        .len();
-                    check_value_len(len, &f.display().to_string())?;
-                    std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?
-                }
-                (None, None) => {
-                    // One byte past the limit is enough to refuse, without
-                    // holding an arbitrarily long stream in memory first.
-                    let mut v = Vec::new();
-                    std::io::stdin()
-                        .take(MAX_BATCH_BYTES as u64 + 1)
-                        .read_to_end(&mut v)?;
-                    check_value_len(v.len() as u64, "the value on stdin")?;
-                    v
-                }
-            };
+            let value = put_value(value, file, Encoding::from_flags(hex, base64))?;
             let s = open_existing(&store)?;
             s.put_opt(&WriteOptions { sync }, key.as_bytes(), &value)?;
             s.close()?;
             Ok(0)
         }
-        StoreCommand::Get { store, key } => {
+        StoreCommand::Get {
+            store,
+            key,
+            hex,
+            base64,
+            json,
+        } => {
             let s = open_reader(&store)?;
             match s.get(key.as_bytes())? {
                 Some(v) => {
                     let mut out = std::io::stdout().lock();
-                    out.write_all(&v)?;
+                    if json {
+                        records::write_record(&mut out, key.as_bytes(), Some(&v))?;
+                    } else {
+                        out.write_all(&Encoding::from_flags(hex, base64).encode(&v))?;
+                    }
                     out.flush()?;
                     Ok(0)
                 }
@@ -303,15 +444,9 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             limit,
             reverse,
             keys_only,
+            json,
         } => {
-            if let (Some(f), Some(t)) = (&from, &to) {
-                if f > t {
-                    return Err(format!(
-                        "--from {f:?} comes after --to {t:?}: the range [from, to) is empty (for newest-first order, pass --reverse with the same bounds)"
-                    )
-                    .into());
-                }
-            }
+            check_range(from.as_deref(), to.as_deref())?;
             let s = open_reader(&store)?;
             let scan = s.scan(
                 &ReadOptions::default(),
@@ -322,7 +457,9 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for item in scan.take(limit.unwrap_or(usize::MAX)) {
                 let (k, v) = item?;
-                if keys_only {
+                if json {
+                    records::write_record(&mut out, &k, (!keys_only).then_some(&v[..]))?;
+                } else if keys_only {
                     writeln!(out, "{}", k.escape_ascii())?;
                 } else {
                     writeln!(out, "{}\t{}", k.escape_ascii(), v.escape_ascii())?;
@@ -331,35 +468,64 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             out.flush()?;
             Ok(0)
         }
-        StoreCommand::Import { store, file } => import(&store, file.as_deref()),
-        StoreCommand::Stats { store } => {
+        StoreCommand::Export { store, from, to } => records::export(&store, from, to),
+        StoreCommand::Salvage { store, json } => records::salvage(&store, json),
+        StoreCommand::Import { store, file } => records::import(&store, file.as_deref()),
+        StoreCommand::Stats { store, json } => {
             let s = open_reader(&store)?;
-            print!("{}", s.stats());
+            if json {
+                report::print(&report::stats(&s.stats()))?;
+            } else {
+                print!("{}", s.stats());
+            }
+            s.close()?;
             Ok(0)
         }
-        StoreCommand::Verify { store } => {
+        StoreCommand::Verify { store, json } => {
             let s = match open_reader(&store) {
                 Ok(s) => s,
                 Err(e) => match e.downcast_ref::<gvault_store::Error>() {
                     Some(se) if se.is_corruption() => {
-                        println!("the store cannot be opened: {e}");
+                        if json {
+                            report::print(&report::verify_unopened(&e.to_string()))?;
+                        } else {
+                            println!("the store cannot be opened: {e}");
+                        }
                         return Ok(EXIT_DAMAGED);
                     }
                     _ => return Err(e),
                 },
             };
-            let report = s.verify()?;
-            println!("{report}");
-            Ok(if report.is_clean() { 0 } else { EXIT_DAMAGED })
+            let pb = crate::progress::bytes("verifying", Some(0));
+            let r = s.verify_with_progress(&mut |done, total| {
+                pb.set_length(total);
+                pb.set_position(done);
+                if done >= total {
+                    pb.set_message("verifying live values");
+                }
+            });
+            pb.finish_and_clear();
+            let r = r?;
+            if json {
+                report::print(&report::verify(&r))?;
+            } else {
+                println!("{r}");
+            }
+            s.close()?;
+            Ok(if r.is_clean() { 0 } else { EXIT_DAMAGED })
         }
         StoreCommand::Gc { store } => {
             let s = open_existing(&store)?;
-            let r = s.gc_value_log()?;
+            let pb = crate::progress::spinner("collecting value-log garbage");
+            let r = s.gc_value_log();
+            pb.finish_and_clear();
+            let r = r?;
+            // Closed before the report, so that it reports only a clean close.
+            s.close()?;
             println!(
                 "scanned {} value-log files, dropped {}, rewrote {} values ({} bytes)",
                 r.files_scanned, r.files_dropped, r.values_rewritten, r.bytes_rewritten
             );
-            s.close()?;
             Ok(0)
         }
         StoreCommand::Keys(cmd) => keys::execute(cmd),
@@ -367,62 +533,12 @@ fn execute(cmd: StoreCommand) -> CmdResult {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct ImportLine {
-    key: String,
-    value: String,
-}
-
-fn import(store: &StoreDir, file: Option<&Path>) -> CmdResult {
-    let input: Box<dyn BufRead> = match file {
-        Some(f) => Box::new(std::io::BufReader::new(
-            std::fs::File::open(f).map_err(|e| format!("cannot open {}: {e}", f.display()))?,
-        )),
-        None => Box::new(std::io::stdin().lock()),
-    };
-    let s = open_existing(store)?;
-    let mut batch = WriteBatch::new();
-    let mut count = 0u64;
-    // Records in batches already written: an import is not one transaction
-    // (it is written a megabyte at a time), so an error says how far it got.
-    let mut written = 0u64;
-    let so_far = |written: u64| {
-        if written == 0 {
-            "nothing was imported".to_string()
-        } else {
-            format!("the first {written} records were imported (importing the file again is safe: a key's value is replaced)")
-        }
-    };
-    for (i, line) in input.lines().enumerate() {
-        let line = line.map_err(|e| format!("reading line {}: {e}; {}", i + 1, so_far(written)))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let rec: ImportLine = serde_json::from_str(&line).map_err(|e| {
-            format!(
-                "line {}: expected {{\"key\": ..., \"value\": ...}}: {e}; {}",
-                i + 1,
-                so_far(written)
-            )
-        })?;
-        batch.put(rec.key.as_bytes(), rec.value.as_bytes());
-        count += 1;
-        if batch.approximate_bytes() >= 1 << 20 {
-            s.write(&WriteOptions::default(), std::mem::take(&mut batch))?;
-            written = count;
-        }
-    }
-    s.write(&WriteOptions::SYNC, batch)?;
-    s.close()?;
-    println!("imported {count} records");
-    Ok(0)
-}
-
 fn init(store: &StoreDir, encrypt: bool, kdf: &keys::KdfArgs) -> CmdResult {
     let dir = store.path()?;
     if !encrypt {
         if store.keys.encryption()?.is_some() {
-            return Err("a master key was given (flag or environment) without --encrypt; pass --encrypt to create an encrypted store".into());
+            let from = store.keys.source_name().unwrap_or_default();
+            return Err(format!("a master key was given ({from}) without --encrypt: pass --encrypt to create an encrypted store, or drop {from} to create a plain one").into());
         }
         Store::open(
             &dir,
