@@ -12,15 +12,18 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 use parking_lot::{Condvar, Mutex};
 
+use crate::block::Block;
 use crate::cache::BlockCache;
 use crate::codec::BlockCodec;
 use crate::env::{FileLock, FileSystem};
 use crate::error::{Error, IoContext, Result};
-use crate::format::{internal_key, vlog_path, LogPosition, ValuePointer, ValueType, TYPE_FOR_SEEK};
+use crate::format::{
+    internal_key_into, vlog_path, LogPosition, ValuePointer, ValueType, TYPE_FOR_SEEK,
+};
 use crate::keys::KeyState;
 use crate::log_writer::LogWriter;
 use crate::manifest::{self, Manifest};
-use crate::memtable::{Found, MemTable};
+use crate::memtable::{Found, MemEntry, MemTable};
 use crate::options::{Options, WriteOptions};
 use crate::table_cache::TableCache;
 use crate::version::{Version, VersionEdit};
@@ -116,6 +119,34 @@ pub(crate) struct DbInner {
     /// Set when the store was opened read-only: where the replayed value
     /// log ends, since no head is open for appending.
     pub read_only_end: Option<LogPosition>,
+}
+
+/// An entry a get found, where it lies: no copy is made until the caller
+/// takes the value.
+struct Hit<'v> {
+    seq: u64,
+    value_type: ValueType,
+    at: HitAt<'v>,
+}
+
+enum HitAt<'v> {
+    Mem(MemEntry<'v>),
+    Block(Arc<Block>, usize),
+}
+
+impl Hit<'_> {
+    /// The inline value or encoded pointer (empty for a deletion).
+    fn stored(&self) -> &[u8] {
+        match &self.at {
+            HitAt::Mem(e) => e.value(),
+            HitAt::Block(b, i) => b.value(*i),
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's table seek key, reused from get to get.
+    static SEEK_KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Handle to an open store. Share it between threads through an `Arc`.
@@ -338,53 +369,68 @@ impl DbInner {
 
     /// The newest entry for `key` visible at `seq`.
     pub fn get_entry(&self, key: &[u8], seq: u64) -> Result<Option<Found>> {
-        self.get_entry_in(&self.view.load(), key, seq)
+        let view = self.view.load();
+        let found = self.get_entry_in(&view, key, seq)?.map(|h| Found {
+            seq: h.seq,
+            value_type: h.value_type,
+            value: h.stored().to_vec(),
+        });
+        Ok(found)
     }
 
-    fn get_entry_in(&self, view: &ReadView, key: &[u8], seq: u64) -> Result<Option<Found>> {
+    /// The newest entry for `key` visible at `seq` in `view`, in place.
+    fn get_entry_in<'v>(
+        &self,
+        view: &'v ReadView,
+        key: &[u8],
+        seq: u64,
+    ) -> Result<Option<Hit<'v>>> {
         let ReadView { mem, imms, version } = view;
-        if let Some(f) = mem.get(key, seq) {
-            return Ok(Some(f));
-        }
-        for m in imms {
-            if let Some(f) = m.get(key, seq) {
-                return Ok(Some(f));
+        for m in std::iter::once(mem).chain(imms) {
+            if let Some((seq, value_type, e)) = m.get(key, seq) {
+                return Ok(Some(Hit {
+                    seq,
+                    value_type,
+                    at: HitAt::Mem(e),
+                }));
             }
         }
-        let seek = internal_key(key, seq, TYPE_FOR_SEEK);
-        let mut best: Option<Found> = None;
-        for f in version.levels[0].iter() {
-            if !f.overlaps(Some(key), Some(key)) {
-                continue;
-            }
-            if let Some(found) = self.table_get(f, key, &seek)? {
-                if best.as_ref().is_none_or(|b| found.seq > b.seq) {
-                    best = Some(found);
+        SEEK_KEY.with_borrow_mut(|seek| {
+            internal_key_into(seek, key, seq, TYPE_FOR_SEEK);
+            let mut best: Option<Hit<'v>> = None;
+            for f in version.levels[0].iter() {
+                if !f.overlaps(Some(key), Some(key)) {
+                    continue;
                 }
-            }
-        }
-        if best.is_some() {
-            return Ok(best);
-        }
-        for level in &version.levels[1..] {
-            let i = level.partition_point(|f| f.largest_user() < key);
-            if let Some(f) = level.get(i) {
-                if f.smallest_user() <= key {
-                    if let Some(found) = self.table_get(f, key, &seek)? {
-                        return Ok(Some(found));
+                if let Some(found) = self.table_get(f, key, seek)? {
+                    if best.as_ref().is_none_or(|b| found.seq > b.seq) {
+                        best = Some(found);
                     }
                 }
             }
-        }
-        Ok(None)
+            if best.is_some() {
+                return Ok(best);
+            }
+            for level in &version.levels[1..] {
+                let i = level.partition_point(|f| f.largest_user() < key);
+                if let Some(f) = level.get(i) {
+                    if f.smallest_user() <= key {
+                        if let Some(found) = self.table_get(f, key, seek)? {
+                            return Ok(Some(found));
+                        }
+                    }
+                }
+            }
+            Ok(None)
+        })
     }
 
-    fn table_get(
+    fn table_get<'v>(
         &self,
         f: &crate::version::FileMeta,
         key: &[u8],
         seek: &[u8],
-    ) -> Result<Option<Found>> {
+    ) -> Result<Option<Hit<'v>>> {
         let table = self.tables.get(f)?;
         if !table.may_contain(key) {
             return Ok(None);
@@ -402,10 +448,11 @@ impl DbInner {
         if p.user_key != key {
             return Ok(None);
         }
-        Ok(Some(Found {
-            seq: p.seq,
-            value_type: p.value_type,
-            value: block.value(i).to_vec(),
+        let (seq, value_type) = (p.seq, p.value_type);
+        Ok(Some(Hit {
+            seq,
+            value_type,
+            at: HitAt::Block(block, i),
         }))
     }
 
@@ -434,14 +481,38 @@ impl DbInner {
     /// names it, so the value a found pointer names stays readable. A
     /// snapshot's own pin keeps the files its older entries need.
     pub fn get(self: &Arc<Self>, key: &[u8], snapshot: Option<u64>) -> Result<Option<Vec<u8>>> {
+        let mut value = Vec::new();
+        Ok(self.get_into(key, snapshot, &mut value)?.then_some(value))
+    }
+
+    /// [`Self::get`] into `buf` (its old contents replaced); whether the key
+    /// was found. The value is copied once, from the block, memtable entry
+    /// or value-log frame where it lies; nothing else is allocated once
+    /// `buf` is large enough.
+    pub fn get_into(&self, key: &[u8], snapshot: Option<u64>, buf: &mut Vec<u8>) -> Result<bool> {
         let view = self.view.load();
         let seq = snapshot.unwrap_or_else(|| self.visible_seq.load(Ordering::SeqCst));
-        match self.get_entry_in(&view, key, seq)? {
-            None => Ok(None),
-            Some(f) if f.value_type == ValueType::Deletion => Ok(None),
-            // An inline value is handed over as found: no second copy.
-            Some(f) if f.value_type == ValueType::Inline => Ok(Some(f.value)),
-            Some(f) => self.resolve(key, f.value_type, &f.value).map(Some),
+        let Some(hit) = self.get_entry_in(&view, key, seq)? else {
+            return Ok(false);
+        };
+        match hit.value_type {
+            ValueType::Deletion => Ok(false),
+            ValueType::Inline => {
+                buf.clear();
+                buf.extend_from_slice(hit.stored());
+                Ok(true)
+            }
+            ValueType::Pointer => {
+                let ptr = ValuePointer::decode(hit.stored()).ok_or_else(|| {
+                    Error::corruption(
+                        &self.dir,
+                        format!("entry for key {}", show_key(key)),
+                        "malformed value pointer",
+                    )
+                })?;
+                self.vlog.read_into(&ptr, key, buf)?;
+                Ok(true)
+            }
         }
     }
 
@@ -558,6 +629,25 @@ impl Store {
         key: impl AsRef<[u8]>,
     ) -> Result<Option<Vec<u8>>> {
         self.inner.get(key.as_ref(), opts.snapshot.map(|s| s.seq))
+    }
+
+    /// Reads `key` into `buf`, replacing its contents; returns whether the
+    /// key was found (`buf` is then left empty). A reader that keeps `buf`
+    /// from read to read allocates nothing per read once it is large
+    /// enough, as RocksDB's `PinnableSlice` spares a copy.
+    pub fn get_into(
+        &self,
+        opts: &ReadOptions<'_>,
+        key: impl AsRef<[u8]>,
+        buf: &mut Vec<u8>,
+    ) -> Result<bool> {
+        let found = self
+            .inner
+            .get_into(key.as_ref(), opts.snapshot.map(|s| s.seq), buf)?;
+        if !found {
+            buf.clear();
+        }
+        Ok(found)
     }
 
     /// A view of the store as of now; reads through it ignore later writes.

@@ -155,6 +155,14 @@ pub fn internal_key(user_key: &[u8], seq: u64, t: u8) -> Vec<u8> {
     k
 }
 
+/// [`internal_key`] written into `dst` (cleared first), for lookups that
+/// reuse one buffer.
+pub fn internal_key_into(dst: &mut Vec<u8>, user_key: &[u8], seq: u64, t: u8) {
+    dst.clear();
+    dst.extend_from_slice(user_key);
+    put_u64(dst, (seq << 8) | u64::from(t));
+}
+
 pub struct ParsedKey<'a> {
     pub user_key: &'a [u8],
     pub seq: u64,

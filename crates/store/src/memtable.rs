@@ -10,7 +10,9 @@ use std::sync::Arc;
 use crossbeam_skiplist::SkipMap;
 
 use crate::error::Result;
-use crate::format::{compare_internal, internal_key, parse_internal_key, ValueType, TYPE_FOR_SEEK};
+use crate::format::{
+    compare_internal, internal_key, internal_key_into, parse_internal_key, ValueType, TYPE_FOR_SEEK,
+};
 use crate::iterator::InternalIterator;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +37,14 @@ pub struct Found {
     pub value_type: ValueType,
     /// Inline value, encoded pointer, or empty for a deletion.
     pub value: Vec<u8>,
+}
+
+/// A memtable entry, borrowed from the skiplist.
+pub type MemEntry<'a> = crossbeam_skiplist::map::Entry<'a, InternalKey, Vec<u8>>;
+
+thread_local! {
+    /// The seek key of this thread's lookups, reused: a get allocates none.
+    static SEEK_KEY: std::cell::RefCell<InternalKey> = const { std::cell::RefCell::new(InternalKey(Vec::new())) };
 }
 
 #[derive(Default)]
@@ -63,16 +73,15 @@ impl MemTable {
         self.map.is_empty()
     }
 
-    /// The newest entry for `key` with sequence <= `seq`.
-    pub fn get(&self, key: &[u8], seq: u64) -> Option<Found> {
-        let seek = InternalKey(internal_key(key, seq, TYPE_FOR_SEEK));
-        let e = self.map.lower_bound(Bound::Included(&seek))?;
+    /// The newest entry for `key` with sequence <= `seq`, in place: its
+    /// sequence number, type and the skiplist entry holding its value.
+    pub fn get(&self, key: &[u8], seq: u64) -> Option<(u64, ValueType, MemEntry<'_>)> {
+        let e = SEEK_KEY.with_borrow_mut(|seek| {
+            internal_key_into(&mut seek.0, key, seq, TYPE_FOR_SEEK);
+            self.map.lower_bound(Bound::Included(&*seek))
+        })?;
         let p = parse_internal_key(&e.key().0)?;
-        (p.user_key == key).then(|| Found {
-            seq: p.seq,
-            value_type: p.value_type,
-            value: e.value().clone(),
-        })
+        (p.user_key == key).then_some((p.seq, p.value_type, e))
     }
 }
 
@@ -148,9 +157,9 @@ mod tests {
         m.add(3, ValueType::Inline, b"k", b"v3");
         m.add(4, ValueType::Deletion, b"k", b"");
         m.add(2, ValueType::Inline, b"j", b"x");
-        assert_eq!(m.get(b"k", 2).unwrap().value, b"v1");
-        assert_eq!(m.get(b"k", 3).unwrap().value, b"v3");
-        assert_eq!(m.get(b"k", 9).unwrap().value_type, ValueType::Deletion);
+        assert_eq!(m.get(b"k", 2).unwrap().2.value(), b"v1");
+        assert_eq!(m.get(b"k", 3).unwrap().2.value(), b"v3");
+        assert_eq!(m.get(b"k", 9).unwrap().1, ValueType::Deletion);
         assert!(m.get(b"k", 0).is_none());
         assert!(m.get(b"kk", 9).is_none());
     }

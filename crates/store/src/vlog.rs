@@ -76,15 +76,24 @@ impl ValueLog {
     /// the front, then the value over the key). Error texts are only built
     /// on error: formatting them cost ~0.2 µs per read.
     pub fn read(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; FRAME_HEADER_LEN + ptr.frame.len as usize];
-        let ctx = self.fetch_into(ptr, &mut buf)?;
+        let mut buf = Vec::new();
+        self.read_into(ptr, key, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// [`Self::read`] into `buf` (its old contents replaced), which a caller
+    /// reading many values reuses: no allocation once it is large enough.
+    pub fn read_into(&self, ptr: &ValuePointer, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
+        buf.clear();
+        buf.resize(FRAME_HEADER_LEN + ptr.frame.len as usize, 0);
+        let ctx = self.fetch_into(ptr, buf)?;
         let opened = self.codec.open_in_place(&ctx, &mut buf[FRAME_HEADER_LEN..]);
-        let value = self.value_range(ptr, key, &buf, opened)?;
+        let value = self.value_range(ptr, key, buf, opened)?;
         // Move the value to the front of the buffer and drop the rest.
         let len = value.len();
         buf.copy_within(value, 0);
         buf.truncate(len);
-        Ok(buf)
+        Ok(())
     }
 
     /// Reads many values at once (the read-ahead worker of an iterator)

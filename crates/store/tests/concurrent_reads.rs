@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::{small_options, value_for};
-use gvault_store::{Options, Store};
+use gvault_store::{Options, ReadOptions, Store, WriteOptions};
 
 const KEYS: u64 = 200;
 
@@ -54,6 +54,7 @@ fn readers_race_flush_compaction_and_gc() {
             std::thread::spawn(move || {
                 let mut seen = vec![0u64; KEYS as usize];
                 let mut gets = 0u64;
+                let mut buf = Vec::new();
                 let mut x = r as u64 + 1;
                 while !stop.load(Ordering::Relaxed) {
                     x ^= x << 13;
@@ -61,10 +62,18 @@ fn readers_race_flush_compaction_and_gc() {
                     x ^= x << 17;
                     let k = x % KEYS;
                     let floor = version.load(Ordering::SeqCst);
-                    let v = s
-                        .get(key(k))
-                        .unwrap_or_else(|e| panic!("get {k}: {e}"))
-                        .unwrap_or_else(|| panic!("key {k} vanished"));
+                    // Half the readers fill one reused buffer.
+                    let v = if r % 2 == 0 {
+                        s.get(key(k))
+                            .unwrap_or_else(|e| panic!("get {k}: {e}"))
+                            .unwrap_or_else(|| panic!("key {k} vanished"))
+                    } else {
+                        let found = s
+                            .get_into(&ReadOptions::default(), key(k), &mut buf)
+                            .unwrap_or_else(|e| panic!("get_into {k}: {e}"));
+                        assert!(found, "key {k} vanished");
+                        buf.clone()
+                    };
                     let (got_k, got_ver) = parse(&v);
                     assert_eq!(got_k, k, "value of another key");
                     assert_eq!(v, value_for(k, got_ver, 300), "damaged value");
@@ -96,4 +105,36 @@ fn readers_race_flush_compaction_and_gc() {
         "GC dropped no file: {} files",
         st.vlog_files
     );
+}
+
+#[test]
+fn get_into_fills_the_buffer_as_get_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path(), small_options()).unwrap();
+    s.put("inline", "small").unwrap();
+    s.put("large", value_for(1, 0, 5000)).unwrap();
+    s.put("gone", "x").unwrap();
+    s.delete("gone").unwrap();
+    let snap = s.snapshot();
+    s.put_opt(&WriteOptions::default(), "inline", "newer")
+        .unwrap();
+    let mut buf = b"old contents".to_vec();
+    for flushed in [false, true] {
+        if flushed {
+            s.flush().unwrap();
+            s.compact_range(None, None).unwrap();
+        }
+        for k in ["inline", "large", "gone", "absent"] {
+            let found = s.get_into(&ReadOptions::default(), k, &mut buf).unwrap();
+            assert_eq!(s.get(k).unwrap(), found.then(|| buf.clone()), "{k}");
+            if !found {
+                assert!(buf.is_empty());
+            }
+        }
+        let at = ReadOptions {
+            snapshot: Some(&snap),
+        };
+        assert!(s.get_into(&at, "inline", &mut buf).unwrap());
+        assert_eq!(buf, b"small");
+    }
 }
