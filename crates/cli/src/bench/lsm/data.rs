@@ -211,7 +211,7 @@ pub struct ThreadProbe {
 impl ThreadProbe {
     pub fn start() -> ThreadProbe {
         ThreadProbe {
-            sched: thread_sched_secs(),
+            sched: thread_cpu_and_queued_secs(),
             switches: thread_switches(),
             start: Instant::now(),
         }
@@ -223,7 +223,7 @@ impl ThreadProbe {
             wall_secs,
             sched: self
                 .sched
-                .zip(thread_sched_secs())
+                .zip(thread_cpu_and_queued_secs())
                 .map(|(a, b)| (b.0 - a.0, b.1 - a.1)),
             switches: self
                 .switches
@@ -231,6 +231,20 @@ impl ThreadProbe {
                 .map(|(a, b)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1))),
         }
     }
+}
+
+/// This thread's CPU time, to the nanosecond (`CLOCK_THREAD_CPUTIME_ID`:
+/// schedstat's run time is brought up to date only at scheduler events,
+/// so a short run on a CPU reads as none), and its time queued for a CPU
+/// (schedstat), in seconds.
+fn thread_cpu_and_queued_secs() -> Option<(f64, f64)> {
+    // SAFETY: clock_gettime writes one `timespec` into the zeroed struct.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return None;
+    }
+    let cpu = ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9;
+    Some((cpu, thread_sched_secs()?.1))
 }
 
 /// This thread's (voluntary, involuntary) context switches so far, from
@@ -387,6 +401,17 @@ mod tests {
         let two = ThreadTimes::sum([t, t]);
         assert_eq!(two.wall_secs, 2.0 * t.wall_secs);
         assert_eq!(two.switches, t.switches.map(|(v, i)| (2 * v, 2 * i)));
+        // A fraction of a millisecond of work shows, though no scheduler
+        // tick is likely to fall within it.
+        let p = ThreadProbe::start();
+        let start = Instant::now();
+        let mut x = 1u64;
+        while start.elapsed() < Duration::from_micros(200) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        if let Some((cpu, _)) = p.finish().sched {
+            assert!(cpu > 0.0, "{cpu}");
+        }
         let lacking = t.add(ThreadTimes { sched: None, ..t });
         assert_eq!(lacking.sched, None);
         if cfg!(target_os = "linux") {

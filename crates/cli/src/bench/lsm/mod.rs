@@ -102,6 +102,9 @@ pub struct LsmArgs {
     /// MiB, so that the data is cached].
     #[arg(long, value_name = "MIB")]
     cache_mb: Option<u64>,
+    /// Also write the JSON report to this file (the table still prints).
+    #[arg(long, value_name = "FILE.json")]
+    save: Option<PathBuf>,
     /// Say where the workers' time went, per op and summed over the worker
     /// threads: wall, blocked (wall - on a CPU - queued for one: locks,
     /// waits, I/O), CPU of the process's other threads (flushes,
@@ -256,6 +259,10 @@ struct Plan {
 
 pub fn run(args: LsmArgs) -> Result<(), String> {
     let plan = plan(&args)?;
+    if let Some(path) = &args.save {
+        // A report that cannot be written fails now, not after the run.
+        std::fs::File::create(path).map_err(|e| format!("--save {}: {e}", path.display()))?;
+    }
     let mut modes = args.encrypt.clone();
     // Re-encryption is timed on a fully sealed store (an index-only one
     // would skip its value log).
@@ -381,7 +388,7 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
         }
         None => None,
     };
-    if args.json {
+    if args.json || args.save.is_some() {
         let report = Report {
             machine,
             runs_per_workload: args.repeat,
@@ -390,10 +397,13 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
             space,
             reencrypt,
         };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        if let Some(path) = &args.save {
+            std::fs::write(path, &text).map_err(|e| format!("--save {}: {e}", path.display()))?;
+        }
+        if args.json {
+            println!("{text}");
+        }
     }
     base.close()
         .map_err(|e| format!("removing the benchmark directory: {e}"))
@@ -1021,7 +1031,7 @@ fn print_space(s: &SpaceRow) {
     let mb = |b: u64| b as f64 / 1e6;
     // Bytes of files the current version no longer holds.
     let obsolete = |disk: u64, live: u64| match disk.saturating_sub(live) {
-        0 => String::new(),
+        x if x < 50_000 => String::new(),
         x => format!(" ({:.1} obsolete)", mb(x)),
     };
     print!(
@@ -1305,7 +1315,8 @@ mod tests {
             &mut PlainRates::default(),
             &mut OneThreadRates::default(),
         );
-        let got: Vec<(Option<usize>, &str, Option<f64>, Option<f64>)> = rows
+        type Got = (Option<usize>, &'static str, Option<f64>, Option<f64>);
+        let got: Vec<Got> = rows
             .iter()
             .map(|r| (r.threads, r.encrypt, r.scaling, r.enc_vs_plain))
             .collect();
