@@ -343,6 +343,8 @@ fn a_thread_sweep_reports_scaling_profile_and_space() {
             "{s}"
         );
         assert!(s["version_table_bytes"].as_u64().unwrap() > 0, "{s}");
+        let reopened = s["reopened_bytes"].as_u64().unwrap();
+        assert!(reopened >= num * (16 + size), "{s}");
         assert!(
             s["cache_used_bytes"].as_u64().unwrap() > 0,
             "the warm-up filled the cache: {s}"

@@ -276,16 +276,7 @@ pub fn process_cpu_secs() -> Option<f64> {
 
 /// Bytes of the regular files directly under `dir` (a store's files).
 pub fn dir_bytes(dir: &Path) -> Result<u64, String> {
-    let mut total = 0;
-    for e in std::fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
-        let m = e
-            .and_then(|e| e.metadata())
-            .map_err(|e| format!("listing {}: {e}", dir.display()))?;
-        if m.is_file() {
-            total += m.len();
-        }
-    }
-    Ok(total)
+    Ok(StoreFiles::of(dir)?.total())
 }
 
 /// Bytes of a store's files by kind, as its directory lists them.
@@ -300,15 +291,21 @@ pub struct StoreFiles {
 }
 
 impl StoreFiles {
+    /// Lists `dir`; a file that an open store deletes meanwhile is not
+    /// counted.
     pub fn of(dir: &Path) -> Result<StoreFiles, String> {
         let mut f = StoreFiles::default();
         let err = |e: std::io::Error| format!("listing {}: {e}", dir.display());
         for e in std::fs::read_dir(dir).map_err(err)? {
             let e = e.map_err(err)?;
-            let m = e.metadata().map_err(err)?;
-            if !m.is_file() {
-                continue;
-            }
+            let m = match e.metadata() {
+                Ok(m) if m.is_file() => m,
+                Ok(_) => continue,
+                Err(x) if x.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(x) => {
+                    return Err(format!("reading {}: {x}", e.path().display()));
+                }
+            };
             let name = e.file_name();
             let name = name.to_string_lossy();
             if name.ends_with(".sst") {

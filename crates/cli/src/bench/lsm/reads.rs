@@ -1,17 +1,18 @@
 //! readrandom and readseq on N threads against a cached, fully compacted
 //! store (issue 30: reads that scale with cores). One store per value size
 //! and mode is filled, compacted (`compact_range(None, None)`, then the
-//! background work settles), measured for space, warmed by one untimed
-//! scan (block cache and page cache), and then serves every (workload,
-//! thread count) of the run in turn, so that each thread count reads the
-//! same files from the same caches.
+//! background work settles), measured for space, closed and opened again
+//! (the compaction's reads leave the replaced tables' blocks in the block
+//! cache), warmed by one untimed scan (block cache and page cache), and
+//! then serves every (workload, thread count) of the run in turn, so that
+//! each thread count reads the same files from the same caches.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
-use gvault_store::{ReadOptions, Store};
+use gvault_store::{Options, ReadOptions, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -30,22 +31,27 @@ const CHECK_EVERY: u64 = 16;
 pub struct Space {
     /// Key + value bytes the fill wrote, each key once.
     pub live_bytes: u64,
-    /// The files in the store's directory, by kind.
+    /// The files in the store's directory, by kind, while it is open.
     pub files: StoreFiles,
     /// Bytes of the tables and value-log files the store's current
     /// version holds (files on disk beyond these await deletion).
     pub version_table_bytes: u64,
     pub version_vlog_bytes: u64,
+    /// Bytes of the store's files once it was closed and opened again.
+    pub reopened_bytes: u64,
     pub fill_secs: f64,
     /// `compact_range(None, None)` until background work settled.
     pub compact_secs: f64,
-    /// Block cache bytes in use after the warm-up scan.
+    /// Block cache bytes in use after the warm-up scan of the reopened
+    /// store: the live tables' blocks, decoded.
     pub cache_used_bytes: usize,
 }
 
 /// Fills one store for `cases` (all of one value size, count, cache and
-/// mode: `Case::same_store`) and runs each case's timed part on it, in
-/// order; the store is removed afterwards.
+/// mode: `Case::same_store`), compacts it, measures its space, opens it
+/// again (so the block cache holds no blocks of the tables the compaction
+/// replaced), warms it, and runs each case's timed part on it, in order;
+/// the store is removed afterwards.
 pub fn run(
     base: &Path,
     cases: &[&Case],
@@ -72,27 +78,54 @@ pub fn run(
         first.value_bytes,
         first.encrypt.name()
     ));
-    let store = Store::open(&dir, first.options(backends))
-        .map_err(|e| format!("opening a store in {}: {e}", dir.display()))?;
-    let result = run_in(&store, &dir, cases);
-    let closed = store.close().map_err(|e| format!("closing the store: {e}"));
+    // One set of options for both opens: an encrypted store's master key.
+    let result = fill_then_read(&dir, first.options(backends), cases);
     let removed =
         std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()));
     let out = result?;
-    closed?;
     removed?;
     Ok(out)
 }
 
-fn run_in(store: &Store, dir: &Path, cases: &[&Case]) -> Result<(Space, Vec<Outcome>), String> {
+fn fill_then_read(
+    dir: &Path,
+    opts: Options,
+    cases: &[&Case],
+) -> Result<(Space, Vec<Outcome>), String> {
+    let open = |opts: Options| {
+        Store::open(dir, opts).map_err(|e| format!("opening a store in {}: {e}", dir.display()))
+    };
     let first = cases[0];
-    let num = first.num;
-    let keys = Keys::Decimal16;
     let mut values = Values::new(first.value_bytes)?;
-    let mut rng = StdRng::seed_from_u64(0xdb_be4c);
+    let store = open(opts.clone())?;
+    let filled = fill_and_compact(&store, dir, first, &mut values);
+    let closed = store.close().map_err(|e| format!("closing the store: {e}"));
+    let mut space = filled?;
+    closed?;
+    space.reopened_bytes = StoreFiles::of(dir)?.total();
 
+    let store = open(opts)?;
+    let read = warm_and_read(&store, cases, &values, &mut space);
+    let closed = store
+        .close()
+        .map_err(|e| format!("closing the reopened store: {e}"));
+    let outcomes = read?;
+    closed?;
+    Ok((space, outcomes))
+}
+
+/// Fills every key once in random order, compacts the whole key range and
+/// waits for background work; the space it then takes.
+fn fill_and_compact(
+    store: &Store,
+    dir: &Path,
+    case: &Case,
+    values: &mut Values,
+) -> Result<Space, String> {
+    let num = case.num;
+    let mut rng = StdRng::seed_from_u64(0xdb_be4c);
     let t = Instant::now();
-    fill(store, &keys, &mut values, num, &mut rng)?;
+    fill(store, &Keys::Decimal16, values, num, &mut rng)?;
     store.flush().map_err(|e| format!("flush: {e}"))?;
     let fill_secs = t.elapsed().as_secs_f64();
     let t = Instant::now();
@@ -105,26 +138,36 @@ fn run_in(store: &Store, dir: &Path, cases: &[&Case]) -> Result<(Space, Vec<Outc
     if std::env::var_os("GVAULT_BENCH_SHAPE").is_some() {
         eprintln!(
             "reads {} B {}: levels {:?}, value log {} files {} bytes",
-            first.value_bytes,
-            first.encrypt.name(),
+            case.value_bytes,
+            case.encrypt.name(),
             st.levels,
             st.vlog_files,
             st.vlog_bytes
         );
     }
-    let mut space = Space {
-        live_bytes: num * (16 + first.value_bytes as u64),
+    Ok(Space {
+        live_bytes: num * (16 + case.value_bytes as u64),
         files: StoreFiles::of(dir)?,
         version_table_bytes: st.levels.iter().map(|l| l.1).sum(),
         version_vlog_bytes: st.vlog_bytes,
+        reopened_bytes: 0,
         fill_secs,
         compact_secs,
         cache_used_bytes: 0,
-    };
+    })
+}
+
+/// One untimed scan of everything (every data block into the block cache,
+/// every value-log page into the page cache), then each case's timed part.
+fn warm_and_read(
+    store: &Store,
+    cases: &[&Case],
+    values: &Values,
+    space: &mut Space,
+) -> Result<Vec<Outcome>, String> {
+    let num = cases[0].num;
     write_back_dirty_pages();
-    // One untimed scan of everything: every data block into the block
-    // cache, every value-log page into the page cache.
-    let (seen, _) = scan(store, &values, 0, num, None, &AtomicBool::new(false))?;
+    let (seen, _) = scan(store, values, 0, num, None, &AtomicBool::new(false))?;
     if seen != num {
         return Err(format!("the warm-up scan saw {seen} of {num} entries"));
     }
@@ -132,12 +175,12 @@ fn run_in(store: &Store, dir: &Path, cases: &[&Case]) -> Result<(Space, Vec<Outc
     let mut outcomes = Vec::with_capacity(cases.len());
     for case in cases {
         outcomes.push(
-            timed(store, case, &values).map_err(|e| {
+            timed(store, case, values).map_err(|e| {
                 format!("{} on {} threads: {e}", case.workload.name(), case.threads)
             })?,
         );
     }
-    Ok((space, outcomes))
+    Ok(outcomes)
 }
 
 /// Lets the workers go together once all are ready, or tells them to quit.
@@ -167,19 +210,18 @@ impl Gate {
         }
     }
 
-    /// The timer: once `workers` are ready, lets them go.
-    fn open(&self, workers: usize) {
+    /// The timer: waits until `workers` are ready.
+    fn wait_ready(&self, workers: usize) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         while s.0 < workers {
             s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
-        s.1 = Some(true);
-        self.cv.notify_all();
     }
 
-    fn abort(&self) {
+    /// The verdict for every worker, waiting or still to come.
+    fn decide(&self, go: bool) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.1 = Some(false);
+        s.1 = Some(go);
         self.cv.notify_all();
     }
 }
@@ -248,14 +290,17 @@ fn timed(store: &Store, case: &Case, values: &Values) -> Result<Outcome, String>
             {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    gate.abort();
+                    gate.decide(false);
                     return Err(format!("starting reader thread {t}: {e}"));
                 }
             }
         }
-        gate.open(threads);
+        gate.wait_ready(threads);
+        // The clocks start before the first worker can: every worker's
+        // time lies within the run's.
         let cpu0 = process_cpu_secs();
         let start = Instant::now();
+        gate.decide(true);
         let mut out = Outcome::default();
         let mut times = Vec::with_capacity(threads);
         let mut first_err = None;
