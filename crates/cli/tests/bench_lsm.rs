@@ -157,6 +157,12 @@ fn bad_input_is_refused() {
         &["--encrypt", "aes"],
         &["--reencrypt", "0"],
         &["--reencrypt", "-1"],
+        &["--threads", "0"],
+        &["--threads", "1,,2"],
+        &["--duration", "0"],
+        &["--duration", "1", "--reads", "10"],
+        &["--cache-mb", "-1"],
+        &["--save", "/nonexistent-dir/report.json"],
     ] {
         let mut all = vec!["bench", "lsm", "--quick"];
         all.extend_from_slice(args);
@@ -228,4 +234,201 @@ fn encrypted_rows_carry_mode_and_ratio_and_reencrypt_is_measured() {
         "{re}"
     );
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+fn json_run(args: &[&str]) -> serde_json::Value {
+    let o = gvault(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("stdout is one JSON document")
+}
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// readrandom and readseq on 1 and 2 threads: a row per workload, size,
+/// thread count and mode, each with its scaling over the 1-thread row, the
+/// workers' profile, and a space row per size and mode.
+#[test]
+fn a_thread_sweep_reports_scaling_profile_and_space() {
+    let tmp = tempfile::tempdir().unwrap();
+    let num = 300u64;
+    let report = json_run(&[
+        "bench",
+        "lsm",
+        "--json",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--workloads",
+        "readrandom,readseq",
+        "--value-sizes",
+        "100,4K",
+        "--num",
+        &num.to_string(),
+        "--threads",
+        "2,1",
+        "--encrypt",
+        "none,cpu",
+        "--profile",
+    ]);
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(
+        rows.len(),
+        16,
+        "2 workloads x 2 sizes x 2 thread counts x 2 modes"
+    );
+    let find = |w: &str, size: u64, threads: u64, enc: &str| {
+        rows.iter()
+            .find(|r| {
+                r["workload"] == w
+                    && r["value_bytes"] == size
+                    && r["threads"] == threads
+                    && r["encrypt"] == enc
+            })
+            .unwrap_or_else(|| panic!("no row {w} {size} x{threads} {enc}"))
+    };
+    for w in ["readrandom", "readseq"] {
+        for size in [100, 4096] {
+            for enc in ["none", "cpu"] {
+                let one = find(w, size, 1, enc);
+                let two = find(w, size, 2, enc);
+                assert_eq!(f(&one["scaling"]), 1.0, "{one}");
+                let want = f(&two["ops_per_sec"]) / f(&one["ops_per_sec"]);
+                assert!((f(&two["scaling"]) - want).abs() < 1e-9 * want, "{two}");
+                for r in [one, two] {
+                    // Count-based: the threads share num operations.
+                    assert_eq!(r["ops"].as_u64(), Some(num), "{r}");
+                    assert!(r["cache_bytes"].as_u64().unwrap() >= 64 << 20, "{r}");
+                    let p = &r["profile"];
+                    let threads = r["threads"].as_u64().unwrap() as f64;
+                    let worker_secs = f(&p["wall_us_per_op"]) * num as f64 / 1e6;
+                    assert!(worker_secs > 0.0, "{r}");
+                    assert!(
+                        worker_secs <= threads * f(&r["seconds"]) * 1.01 + 1e-3,
+                        "each worker's wall time lies within the run's: {r}"
+                    );
+                    if cfg!(target_os = "linux") {
+                        let cpu = f(&r["thread_cpu_us_per_op"]);
+                        let queued = f(&r["thread_queued_us_per_op"]);
+                        let blocked = f(&p["blocked_us_per_op"]);
+                        assert!(cpu > 0.0 && queued >= 0.0 && blocked >= 0.0, "{r}");
+                        assert!(f(&p["voluntary_switches_per_op"]) >= 0.0, "{r}");
+                        assert!(f(&p["other_threads_cpu_us_per_op"]) >= 0.0, "{r}");
+                    }
+                }
+            }
+        }
+    }
+    let space = report["space"].as_array().expect("space rows");
+    assert_eq!(space.len(), 4, "a space row per size and mode: {space:?}");
+    for s in space {
+        let size = s["value_bytes"].as_u64().unwrap();
+        assert_eq!(s["live_bytes"].as_u64(), Some(num * (16 + size)), "{s}");
+        let parts = ["disk_table_bytes", "disk_vlog_bytes", "disk_other_bytes"]
+            .map(|k| s[k].as_u64().unwrap())
+            .iter()
+            .sum::<u64>();
+        assert_eq!(s["disk_bytes"].as_u64(), Some(parts), "{s}");
+        let amp = f(&s["space_amp"]);
+        assert!(
+            amp >= 1.0 && amp.is_finite(),
+            "every live byte is on disk: {s}"
+        );
+        assert!(
+            (amp - parts as f64 / (num * (16 + size)) as f64).abs() < 1e-9,
+            "{s}"
+        );
+        assert!(s["version_table_bytes"].as_u64().unwrap() > 0, "{s}");
+        let reopened = s["reopened_bytes"].as_u64().unwrap();
+        assert!(reopened >= num * (16 + size), "{s}");
+        assert!(
+            s["cache_used_bytes"].as_u64().unwrap() > 0,
+            "the warm-up filled the cache: {s}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+/// With --duration every thread reads until the time is up: readseq scans
+/// its range again and again, so both run more operations than entries.
+#[test]
+fn duration_runs_read_until_the_time_is_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = json_run(&[
+        "bench",
+        "lsm",
+        "--json",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--workloads",
+        "readrandom,readseq",
+        "--value-sizes",
+        "100",
+        "--num",
+        "200",
+        "--threads",
+        "1,2",
+        "--duration",
+        "0.2",
+        "--cache-mb",
+        "1",
+    ]);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        assert!(f(&r["seconds"]) >= 0.2, "{r}");
+        assert!(r["ops"].as_u64().unwrap() > 200, "{r}");
+        assert_eq!(r["cache_bytes"].as_u64(), Some(1 << 20), "{r}");
+        assert!(r["scaling"].as_f64().is_some(), "{r}");
+        assert!(r["profile"].is_null(), "no --profile: {r}");
+    }
+}
+
+#[test]
+fn the_table_shows_threads_scaling_profile_and_space() {
+    let tmp = tempfile::tempdir().unwrap();
+    let saved = tempfile::tempdir().unwrap();
+    let json = saved.path().join("report.json");
+    let o = gvault(&[
+        "bench",
+        "lsm",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--save",
+        json.to_str().unwrap(),
+        "--workloads",
+        "readseq",
+        "--value-sizes",
+        "100",
+        "--num",
+        "200",
+        "--threads",
+        "1,2",
+        "--profile",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let header = out
+        .lines()
+        .find(|l| l.starts_with("workload"))
+        .expect("a header");
+    for col in ["thr", "scaling", "blocked", "vcsw/op"] {
+        assert!(header.contains(col), "{col}: {header}");
+    }
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("readseq")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("space") && l.contains("space_amp")),
+        "{out}"
+    );
+    // --save wrote the same run as JSON beside the table.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("--save wrote its file")).unwrap();
+    assert_eq!(report["rows"].as_array().map(Vec::len), Some(2));
+    assert_eq!(report["space"].as_array().map(Vec::len), Some(1));
 }

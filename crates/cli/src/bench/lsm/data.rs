@@ -45,8 +45,13 @@ impl Keys {
         };
         match self {
             Keys::Decimal16 => {
-                let s = format!("{i:016}");
-                b.bytes.copy_from_slice(&s.as_bytes()[s.len() - 16..]);
+                // The last 16 digits of `i`, written in place: no allocation
+                // per key in the readers' loops.
+                let mut n = i;
+                for d in b.bytes.iter_mut().rev() {
+                    *d = b'0' + (n % 10) as u8;
+                    n /= 10;
+                }
             }
             Keys::Random64(keys) => {
                 b.bytes[..8].copy_from_slice(&keys[i as usize].to_be_bytes());
@@ -161,6 +166,164 @@ pub fn thread_sched_secs() -> Option<(f64, f64)> {
     Some((run as f64 / 1e9, wait as f64 / 1e9))
 }
 
+/// What a thread did over a stretch of time: its wall time and, where
+/// the kernel reports them, its time on a CPU, queued for one, and its
+/// voluntary (it blocked) and involuntary (it was preempted) context
+/// switches. Summed over the worker threads of one timed part.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ThreadTimes {
+    pub wall_secs: f64,
+    /// (on a CPU, runnable but queued) seconds.
+    pub sched: Option<(f64, f64)>,
+    /// (voluntary, involuntary) context switches.
+    pub switches: Option<(u64, u64)>,
+}
+
+impl ThreadTimes {
+    /// The sum over threads (none: all zero, figures lacking).
+    pub fn sum(times: impl IntoIterator<Item = ThreadTimes>) -> ThreadTimes {
+        times
+            .into_iter()
+            .reduce(ThreadTimes::add)
+            .unwrap_or_default()
+    }
+
+    /// The sum of two threads' times; a figure one of them lacks is lacking.
+    pub fn add(self, o: ThreadTimes) -> ThreadTimes {
+        ThreadTimes {
+            wall_secs: self.wall_secs + o.wall_secs,
+            sched: self.sched.zip(o.sched).map(|(a, b)| (a.0 + b.0, a.1 + b.1)),
+            switches: self
+                .switches
+                .zip(o.switches)
+                .map(|(a, b)| (a.0 + b.0, a.1 + b.1)),
+        }
+    }
+}
+
+/// Started on the thread it measures; `finish` on the same thread.
+pub struct ThreadProbe {
+    start: Instant,
+    sched: Option<(f64, f64)>,
+    switches: Option<(u64, u64)>,
+}
+
+impl ThreadProbe {
+    pub fn start() -> ThreadProbe {
+        ThreadProbe {
+            sched: thread_cpu_and_queued_secs(),
+            switches: thread_switches(),
+            start: Instant::now(),
+        }
+    }
+
+    pub fn finish(self) -> ThreadTimes {
+        let wall_secs = self.start.elapsed().as_secs_f64();
+        ThreadTimes {
+            wall_secs,
+            sched: self
+                .sched
+                .zip(thread_cpu_and_queued_secs())
+                .map(|(a, b)| (b.0 - a.0, b.1 - a.1)),
+            switches: self
+                .switches
+                .zip(thread_switches())
+                .map(|(a, b)| (b.0.saturating_sub(a.0), b.1.saturating_sub(a.1))),
+        }
+    }
+}
+
+/// This thread's CPU time, to the nanosecond (`CLOCK_THREAD_CPUTIME_ID`:
+/// schedstat's run time is brought up to date only at scheduler events,
+/// so a short run on a CPU reads as none), and its time queued for a CPU
+/// (schedstat), in seconds.
+fn thread_cpu_and_queued_secs() -> Option<(f64, f64)> {
+    // SAFETY: clock_gettime writes one `timespec` into the zeroed struct.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return None;
+    }
+    let cpu = ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9;
+    Some((cpu, thread_sched_secs()?.1))
+}
+
+/// This thread's (voluntary, involuntary) context switches so far, from
+/// `/proc/thread-self/status`; None where it is not available.
+pub fn thread_switches() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((
+        field("voluntary_ctxt_switches:")?,
+        field("nonvoluntary_ctxt_switches:")?,
+    ))
+}
+
+/// CPU seconds (user + system) of every thread of this process so far,
+/// exited ones included (`getrusage(RUSAGE_SELF)`); None where it fails.
+pub fn process_cpu_secs() -> Option<f64> {
+    // SAFETY: getrusage writes one `rusage` into the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(secs(ru.ru_utime) + secs(ru.ru_stime))
+}
+
+/// Bytes of the regular files directly under `dir` (a store's files).
+pub fn dir_bytes(dir: &Path) -> Result<u64, String> {
+    Ok(StoreFiles::of(dir)?.total())
+}
+
+/// Bytes of a store's files by kind, as its directory lists them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreFiles {
+    /// `*.sst`
+    pub tables: u64,
+    /// `*.vlog`
+    pub vlog: u64,
+    /// Everything else: manifests, CURRENT, the lock and key files.
+    pub other: u64,
+}
+
+impl StoreFiles {
+    /// Lists `dir`; a file that an open store deletes meanwhile is not
+    /// counted.
+    pub fn of(dir: &Path) -> Result<StoreFiles, String> {
+        let mut f = StoreFiles::default();
+        let err = |e: std::io::Error| format!("listing {}: {e}", dir.display());
+        for e in std::fs::read_dir(dir).map_err(err)? {
+            let e = e.map_err(err)?;
+            let m = match e.metadata() {
+                Ok(m) if m.is_file() => m,
+                Ok(_) => continue,
+                Err(x) if x.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(x) => {
+                    return Err(format!("reading {}: {x}", e.path().display()));
+                }
+            };
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".sst") {
+                f.tables += m.len();
+            } else if name.ends_with(".vlog") {
+                f.vlog += m.len();
+            } else {
+                f.other += m.len();
+            }
+        }
+        Ok(f)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.tables + self.vlog + self.other
+    }
+}
+
 /// Writes every dirty page of the host's filesystems back (`sync`), so a
 /// timed run does not start with the previous run's gigabyte still being
 /// written back: the kernel throttles a writer by the dirty pages of the
@@ -218,6 +381,68 @@ pub fn filesystem_of(dir: &Path) -> Option<(String, String)> {
 mod tests {
     use super::*;
 
+    /// A thread that sleeps gains wall time and voluntary switches, not
+    /// CPU time; sums add up field by field.
+    #[test]
+    fn a_probe_sees_sleep_as_wall_time_off_the_cpu() {
+        let p = ThreadProbe::start();
+        std::thread::sleep(Duration::from_millis(30));
+        let t = p.finish();
+        assert!(t.wall_secs >= 0.03, "{t:?}");
+        if let Some((cpu, _)) = t.sched {
+            assert!(cpu < 0.02, "{t:?}");
+        }
+        if let Some((voluntary, _)) = t.switches {
+            assert!(voluntary >= 1, "{t:?}");
+        }
+        let two = ThreadTimes::sum([t, t]);
+        assert_eq!(two.wall_secs, 2.0 * t.wall_secs);
+        assert_eq!(two.switches, t.switches.map(|(v, i)| (2 * v, 2 * i)));
+        // A fraction of a millisecond of work shows, though no scheduler
+        // tick is likely to fall within it.
+        let p = ThreadProbe::start();
+        let start = Instant::now();
+        let mut x = 1u64;
+        while start.elapsed() < Duration::from_micros(200) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        if let Some((cpu, _)) = p.finish().sched {
+            assert!(cpu > 0.0, "{cpu}");
+        }
+        let lacking = t.add(ThreadTimes { sched: None, ..t });
+        assert_eq!(lacking.sched, None);
+        if cfg!(target_os = "linux") {
+            assert!(process_cpu_secs().is_some_and(|s| s > 0.0));
+        }
+    }
+
+    #[test]
+    fn store_files_are_counted_by_kind() {
+        let d = tempfile::tempdir().unwrap();
+        for (name, len) in [
+            ("000005.sst", 10),
+            ("000007.sst", 5),
+            ("000006.vlog", 100),
+            ("MANIFEST-000002", 3),
+            ("CURRENT", 1),
+        ] {
+            std::fs::write(d.path().join(name), vec![0u8; len]).unwrap();
+        }
+        std::fs::create_dir(d.path().join("sub.sst")).unwrap();
+        let f = StoreFiles::of(d.path()).unwrap();
+        assert_eq!(
+            f,
+            StoreFiles {
+                tables: 15,
+                vlog: 100,
+                other: 4
+            }
+        );
+        assert_eq!(f.total(), 119);
+        assert_eq!(dir_bytes(d.path()).unwrap(), 119);
+        assert!(StoreFiles::of(&d.path().join("missing")).is_err());
+    }
+
     #[test]
     fn values_check_what_they_made_and_reject_others() {
         let mut v = Values::new(100).unwrap();
@@ -253,6 +478,12 @@ mod tests {
     #[test]
     fn keys_have_db_bench_and_seed_shapes() {
         assert_eq!(Keys::Decimal16.key(42).as_ref(), b"0000000000000042");
+        assert_eq!(Keys::Decimal16.key(0).as_ref(), b"0000000000000000");
+        assert_eq!(
+            Keys::Decimal16.key(1_234_567_890_123_456_789).as_ref(),
+            b"4567890123456789",
+            "the last 16 digits"
+        );
         let k = Keys::random64(1000, 1);
         assert_eq!(k.key(999).as_ref().len(), 8);
     }

@@ -104,19 +104,17 @@ impl Backends {
     }
 }
 
-/// Throughput of the unencrypted run of each (workload, value size, sync),
-/// for the "enc/plain" column of the encrypted runs after it.
+/// A row's cell: workload, value size, sync, threads.
+pub type Cell = (&'static str, usize, Option<bool>, Option<usize>);
+
+/// Throughput of the unencrypted run of each cell, for the "enc/plain"
+/// column of the encrypted runs after it.
 #[derive(Default)]
-pub struct PlainRates(HashMap<(&'static str, usize, Option<bool>), f64>);
+pub struct PlainRates(HashMap<Cell, f64>);
 
 impl PlainRates {
     /// Records a plain row, or returns an encrypted row's ratio to it.
-    pub fn ratio(
-        &mut self,
-        mode: Encrypt,
-        key: (&'static str, usize, Option<bool>),
-        ops_per_sec: f64,
-    ) -> Option<f64> {
+    pub fn ratio(&mut self, mode: Encrypt, key: Cell, ops_per_sec: f64) -> Option<f64> {
         if mode == Encrypt::None {
             self.0.insert(key, ops_per_sec);
             return None;
@@ -230,9 +228,16 @@ mod tests {
         assert_eq!(full.seal_value_log, Some(true));
         // Its rows get a ratio to none, like an encrypted mode's.
         let mut rates = PlainRates::default();
-        let key = ("fillseq", 4096, Some(false));
+        let key = ("fillseq", 4096, Some(false), None);
         assert_eq!(rates.ratio(Encrypt::None, key, 100.0), None);
         assert_eq!(rates.ratio(Encrypt::NoneAgain, key, 95.0), Some(0.95));
+        // Each thread count against its own plain run.
+        let one = ("readrandom", 100, None, Some(1));
+        let four = ("readrandom", 100, None, Some(4));
+        assert_eq!(rates.ratio(Encrypt::None, one, 100.0), None);
+        assert_eq!(rates.ratio(Encrypt::None, four, 300.0), None);
+        assert_eq!(rates.ratio(Encrypt::Cpu, four, 150.0), Some(0.5));
+        assert_eq!(rates.ratio(Encrypt::Cpu, one, 90.0), Some(0.9));
     }
 
     #[test]

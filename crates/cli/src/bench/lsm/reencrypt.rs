@@ -9,7 +9,7 @@ use std::time::Instant;
 use gvault_store::{Options, Store, WriteBatch, WriteOptions};
 use serde::Serialize;
 
-use super::data::{settle, Keys, Values};
+use super::data::{dir_bytes, settle, Keys, Values};
 use super::encrypt::{Backends, Encrypt};
 
 /// Large values: the store's bytes sit mostly in the value log, as in a
@@ -33,17 +33,6 @@ pub struct ReencryptRow {
     pub tables_rewritten: u64,
     pub logs_rewritten: u64,
     pub keys_retired: Vec<u32>,
-}
-
-fn dir_bytes(dir: &Path) -> Result<u64, String> {
-    let mut total = 0;
-    for e in std::fs::read_dir(dir).map_err(|e| format!("listing {}: {e}", dir.display()))? {
-        let m = e.and_then(|e| e.metadata()).map_err(|e| e.to_string())?;
-        if m.is_file() {
-            total += m.len();
-        }
-    }
-    Ok(total)
 }
 
 /// Seconds to copy a `bytes`-byte file to a new one and fsync it.

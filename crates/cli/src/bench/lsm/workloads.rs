@@ -1,18 +1,19 @@
 //! One run of one workload in a fresh store: db_bench's fillseq,
-//! fillrandom, overwrite, readrandom, readseq, readwhilewriting, and seed
-//! 000 §4.5's insert, search and remove.
+//! fillrandom, overwrite, readwhilewriting, and seed 000 §4.5's insert,
+//! search and remove (readrandom and readseq: `reads`).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use gvault_store::{ReadOptions, Store, WriteBatch, WriteOptions};
+use gvault_store::{Options, Store, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use super::data::{
-    process_bytes_written, settle, thread_sched_secs, write_back_dirty_pages, Keys, Values,
+    process_bytes_written, process_cpu_secs, settle, write_back_dirty_pages, Keys, ThreadProbe,
+    ThreadTimes, Values,
 };
 use super::encrypt::{Backends, Encrypt};
 
@@ -70,6 +71,17 @@ impl Workload {
             Workload::ReadRandom | Workload::ReadSeq | Workload::SeedSearch
         )
     }
+
+    /// readrandom and readseq: run on N threads against one filled, fully
+    /// compacted store per value size and mode (`reads`).
+    pub fn is_scaling(self) -> bool {
+        matches!(self, Workload::ReadRandom | Workload::ReadSeq)
+    }
+
+    /// Workloads that run on `--threads` threads.
+    pub fn is_threaded(self) -> bool {
+        self.is_scaling() || self == Workload::ReadWhileWriting
+    }
 }
 
 pub struct Case {
@@ -84,8 +96,15 @@ pub struct Case {
     /// readrandom: timed gets over the `num` entries (db_bench --reads);
     /// None: `num`.
     pub reads: Option<u64>,
+    /// Worker threads: readrandom and readseq split their work between
+    /// them; readwhilewriting's readers. 1 elsewhere.
     pub threads: usize,
     pub encrypt: Encrypt,
+    /// The stores' block cache budget; None: the store's default.
+    pub cache_bytes: Option<usize>,
+    /// readrandom and readseq: each thread works until this much time has
+    /// passed instead of doing its share of a count.
+    pub duration: Option<Duration>,
 }
 
 impl Case {
@@ -108,6 +127,24 @@ impl Case {
             other.threads,
         )
     }
+
+    /// readrandom and readseq cases that can share one filled store: same
+    /// value size, entry count and cache (any workload, threads, mode).
+    pub fn same_store(&self, other: &Case) -> bool {
+        self.workload.is_scaling()
+            && other.workload.is_scaling()
+            && (self.value_bytes, self.num, self.cache_bytes)
+                == (other.value_bytes, other.num, other.cache_bytes)
+    }
+
+    /// Store options of the case's mode, with its cache budget.
+    pub fn options(&self, backends: &Backends) -> Options {
+        let base = backends.options(self.encrypt);
+        Options {
+            block_cache_bytes: self.cache_bytes.unwrap_or(base.block_cache_bytes),
+            ..base
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -124,9 +161,13 @@ pub struct Outcome {
     pub process_bytes_written: Option<u64>,
     /// readwhilewriting: puts the writer completed while readers ran.
     pub writer_ops: Option<u64>,
-    /// The timed thread's seconds on a CPU and queued for one (see
-    /// `thread_sched_secs`).
-    pub thread_sched: Option<(f64, f64)>,
+    /// The working threads' times, summed: the timing thread of a
+    /// single-threaded workload, the readers of readrandom, readseq and
+    /// readwhilewriting.
+    pub workers: ThreadTimes,
+    /// CPU seconds of the whole process over the timed part (background
+    /// flushes and compactions, read-ahead workers, a writer included).
+    pub process_cpu_secs: Option<f64>,
 }
 
 /// Runs `case` once in a fresh store under `base`, deleted afterwards.
@@ -147,7 +188,7 @@ pub fn run_case(
             None => "read",
         }
     ));
-    let store = Store::open(&dir, backends.options(case.encrypt))
+    let store = Store::open(&dir, case.options(backends))
         .map_err(|e| format!("opening a store in {}: {e}", dir.display()))?;
     let result = run_in(&store, case);
     let closed = store.close().map_err(|e| format!("closing the store: {e}"));
@@ -198,7 +239,8 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
     }
     write_back_dirty_pages();
     let w0 = process_bytes_written();
-    let sched0 = thread_sched_secs();
+    let cpu0 = process_cpu_secs();
+    let probe = ThreadProbe::start();
     let start = Instant::now();
     let mut out = Outcome {
         ops: num,
@@ -223,13 +265,6 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
             }
             out.user_bytes_written = num * entry;
         }
-        Workload::ReadRandom => {
-            let reads = case.reads.unwrap_or(num);
-            out.ops = reads;
-            for _ in 0..reads {
-                out.bytes_read += get(store, &keys, &values, rng.gen_range(0..num))?;
-            }
-        }
         Workload::SeedSearch => {
             for i in shuffled(num, &mut rng) {
                 out.bytes_read += get(store, &keys, &values, i)?;
@@ -243,14 +278,20 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
             }
             out.user_bytes_written = num * key_len;
         }
-        Workload::ReadSeq => out.bytes_read = read_seq(store, &values, num)?,
+        Workload::ReadRandom | Workload::ReadSeq => {
+            return Err(format!(
+                "{} runs through the read benchmark of a compacted store",
+                case.workload.name()
+            ))
+        }
         Workload::ReadWhileWriting => read_while_writing(store, case, &keys, &values, &mut out)?,
     }
     out.secs = start.elapsed().as_secs_f64();
-    out.thread_sched = match (sched0, thread_sched_secs()) {
-        (Some(a), Some(b)) => Some((b.0 - a.0, b.1 - a.1)),
-        _ => None,
-    };
+    out.process_cpu_secs = cpu0.zip(process_cpu_secs()).map(|(a, b)| b - a);
+    let main = probe.finish();
+    if case.workload != Workload::ReadWhileWriting {
+        out.workers = main;
+    }
     if out.user_bytes_written > 0 {
         settle(store)?;
         out.process_bytes_written = match (w0, process_bytes_written()) {
@@ -262,7 +303,7 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
 }
 
 /// Untimed fill: every key 0..num once, in random order, in ~1 MiB batches.
-fn fill(
+pub fn fill(
     store: &Store,
     keys: &Keys,
     values: &mut Values,
@@ -293,7 +334,7 @@ fn shuffled(num: u64, rng: &mut StdRng) -> Vec<u64> {
 }
 
 /// Gets key `i`, which must exist, checks its value; returns its length.
-fn get(store: &Store, keys: &Keys, values: &Values, i: u64) -> Result<u64, String> {
+pub fn get(store: &Store, keys: &Keys, values: &Values, i: u64) -> Result<u64, String> {
     match store.get(keys.key(i)).map_err(|e| format!("get: {e}"))? {
         Some(v) => {
             values.check(i, &v)?;
@@ -301,36 +342,6 @@ fn get(store: &Store, keys: &Keys, values: &Values, i: u64) -> Result<u64, Strin
         }
         None => Err(format!("key index {i} is missing from the store")),
     }
-}
-
-/// Iterates the whole store forward, checking every entry is in order.
-fn read_seq(store: &Store, values: &Values, num: u64) -> Result<u64, String> {
-    let mut it = store
-        .iter(&ReadOptions::default())
-        .map_err(|e| format!("iterator: {e}"))?;
-    it.seek_to_first();
-    let (mut seen, mut bytes) = (0u64, 0u64);
-    while it.valid() {
-        let index = std::str::from_utf8(it.key())
-            .ok()
-            .and_then(|k| k.parse::<u64>().ok())
-            .ok_or_else(|| format!("unexpected key {:?}", it.key()))?;
-        if index != seen {
-            return Err(format!(
-                "iterator gave key index {index} where {seen} was due"
-            ));
-        }
-        let v = it.value().map_err(|e| format!("iterator value: {e}"))?;
-        values.check(index, &v)?;
-        bytes += (it.key().len() + v.len()) as u64;
-        seen += 1;
-        it.next();
-    }
-    it.status().map_err(|e| format!("iterator: {e}"))?;
-    if seen != num {
-        return Err(format!("iterator gave {seen} entries, the store has {num}"));
-    }
-    Ok(bytes)
 }
 
 /// `threads` readers split `num` random gets between them while one writer
@@ -372,25 +383,31 @@ fn read_while_writing(
             .map(|t| {
                 let share = num / threads + u64::from(t < num % threads);
                 s.spawn(move || {
+                    let probe = ThreadProbe::start();
                     let mut rng = StdRng::seed_from_u64(0x4ead + t);
                     let mut bytes = 0u64;
                     for _ in 0..share {
                         bytes += get(store, keys, values, rng.gen_range(0..num))?;
                     }
-                    Ok::<u64, String>(bytes)
+                    Ok::<_, String>((bytes, probe.finish()))
                 })
             })
             .collect();
         let mut first_err = None;
+        let mut times = Vec::with_capacity(readers.len());
         for r in readers {
             match r
                 .join()
                 .map_err(|_| "a reader thread panicked".to_string())?
             {
-                Ok(b) => out.bytes_read += b,
+                Ok((b, t)) => {
+                    out.bytes_read += b;
+                    times.push(t);
+                }
                 Err(e) => first_err = first_err.or(Some(e)),
             }
         }
+        out.workers = ThreadTimes::sum(times);
         stop.store(true, Ordering::Relaxed);
         let puts = writer
             .join()
