@@ -20,6 +20,8 @@
 #   SCALING_REPEAT   stores per size and mode        (2; rows are medians)
 #   LSM_DIR          where the stores go             (/tmp/gvault-lsm; use a real disk)
 #   BENCH_PIN        a prefix such as "taskset -c 0-15" or "numactl --cpunodebind=0 --membind=0"
+#   SCALING_BINS     binaries to compare, side by side (".gpu/gvault"); each
+#                    runs every size in turn, its output tagged by its name
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,11 +35,13 @@ if [ "${1:-}" = "--build" ]; then
   exit 0
 fi
 
-B=.gpu/gvault
-if [ ! -x "$B" ]; then
-  echo "no $B: run scripts/lsm-scaling.sh --build on the build machine first" >&2
-  exit 2
-fi
+BINS=${SCALING_BINS:-.gpu/gvault}
+for B in $BINS; do
+  if [ ! -x "$B" ]; then
+    echo "no $B: run scripts/lsm-scaling.sh --build on the build machine first" >&2
+    exit 2
+  fi
+done
 OUT=${OUT:-/tmp/gvault-lsm-scaling}
 D=${LSM_DIR:-/tmp/gvault-lsm}
 mkdir -p "$OUT" "$D"
@@ -46,16 +50,19 @@ mkdir -p "$OUT" "$D"
 cat "$OUT/machine.txt"
 status=0
 for size in ${SCALING_SIZES:-100 4096 65536}; do
-  num=$(( ${SCALING_MIB:-256} * 1048576 / (16 + size) ))
-  cmd=(${BENCH_PIN:-} "$B" bench lsm --workloads readrandom,readseq --value-sizes "$size" --num "$num"
-       --threads "${SCALING_THREADS:-1,2,4,8,16}" --duration "${SCALING_SECONDS:-1}"
-       --repeat "${SCALING_REPEAT:-2}" --encrypt "${SCALING_ENCRYPT:-none,cpu}" --profile
-       --dir "$D" --save "$OUT/lsm-scaling-$size.json")
-  echo "== ${cmd[*]}" | tee -a "$OUT/lsm-scaling.txt"
-  start=$(date +%s)
-  "${cmd[@]}" 2>&1 | tee -a "$OUT/lsm-scaling.txt"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-  echo "== $size B: $(( $(date +%s) - start )) s" | tee -a "$OUT/lsm-scaling.txt"
+  for B in $BINS; do
+    tag=$(basename "$B")
+    num=$(( ${SCALING_MIB:-256} * 1048576 / (16 + size) ))
+    cmd=(${BENCH_PIN:-} "$B" bench lsm --workloads readrandom,readseq --value-sizes "$size" --num "$num"
+         --threads "${SCALING_THREADS:-1,2,4,8,16}" --duration "${SCALING_SECONDS:-1}"
+         --repeat "${SCALING_REPEAT:-2}" --encrypt "${SCALING_ENCRYPT:-none,cpu}" --profile
+         --dir "$D" --save "$OUT/lsm-scaling-$tag-$size.json")
+    echo "== $tag: ${cmd[*]}" | tee -a "$OUT/lsm-scaling.txt"
+    start=$(date +%s)
+    "${cmd[@]}" 2>&1 | tee -a "$OUT/lsm-scaling.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    echo "== $tag $size B: $(( $(date +%s) - start )) s" | tee -a "$OUT/lsm-scaling.txt"
+  done
 done
 echo "lsm-scaling status: $status"
 exit $status
