@@ -26,6 +26,7 @@ use crate::manifest::{self, Manifest};
 use crate::memtable::{Found, MemEntry, MemTable};
 use crate::options::{Options, WriteOptions};
 use crate::table_cache::TableCache;
+use crate::table_reader::Table;
 use crate::version::{Version, VersionEdit};
 use crate::vlog::ValueLog;
 use crate::write::PendingWrite;
@@ -111,6 +112,8 @@ pub(crate) struct DbInner {
     /// Serialises re-encryption passes: two at once would write the same
     /// `.reseal` temporary files.
     pub reencrypt_lock: Mutex<()>,
+    /// Cursors reading ahead now (`db_iter::AheadSlot`).
+    pub reading_ahead: std::sync::atomic::AtomicUsize,
     /// The last sequence number whose group is fully in the memtable.
     pub visible_seq: AtomicU64,
     pub next_file: AtomicU64,
@@ -249,6 +252,7 @@ impl DbInner {
             manifest: Mutex::new(manifest),
             compaction_lock: Mutex::new(()),
             reencrypt_lock: Mutex::new(()),
+            reading_ahead: std::sync::atomic::AtomicUsize::new(0),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),
             file_lock: Mutex::new(lock),
@@ -431,7 +435,11 @@ impl DbInner {
         key: &[u8],
         seek: &[u8],
     ) -> Result<Option<Hit<'v>>> {
-        let table = self.tables.get(f)?;
+        self.tables
+            .with(f, |table| Self::table_hit(table, key, seek))
+    }
+
+    fn table_hit<'v>(table: &Table, key: &[u8], seek: &[u8]) -> Result<Option<Hit<'v>>> {
         if !table.may_contain(key) {
             return Ok(None);
         }

@@ -3,6 +3,7 @@
 //! newest, skips deletions, and resolves value pointers. The cursor logic
 //! follows LevelDB's DBIter, both directions included.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::db::{DbInner, ReadOptions, SeqGuard};
@@ -38,7 +39,7 @@ pub struct DbIterator {
     mems: Vec<Arc<MemTable>>,
     /// Forward read-ahead of value-log values; only where opening spreads
     /// over cores (an encrypted store).
-    ahead: Option<parking_lot::Mutex<ReadAhead>>,
+    ahead: Option<(parking_lot::Mutex<ReadAhead>, AheadSlot)>,
 }
 
 impl DbIterator {
@@ -57,8 +58,10 @@ impl DbIterator {
                 >= crate::options::READ_AHEAD_MIN_CORES
         });
         // Read-ahead opens value-log frames: none in an index-only store.
-        let ahead = (wanted && inner.vlog_codec.opens_in_parallel())
-            .then(|| parking_lot::Mutex::new(ReadAhead::new()));
+        let slot = (wanted && inner.vlog_codec.opens_in_parallel())
+            .then(|| AheadSlot::take(inner, inner.opts.read_ahead.is_none()))
+            .flatten();
+        let ahead = slot.map(|slot| (parking_lot::Mutex::new(ReadAhead::new()), slot));
         Ok(DbIterator {
             inner: inner.clone(),
             iter,
@@ -104,7 +107,7 @@ impl DbIterator {
             }
             Direction::Reverse => (self.saved_type, &self.saved_value[..]),
         };
-        if let (Direction::Forward, ValueType::Pointer, Some(ahead)) =
+        if let (Direction::Forward, ValueType::Pointer, Some((ahead, _))) =
             (self.direction, t, &self.ahead)
         {
             let ahead =
@@ -124,7 +127,7 @@ impl DbIterator {
     /// them itself (0 where read-ahead is off).
     #[doc(hidden)]
     pub fn read_ahead_hits(&self) -> u64 {
-        self.ahead.as_ref().map_or(0, |a| a.lock().hits())
+        self.ahead.as_ref().map_or(0, |(a, _)| a.lock().hits())
     }
 
     /// What the read-ahead worker builds its own cursor from.
@@ -135,7 +138,7 @@ impl DbIterator {
 
     /// Read ahead no more (the cursor jumped or turned).
     fn reset_ahead(&mut self) {
-        if let Some(a) = &self.ahead {
+        if let Some((a, _)) = &self.ahead {
             a.lock().reset();
         }
     }
@@ -396,5 +399,36 @@ impl Iterator for Scan {
                 Err(e)
             }
         })
+    }
+}
+
+/// One of the store's read-ahead places, held by a cursor reading ahead and
+/// given back when it is dropped.
+struct AheadSlot(Arc<DbInner>);
+
+impl AheadSlot {
+    /// A place if fewer than cores / `CORES_PER_READ_AHEAD` cursors read
+    /// ahead now (no limit when `limited` is false: read-ahead was asked
+    /// for explicitly).
+    fn take(inner: &Arc<DbInner>, limited: bool) -> Option<AheadSlot> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let limit = if limited {
+            (cores / crate::options::CORES_PER_READ_AHEAD).max(1)
+        } else {
+            usize::MAX
+        };
+        inner
+            .reading_ahead
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| AheadSlot(inner.clone()))
+    }
+}
+
+impl Drop for AheadSlot {
+    fn drop(&mut self) {
+        self.0.reading_ahead.fetch_sub(1, Ordering::SeqCst);
     }
 }

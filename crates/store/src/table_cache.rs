@@ -1,13 +1,16 @@
 //! Open tables by file number, so that index and filter are read once.
-//! Every read looks a table up here: the map is split into shards behind
-//! read-write locks, so concurrent hits share locks instead of queueing.
+//! Every read looks a table up here, so a hit writes to no shared memory:
+//! each shard's map is published through an `ArcSwap` and read in place
+//! (no lock word, no reference count touched); opening and evicting, which
+//! are rare, replace a shard's map under its writer lock.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 
 use crate::cache::BlockCache;
 use crate::codec::BlockCodec;
@@ -16,6 +19,13 @@ use crate::error::{Error, Result};
 use crate::format::table_path;
 use crate::table_reader::Table;
 use crate::version::FileMeta;
+
+/// One shard: the published map, and the lock its writers take.
+#[derive(Default)]
+struct Shard {
+    map: ArcSwap<HashMap<u64, Arc<Table>>>,
+    writer: Mutex<()>,
+}
 
 /// Table numbers are consecutive, so `number % SHARDS` spreads them evenly.
 const SHARDS: usize = 16;
@@ -27,7 +37,7 @@ pub struct TableCache {
     blocks: Arc<BlockCache>,
     /// Open tables a shard may keep.
     max_open_per_shard: usize,
-    shards: Vec<RwLock<HashMap<u64, Arc<Table>>>>,
+    shards: Vec<Shard>,
     /// Evictions so far. A table opened while one happened is returned
     /// but not cached: it may be the file that re-encryption just replaced
     /// (still readable through its own handle, under its own key), and
@@ -49,18 +59,24 @@ impl TableCache {
             codec,
             blocks,
             max_open_per_shard: max_open.max(1).div_ceil(SHARDS),
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             evictions: AtomicU64::new(0),
         }
     }
 
-    fn shard(&self, number: u64) -> &RwLock<HashMap<u64, Arc<Table>>> {
+    fn shard(&self, number: u64) -> &Shard {
         &self.shards[number as usize % SHARDS]
     }
 
     pub fn get(&self, f: &FileMeta) -> Result<Arc<Table>> {
-        if let Some(t) = self.shard(f.number).read().get(&f.number) {
-            return Ok(t.clone());
+        self.with(f, |t| Ok(t.clone()))
+    }
+
+    /// Runs `op` on table `f`, opening it if it is not open; a hit borrows
+    /// the cached table without touching its reference count.
+    pub fn with<R>(&self, f: &FileMeta, op: impl FnOnce(&Arc<Table>) -> Result<R>) -> Result<R> {
+        if let Some(t) = self.shard(f.number).map.load().get(&f.number) {
+            return op(t);
         }
         let evictions = self.evictions.load(Ordering::SeqCst);
         let path = table_path(&self.dir, f.number);
@@ -83,24 +99,30 @@ impl TableCache {
             e => e,
         })?;
         let t = Arc::new(t);
-        let mut open = self.shard(f.number).write();
-        if self.evictions.load(Ordering::SeqCst) != evictions {
-            return Ok(t);
-        }
-        if open.len() >= self.max_open_per_shard {
-            // Any entry will do: tables in use stay alive through their Arc.
-            if let Some(&k) = open.keys().next() {
-                open.remove(&k);
+        let shard = self.shard(f.number);
+        let _w = shard.writer.lock();
+        if self.evictions.load(Ordering::SeqCst) == evictions {
+            let mut open = HashMap::clone(&shard.map.load());
+            if open.len() >= self.max_open_per_shard {
+                // Any entry will do: tables in use stay alive through their Arc.
+                if let Some(&k) = open.keys().next() {
+                    open.remove(&k);
+                }
             }
+            open.insert(f.number, t.clone());
+            shard.map.store(Arc::new(open));
         }
-        open.insert(f.number, t.clone());
-        Ok(t)
+        op(&t)
     }
 
     pub fn evict(&self, number: u64) {
-        let mut open = self.shard(number).write();
-        open.remove(&number);
-        // Under the map's lock, so that `get` sees it before inserting.
+        let shard = self.shard(number);
+        let _w = shard.writer.lock();
+        let mut open = HashMap::clone(&shard.map.load());
+        if open.remove(&number).is_some() {
+            shard.map.store(Arc::new(open));
+        }
+        // Under the writer lock, so that `with` sees it before inserting.
         self.evictions.fetch_add(1, Ordering::SeqCst);
     }
 }

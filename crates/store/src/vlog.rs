@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 
 use crate::codec::{BlockCodec, BlockContext, BlockKind, OpenError, OpenSlot};
 use crate::env::FileSystem;
@@ -22,8 +23,11 @@ pub struct ValueLog {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     codec: Arc<dyn BlockCodec>,
-    /// Open files; readers share the read lock.
-    open: RwLock<HashMap<u64, LogFile>>,
+    /// Open files, published for readers, who use a handle in place (no
+    /// lock word or reference count written per read); opening and
+    /// forgetting replace the map under `open_writer`.
+    open: ArcSwap<HashMap<u64, LogFile>>,
+    open_writer: Mutex<()>,
     /// Files forgotten so far: a file opened while one was forgotten is
     /// used but not cached (see `TableCache`'s `evictions`).
     forgotten: AtomicU64,
@@ -35,14 +39,20 @@ impl ValueLog {
             fs,
             dir,
             codec,
-            open: RwLock::new(HashMap::new()),
+            open: ArcSwap::default(),
+            open_writer: Mutex::new(()),
             forgotten: AtomicU64::new(0),
         }
     }
 
     fn file(&self, n: u64) -> Result<LogFile> {
-        if let Some(f) = self.open.read().get(&n) {
-            return Ok(f.clone());
+        self.with_file(n, |f| Ok(f.clone()))
+    }
+
+    /// Runs `op` on value-log file `n`, opening it if it is not open.
+    fn with_file<R>(&self, n: u64, op: impl FnOnce(&LogFile) -> Result<R>) -> Result<R> {
+        if let Some(f) = self.open.load().get(&n) {
+            return op(f);
         }
         let forgotten = self.forgotten.load(Ordering::SeqCst);
         let path = vlog_path(&self.dir, n);
@@ -61,11 +71,13 @@ impl ValueLog {
                     e => e,
                 }
             })?;
-        let mut open = self.open.write();
+        let _w = self.open_writer.lock();
         if self.forgotten.load(Ordering::SeqCst) == forgotten {
+            let mut open = HashMap::clone(&self.open.load());
             open.insert(n, f.clone());
+            self.open.store(Arc::new(open));
         }
-        Ok(f)
+        op(&f)
     }
 
     /// Reads the value `ptr` names and checks that it belongs to `key`.
@@ -197,7 +209,7 @@ impl ValueLog {
     /// which is exactly its size, and checks its header against the
     /// pointer; returns the block's context.
     fn fetch_into(&self, ptr: &ValuePointer, buf: &mut [u8]) -> Result<BlockContext> {
-        self.fetch_from(&self.file(ptr.file)?, ptr, buf)
+        self.with_file(ptr.file, |f| self.fetch_from(f, ptr, buf))
     }
 
     /// As [`Self::fetch_into`], from `file`, the one `ptr` names.
@@ -261,8 +273,11 @@ impl ValueLog {
     }
 
     pub fn forget(&self, n: u64) {
-        let mut open = self.open.write();
-        open.remove(&n);
+        let _w = self.open_writer.lock();
+        let mut open = HashMap::clone(&self.open.load());
+        if open.remove(&n).is_some() {
+            self.open.store(Arc::new(open));
+        }
         self.forgotten.fetch_add(1, Ordering::SeqCst);
     }
 }

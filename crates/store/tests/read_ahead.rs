@@ -415,3 +415,34 @@ fn dropped_with_work_in_flight(mode: Mode) {
     assert_eq!(forward(&mut it), as_vec(&model));
 }
 both_modes!(dropped_mid_flight, dropped_with_work_in_flight);
+
+/// With the default setting, only a few cursors read ahead at once (each
+/// one's worker uses every core); the others read inline, and a place is
+/// freed when its cursor is dropped. Every cursor reads the same data.
+#[test]
+fn only_a_few_cursors_read_ahead_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options {
+        read_ahead: None,
+        ..options(Mode::Encrypted)
+    };
+    let s = Store::open(dir.path(), opts).unwrap();
+    let mut model = Model::new();
+    fill(&s, 300, &mut model);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let places = (cores / gvault_store::options::CORES_PER_READ_AHEAD).max(1);
+    let mut cursors: Vec<DbIterator> = (0..=places)
+        .map(|_| s.iter(&ReadOptions::default()).unwrap())
+        .collect();
+    for it in cursors.iter_mut() {
+        assert_eq!(forward(it), as_vec(&model));
+    }
+    let ahead = cursors.iter().filter(|it| it.read_ahead_hits() > 0).count();
+    assert_eq!(ahead, places, "cursors reading ahead");
+    assert_eq!(cursors.last().unwrap().read_ahead_hits(), 0);
+    // A dropped cursor gives its place back.
+    cursors.remove(0);
+    let mut again = s.iter(&ReadOptions::default()).unwrap();
+    assert_eq!(forward(&mut again), as_vec(&model));
+    assert!(again.read_ahead_hits() > 0);
+}
