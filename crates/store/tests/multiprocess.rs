@@ -72,6 +72,12 @@ fn multiprocess_child() {
         .parse()
         .unwrap();
     let wait = Duration::from_secs(60);
+    if role == "messy" {
+        let s = Store::open(&dir, mode.options()).unwrap();
+        messy_writes(Some(&s));
+        // A crash: nothing closes the store.
+        std::process::abort();
+    }
     if let Some(id) = role.strip_prefix("writer") {
         // One open per write, as a shell loop of `gvault put` does.
         for i in 0..rounds {
@@ -382,54 +388,70 @@ fn vlog_files(dir: &Path) -> Vec<(u64, PathBuf)> {
 /// in the value log, small ones inline, deletions), a torn last group, a
 /// stray temporary pointer file and an orphan table. Returns the expected
 /// contents.
-fn messy_store(dir: &Path, mode: Mode) -> BTreeMap<Vec<u8>, Vec<u8>> {
+/// The writes of `messy_store`, to `s` (when given) and to the model.
+fn messy_writes(s: Option<&Store>) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let mut model = BTreeMap::new();
-    // Built elsewhere and copied while open: what a crash leaves (a clean
-    // close would record the head's size, making a cut tail damage).
-    let live = tempfile::tempdir().unwrap();
-    let s = Store::open(live.path(), mode.options()).unwrap();
+    let put = |k: String, v: Vec<u8>, model: &mut BTreeMap<Vec<u8>, Vec<u8>>| {
+        if let Some(s) = s {
+            s.put(&k, &v).unwrap();
+        }
+        model.insert(k.into_bytes(), v);
+    };
     for i in 0..1500u64 {
-        let v = value_for(i, 1, (i as usize * 13) % 500);
-        s.put(format!("k{i:05}"), &v).unwrap();
-        model.insert(format!("k{i:05}").into_bytes(), v);
+        put(
+            format!("k{i:05}"),
+            value_for(i, 1, (i as usize * 13) % 500),
+            &mut model,
+        );
     }
-    s.flush().unwrap();
+    if let Some(s) = s {
+        s.flush().unwrap();
+    }
     // Unflushed: overwrites, deletions, a batch.
     for i in (0..1500u64).step_by(7) {
-        let v = value_for(i, 2, (i as usize * 31) % 700);
-        s.put(format!("k{i:05}"), &v).unwrap();
-        model.insert(format!("k{i:05}").into_bytes(), v);
+        put(
+            format!("k{i:05}"),
+            value_for(i, 2, (i as usize * 31) % 700),
+            &mut model,
+        );
     }
     let mut b = WriteBatch::new();
     for i in (3..1500u64).step_by(11) {
         b.delete(format!("k{i:05}"));
         model.remove(format!("k{i:05}").as_bytes());
     }
-    s.write(&WriteOptions::SYNC, b).unwrap();
     // At most the first of these fills the memtable and sends it to a
     // flush; the rest stay in the value log only.
+    if let Some(s) = s {
+        s.write(&WriteOptions::SYNC, b).unwrap();
+    }
     for i in 0..5u64 {
-        let v = value_for(i, 3, 40);
-        s.put(format!("u{i}"), &v).unwrap();
-        model.insert(format!("u{i}").into_bytes(), v);
+        put(format!("u{i}"), value_for(i, 3, 40), &mut model);
     }
     // The last group will be torn: never acknowledged as durable.
-    s.put_opt(&WriteOptions::SYNC, "torn", vec![7u8; 300])
-        .unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    for e in std::fs::read_dir(live.path()).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    if let Some(s) = s {
+        s.put_opt(&WriteOptions::SYNC, "torn", vec![7u8; 300])
+            .unwrap();
     }
-    drop(s);
+    model
+}
 
+/// A store as a crash leaves it: written by a child process that then
+/// aborts (no close, so the head's size is not recorded), its last group
+/// torn, a half-written pointer and an orphan table beside it.
+fn messy_store(dir: &Path, mode: Mode) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let status = spawn_child(dir, mode, "messy", 0).wait().unwrap();
+    assert!(
+        !status.success(),
+        "the child must abort, not close the store"
+    );
     let (_, head) = vlog_files(dir).pop().unwrap();
     let len = std::fs::metadata(&head).unwrap().len();
     let f = std::fs::OpenOptions::new().write(true).open(&head).unwrap();
     f.set_len(len - 10).unwrap();
     std::fs::write(dir.join("CURRENT.tmp"), b"half-written pointer").unwrap();
     std::fs::write(dir.join("999999.sst"), b"table of a flush cut short").unwrap();
-    model
+    messy_writes(None)
 }
 
 fn check_read_only_open_writes_nothing(mode: Mode) {
