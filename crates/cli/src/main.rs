@@ -1,5 +1,5 @@
 //! The `gvault` command: the store (`init`, `put`, `get`, `del`, `scan`,
-//! `import`, `stats`, `verify`, `gc`, `demo`), benchmarks and diagnostics.
+//! `import`, `stats`, `verify`, `gc`, `compact`, `demo`), benchmarks and diagnostics.
 
 mod bench;
 mod doctor;

@@ -286,6 +286,31 @@ fn is_base_level_for_key(v: &Version, out_level: usize, key: &[u8]) -> bool {
         .all(|files| files.iter().all(|f| !f.overlaps(Some(key), Some(key))))
 }
 
+/// Runs the compaction most due, if any is; false when none is.
+pub fn compact_once(inner: &DbInner) -> Result<bool> {
+    let _guard = inner.compaction_lock.lock();
+    let c = {
+        let st = inner.state.lock();
+        if let Some(e) = &st.bg_error {
+            return Err(e.clone());
+        }
+        pick(inner, &st.current, &st.compact_pointer)
+    };
+    match c {
+        Some(c) => run(inner, &c).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// Runs compactions until none is due: level 0 below
+/// `l0_compaction_trigger`, every deeper level within its size. What a
+/// short-lived process does before it closes (and an open that finds level
+/// 0 full), since its background thread may never catch up.
+pub fn settle(inner: &DbInner) -> Result<()> {
+    while compact_once(inner)? {}
+    Ok(())
+}
+
 /// Manual compaction of [lo, hi] through every level holding data there.
 pub fn compact_range(inner: &Arc<DbInner>, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
     let _guard = inner.compaction_lock.lock();

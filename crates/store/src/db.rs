@@ -3,7 +3,7 @@
 //! level; the first entry found decides, a deletion included), and the
 //! public `Store` handle. The write path is in `write.rs`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -85,6 +85,11 @@ pub(crate) struct DbInner {
     /// Serialises re-encryption passes: two at once would write the same
     /// `.reseal` temporary files.
     pub reencrypt_lock: Mutex<()>,
+    /// Value-log files this process created (every head since the open),
+    /// with the bytes of value frames written to each (frame headers
+    /// included). A file not listed was written by an earlier process; GC
+    /// must read it to learn what it holds.
+    pub written_logs: Mutex<HashMap<u64, u64>>,
     /// The last sequence number whose group is fully in the memtable.
     pub visible_seq: AtomicU64,
     pub next_file: AtomicU64,
@@ -159,6 +164,7 @@ impl DbInner {
         let vlog = ValueLog::new(fs.clone(), dir.clone(), vlog_codec.clone());
         let visible = version.last_sequence;
         let next_file = version.next_file_number;
+        let written_logs = HashMap::from([(log.file_number(), 0)]);
         let current = Arc::new(version);
         DbInner {
             state: Mutex::new(State {
@@ -189,6 +195,7 @@ impl DbInner {
             manifest: Mutex::new(manifest),
             compaction_lock: Mutex::new(()),
             reencrypt_lock: Mutex::new(()),
+            written_logs: Mutex::new(written_logs),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),
             file_lock: Mutex::new(Some(lock)),
@@ -376,6 +383,27 @@ impl DbInner {
         }
     }
 
+    /// Once every record is flushed, starts a new value-log head and moves
+    /// the replay pointer to it, so that the old head is behind the pointer
+    /// and GC may drop it. Nothing to do for an empty head or while
+    /// anything is unflushed.
+    pub fn retire_head(&self) -> Result<()> {
+        let mut guard = self.log.lock();
+        let Some(log) = guard.as_mut() else {
+            return Err(Error::Closed("store is closed".into()));
+        };
+        if log.position().offset <= crate::format::HEADER_LEN as u64 {
+            return Ok(());
+        }
+        {
+            let st = self.state.lock();
+            if !st.mem.is_empty() || !st.imm.is_empty() || st.bg_error.is_some() {
+                return Ok(());
+            }
+        }
+        self.rotate_log(log, true)
+    }
+
     /// Deletes files that no version or reader needs any more.
     pub fn delete_obsolete_files(&self) {
         let (tables, logs) = {
@@ -407,6 +435,24 @@ impl DbInner {
     }
 }
 
+/// `Store::compact_all` collects every value-log file at least this
+/// fraction garbage (the background's `vlog_gc_discard_ratio` is higher:
+/// it trades space for fewer rewrites).
+pub const COMPACT_DISCARD_RATIO: f64 = 0.1;
+
+/// What [`Store::compact_all`] did. Bytes are those of the live tables and
+/// value-log files.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactReport {
+    pub tables_before: usize,
+    pub tables_after: usize,
+    pub vlog_files_before: usize,
+    pub vlog_files_after: usize,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub gc: crate::gc::GcReport,
+}
+
 /// A key for messages: printable as text when it is, else hex.
 pub(crate) fn show_key(key: &[u8]) -> String {
     let k = &key[..key.len().min(64)];
@@ -425,10 +471,29 @@ impl Store {
             .name("gvault-store-bg".into())
             .spawn(move || crate::background::run(bg_inner))
             .ctx(|| "starting the background thread".to_string())?;
-        Ok(Store {
+        let store = Store {
             inner,
             bg: Mutex::new(Some(handle)),
-        })
+        };
+        store.settle_level0();
+        Ok(store)
+    }
+
+    /// Brings level 0 under `l0_compaction_trigger` now if it is not (a
+    /// process that ended without `close`, or replayed writes flushed at
+    /// open): short-lived processes would otherwise pile up level-0
+    /// tables. A failure is the store's background error, as if the
+    /// background thread had met it: reads still work, writes report it.
+    fn settle_level0(&self) {
+        let full = {
+            let st = self.inner.state.lock();
+            st.current.levels[0].len() >= self.inner.opts.l0_compaction_trigger
+        };
+        if full {
+            if let Err(e) = crate::compaction::settle(&self.inner) {
+                self.inner.set_bg_error(&e);
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -525,14 +590,80 @@ impl Store {
     /// Rewrites live values out of value-log files that are mostly garbage
     /// and deletes the files.
     pub fn gc_value_log(&self) -> Result<crate::gc::GcReport> {
-        crate::gc::collect(&self.inner, true)
+        let scope = crate::gc::Scope::All {
+            discard_ratio: self.inner.opts.vlog_gc_discard_ratio,
+        };
+        crate::gc::collect(&self.inner, true, scope)
     }
 
-    /// Closes the store: stops background work, syncs the value log and
-    /// releases the lock. Unflushed memtables are rebuilt from the value
-    /// log at the next open.
+    /// Compacts the whole store: flushes, collects every value-log file
+    /// with at least [`COMPACT_DISCARD_RATIO`] of garbage (or less, if
+    /// `vlog_gc_discard_ratio` is lower), then merges every table down to
+    /// the deepest level that holds data, dropping overwritten and deleted
+    /// entries.
+    pub fn compact_all(&self) -> Result<CompactReport> {
+        let before = self.file_counts();
+        self.flush()?;
+        // Every record is in tables now: a new head puts the old one
+        // behind the replay pointer, where GC can take it.
+        self.inner.retire_head()?;
+        let scope = crate::gc::Scope::All {
+            discard_ratio: self.inner.opts.vlog_gc_discard_ratio.min(COMPACT_DISCARD_RATIO),
+        };
+        let gc = crate::gc::collect(&self.inner, true, scope)?;
+        // Rewritten values' pointers go to tables, and the entries they
+        // replace are dropped by the compaction.
+        self.compact_range(None, None)?;
+        self.inner.delete_obsolete_files();
+        let after = self.file_counts();
+        Ok(CompactReport {
+            tables_before: before.0,
+            tables_after: after.0,
+            vlog_files_before: before.1,
+            vlog_files_after: after.1,
+            bytes_before: before.2,
+            bytes_after: after.2,
+            gc,
+        })
+    }
+
+    /// Tables, value-log files and their bytes in the current version.
+    fn file_counts(&self) -> (usize, usize, u64) {
+        let s = self.stats();
+        let tables: usize = s.levels.iter().map(|(n, _)| n).sum();
+        let table_bytes: u64 = s.levels.iter().map(|(_, b)| b).sum();
+        (tables, s.vlog_files, table_bytes + s.vlog_bytes)
+    }
+
+    /// Closes the store: first leaves it tidy for the next process
+    /// (memtable flushed, compactions no longer due, value-log files
+    /// wholly flushed and without live values dropped), then stops background work, syncs the value log
+    /// and releases the lock. Dropping a store skips the tidying; the next
+    /// open replays what was not flushed.
     pub fn close(self) -> Result<()> {
-        self.shutdown()
+        let tidied = self.tidy();
+        let closed = self.shutdown();
+        tidied.and(closed)
+    }
+
+    /// What `close` does before it stops the store, so that a short-lived
+    /// process leaves no more behind than a long-lived one would: the
+    /// memtable is flushed, compactions run until none is due (level 0
+    /// stays under `l0_compaction_trigger` however many processes open and
+    /// close the store), the head value-log file is replaced by a new one
+    /// once all its records are in tables, and files the replay pointer
+    /// passed that hold no value frame (or few enough that they qualify for
+    /// GC) are collected. Skipped after a background error.
+    fn tidy(&self) -> Result<()> {
+        if self.inner.state.lock().bg_error.is_some() {
+            return Ok(());
+        }
+        self.flush()?;
+        crate::compaction::settle(&self.inner)?;
+        self.inner.retire_head()?;
+        let rewrite = self.inner.opts.vlog_gc_every_flushes > 0;
+        crate::gc::collect(&self.inner, true, crate::gc::Scope::Known { rewrite })?;
+        Ok(())
     }
 
     fn shutdown(&self) -> Result<()> {

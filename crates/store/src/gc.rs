@@ -1,10 +1,21 @@
 //! Value-log garbage collection. Only files wholly behind the replay
-//! pointer are candidates (everything in them is already in tables). A
-//! value in such a file is live when the newest entry for its key still
-//! points at it; if enough of a file is garbage, its live values are
-//! appended again at the head (new sequence numbers, under the log lock so
-//! no user write interleaves), and the file is dropped from the manifest.
-//! It is deleted once no snapshot older than the rewrite remains.
+//! pointer are candidates (everything in them is already in tables). In
+//! such a file only value frames can still be needed: its commit frames
+//! (inline values, deletions, pointers) are all copied into tables, so they
+//! are garbage. A value frame is live when the newest entry for its key
+//! still points at it. If at most `1 - vlog_gc_discard_ratio` of the file's
+//! bytes are live value frames, the live values are appended again at the
+//! head (new sequence numbers, under the log lock so no user write
+//! interleaves), and the file is dropped from the manifest. It is deleted
+//! once no snapshot older than the rewrite remains; a file that never held
+//! a value frame is deleted at once (no reader can need it).
+//!
+//! A file this process wrote is known without reading it
+//! (`DbInner::written_logs`): one with no value frames is dropped as soon
+//! as the replay pointer passes it, and one whose value frames are few
+//! enough that it qualifies whatever is live is collected then too
+//! ([`Scope::Known`]). Files of earlier processes are read by the periodic
+//! pass and [`crate::Store::gc_value_log`] ([`Scope::All`]).
 
 use std::sync::atomic::Ordering;
 
@@ -13,15 +24,33 @@ use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{vlog_path, FileKind, LogPosition, ValuePointer, ValueType, HEADER_LEN};
 use crate::log_reader::{open_log_file, LogReader};
+use crate::log_writer::FRAME_HEADER_LEN;
 use crate::version::VersionEdit;
 use crate::write_batch::{decode_commit, WriteBatch};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GcReport {
+    /// Files read to find their live values.
     pub files_scanned: u64,
+    /// Files dropped (their live values, if any, rewritten first).
     pub files_dropped: u64,
+    /// Bytes of the dropped files.
+    pub bytes_dropped: u64,
     pub values_rewritten: u64,
     pub bytes_rewritten: u64,
+}
+
+/// Which files a pass considers (all of them behind the replay pointer).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Scope {
+    /// Every file, read unless this process knows it holds no value frame;
+    /// collected when at least `discard_ratio` of it is garbage.
+    All { discard_ratio: f64 },
+    /// Only files this process wrote, none read unless it surely
+    /// qualifies: one without value frames is dropped, and with `rewrite`,
+    /// one whose value frames are at most `1 - vlog_gc_discard_ratio` of
+    /// it is collected. Cheap enough to run after every flush.
+    Known { rewrite: bool },
 }
 
 struct Candidate {
@@ -30,10 +59,10 @@ struct Candidate {
     ptr: ValuePointer,
 }
 
-/// Runs one GC pass. With `wait` false (the background thread), a file is
-/// skipped rather than wait for the log lock: a writer holding it may be
-/// waiting for this very thread to flush.
-pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
+/// Runs one GC pass over the files `scope` names. With `wait` false (the
+/// background thread), a file is skipped rather than wait for the log
+/// lock: a writer holding it may be waiting for this very thread to flush.
+pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcReport> {
     let mut report = GcReport::default();
     let version = inner.state.lock().current.clone();
     let files: Vec<_> = version
@@ -42,7 +71,26 @@ pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
         .filter(|l| l.number < version.replay.file)
         .copied()
         .collect();
+    let known = inner.written_logs.lock().clone();
+    let discard_ratio = match scope {
+        Scope::All { discard_ratio } => discard_ratio,
+        Scope::Known { .. } => inner.opts.vlog_gc_discard_ratio,
+    };
     for meta in files {
+        // Files behind the replay pointer are sealed; their frames are
+        // everything after the header.
+        let frame_bytes = meta.sealed.map(|(size, _)| size.saturating_sub(HEADER_LEN as u64));
+        let value_bytes = known.get(&meta.number).copied();
+        match (scope, value_bytes, frame_bytes) {
+            (_, Some(0), Some(size)) => {
+                rewrite_and_drop(inner, meta.number, size, None, wait, &mut report)?;
+                continue;
+            }
+            (Scope::Known { rewrite: true }, Some(v), Some(size))
+                if v as f64 <= (1.0 - discard_ratio) * size as f64 => {}
+            (Scope::Known { .. }, _, _) => continue,
+            (Scope::All { .. }, _, _) => {}
+        }
         report.files_scanned += 1;
         let (pointers, total) = match scan(inner, meta.number, meta.sealed.map(|s| s.0)) {
             Ok(found) => found,
@@ -51,20 +99,25 @@ pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
             Err(_) if !inner.state.lock().current.logs.contains_key(&meta.number) => continue,
             Err(e) => return Err(e),
         };
+        let has_values = !pointers.is_empty();
         let live = live_values(inner, pointers)?;
-        let live_bytes: u64 = live.iter().map(|c| u64::from(c.ptr.frame.len)).sum();
-        let keep_limit = (1.0 - inner.opts.vlog_gc_discard_ratio) * total as f64;
-        if total > 0 && live_bytes > 0 && live_bytes as f64 > keep_limit {
+        let live_bytes: u64 = live
+            .iter()
+            .map(|c| FRAME_HEADER_LEN as u64 + u64::from(c.ptr.frame.len))
+            .sum();
+        let keep_limit = (1.0 - discard_ratio) * total as f64;
+        if live_bytes > 0 && live_bytes as f64 > keep_limit {
             continue;
         }
-        rewrite_and_drop(inner, meta.number, live, wait, &mut report)?;
+        let live = has_values.then_some(live);
+        rewrite_and_drop(inner, meta.number, total, live, wait, &mut report)?;
     }
     inner.delete_obsolete_files();
     Ok(report)
 }
 
 /// Every value pointer the file's commit records hold, and the bytes of
-/// value frames in it.
+/// all its frames (headers included): what dropping it frees.
 fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>, u64)> {
     let path = vlog_path(&inner.dir, n);
     let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.vlog_codec)?;
@@ -94,8 +147,9 @@ fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>,
                 ))
             }
         };
+        total += FRAME_HEADER_LEN as u64 + u64::from(frame.handle.len);
         match frame.kind {
-            BlockKind::LogValue => total += u64::from(frame.handle.len),
+            BlockKind::LogValue => {}
             BlockKind::LogCommit => {
                 let recs = decode_commit(&frame.payload).ok_or_else(|| {
                     Error::corruption(
@@ -140,10 +194,14 @@ fn live_values(inner: &DbInner, all: Vec<Candidate>) -> Result<Vec<Candidate>> {
     Ok(live)
 }
 
+/// Rewrites the `live` values of file `n` (`bytes` of frames) at the head
+/// and drops the file. `live` None: the file holds no value frame, so no
+/// reader can need it and it is deleted at once.
 fn rewrite_and_drop(
     inner: &DbInner,
     n: u64,
-    live: Vec<Candidate>,
+    bytes: u64,
+    live: Option<Vec<Candidate>>,
     wait: bool,
     report: &mut GcReport,
 ) -> Result<()> {
@@ -167,8 +225,9 @@ fn rewrite_and_drop(
             return Ok(()); // another pass dropped it meanwhile
         }
     }
+    let has_values = live.is_some();
     let mut batch = WriteBatch::new();
-    for c in live {
+    for c in live.into_iter().flatten() {
         // Holding the log lock, no write can slip in between check and copy.
         if !is_live(inner, &c)? {
             continue;
@@ -189,8 +248,15 @@ fn rewrite_and_drop(
         deleted_logs: vec![n],
         ..Default::default()
     })?;
-    let from_seq = inner.visible_seq.load(Ordering::SeqCst);
+    inner.written_logs.lock().remove(&n);
+    // A reader at an older snapshot may still follow a pointer into the
+    // file; with no value frame in it, none can.
+    let from_seq = match has_values {
+        true => inner.visible_seq.load(Ordering::SeqCst),
+        false => 0,
+    };
     inner.state.lock().obsolete_logs.push((n, from_seq));
     report.files_dropped += 1;
+    report.bytes_dropped += HEADER_LEN as u64 + bytes;
     Ok(())
 }

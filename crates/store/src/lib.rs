@@ -75,7 +75,10 @@ mod vlog;
 mod write;
 mod write_batch;
 
-pub use db::{ReadOptions, Snapshot, Store, MAX_BATCH_BYTES, MAX_KEY_LEN};
+pub use db::{
+    CompactReport, ReadOptions, Snapshot, Store, COMPACT_DISCARD_RATIO, MAX_BATCH_BYTES,
+    MAX_KEY_LEN,
+};
 pub use db_iter::{DbIterator, Scan};
 pub use env::{FaultInjectingFs, FileSystem, OsFs};
 pub use error::{Error, Result};

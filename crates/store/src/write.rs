@@ -179,6 +179,15 @@ impl DbInner {
             self.set_bg_error(&e);
             return Err(e);
         }
+        if !handles.is_empty() {
+            let bytes: u64 = handles
+                .iter()
+                .map(|h| FRAME_HEADER_LEN as u64 + u64::from(h.len))
+                .sum();
+            if let Some(v) = self.written_logs.lock().get_mut(&file) {
+                *v += bytes;
+            }
+        }
         let mem = self.state.lock().mem.clone();
         let mut seq = first_seq;
         let mut next_value = 0;
@@ -240,11 +249,13 @@ impl DbInner {
         if log.position().offset < self.opts.vlog_file_size {
             return Ok(());
         }
-        self.rotate_log(log)
+        self.rotate_log(log, false)
     }
 
-    /// Starts a new value-log file now (caller holds the log lock).
-    pub fn rotate_log(&self, log: &mut LogWriter) -> Result<()> {
+    /// Starts a new value-log file now (caller holds the log lock). With
+    /// `replay_to_new`, the same edit moves the replay pointer to the new
+    /// file's start: only when every record of the old one is flushed.
+    pub fn rotate_log(&self, log: &mut LogWriter, replay_to_new: bool) -> Result<()> {
         let res = (|| {
             log.sync()?;
             let old = log.position();
@@ -260,9 +271,11 @@ impl DbInner {
             self.fs
                 .sync_dir(&self.dir)
                 .ctx(|| format!("syncing directory {}", self.dir.display()))?;
+            self.written_logs.lock().insert(n, 0);
             self.log_and_apply(VersionEdit {
                 added_logs: vec![n],
                 sealed_logs: vec![(old.file, old.offset, old.block)],
+                replay: replay_to_new.then(|| new.position()),
                 ..Default::default()
             })?;
             *log = new;
