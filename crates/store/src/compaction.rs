@@ -24,10 +24,31 @@ pub struct Compaction {
     pub inputs: [Vec<Arc<FileMeta>>; 2],
 }
 
-pub fn max_bytes_for_level(inner: &DbInner, level: usize) -> u64 {
+/// The size limit of `level` (1 or deeper) in version `v`.
+///
+/// At most `level1_max_bytes × multiplier^(level−1)`; and a level above
+/// the deepest one that holds data may hold at most `multiplier^k` times
+/// less than that deepest level (k levels down). Without the second
+/// limit a store smaller than the static sizes (say 65 MB: level 1 up to
+/// 32 MB over 33 MB in level 2) can hold a whole second copy of its data
+/// in the upper levels after an overwrite; with it, the levels above the
+/// deepest hold at most about 1/(multiplier−1) of it, which bounds space
+/// amplification (docs/format.md §9).
+pub fn max_bytes_for_level(inner: &DbInner, v: &Version, level: usize) -> u64 {
+    let mult = inner.opts.level_size_multiplier;
     let mut b = inner.opts.level1_max_bytes;
     for _ in 1..level {
-        b = b.saturating_mul(inner.opts.level_size_multiplier);
+        b = b.saturating_mul(mult);
+    }
+    if let Some(deepest) = (level + 1..NUM_LEVELS)
+        .rev()
+        .find(|&l| !v.levels[l].is_empty())
+    {
+        let mut dynamic = v.level_bytes(deepest);
+        for _ in level..deepest {
+            dynamic /= mult;
+        }
+        b = b.min(dynamic.max(1));
     }
     b
 }
@@ -39,7 +60,7 @@ fn best_level(inner: &DbInner, v: &Version) -> (usize, f64) {
         v.levels[0].len() as f64 / inner.opts.l0_compaction_trigger as f64,
     );
     for level in 1..NUM_LEVELS - 1 {
-        let score = v.level_bytes(level) as f64 / max_bytes_for_level(inner, level) as f64;
+        let score = v.level_bytes(level) as f64 / max_bytes_for_level(inner, v, level) as f64;
         if score > best.1 {
             best = (level, score);
         }
@@ -70,6 +91,12 @@ pub fn pick(inner: &DbInner, v: &Version, compact_pointer: &[Vec<u8>]) -> Option
     if score < 1.0 {
         return None;
     }
+    pick_at(v, level, compact_pointer)
+}
+
+/// A compaction of `level` into the next: all of level 0, or the next
+/// table of a deeper level (round robin), with what it overlaps below.
+fn pick_at(v: &Version, level: usize, compact_pointer: &[Vec<u8>]) -> Option<Compaction> {
     let first = if level == 0 {
         v.levels[0].clone()
     } else {
@@ -303,12 +330,44 @@ pub fn compact_once(inner: &DbInner) -> Result<bool> {
 }
 
 /// Runs compactions until none is due: level 0 below
-/// `l0_compaction_trigger`, every deeper level within its size. What a
-/// short-lived process does before it closes (and an open that finds level
-/// 0 full), since its background thread may never catch up.
+/// `l0_compaction_trigger`, every deeper level within its size. What an
+/// open that finds level 0 over its trigger does, since short-lived
+/// processes' background threads may never catch up.
 pub fn settle(inner: &DbInner) -> Result<()> {
     while compact_once(inner)? {}
     Ok(())
+}
+
+/// Level 0 may hold at most this fraction of the bytes below it when a
+/// store closes.
+const L0_SHARE_AT_CLOSE: f64 = 0.1;
+
+/// What `Store::close` runs: [`settle`], and then, if level 0 holds more
+/// than a tenth of the bytes below it, compacts it too. Level 0 holds up to
+/// `l0_compaction_trigger − 1` memtables, which in a small store may all be
+/// overwrites of data below (space amplification); a large store's level 0
+/// is a small share and is left to the trigger.
+pub fn settle_for_close(inner: &DbInner) -> Result<()> {
+    settle(inner)?;
+    let guard = inner.compaction_lock.lock();
+    let c = {
+        let st = inner.state.lock();
+        if let Some(e) = &st.bg_error {
+            return Err(e.clone());
+        }
+        let v = &st.current;
+        let below: u64 = (1..NUM_LEVELS).map(|l| v.level_bytes(l)).sum();
+        let l0 = v.level_bytes(0);
+        if l0 == 0 || (l0 as f64) <= L0_SHARE_AT_CLOSE * below as f64 {
+            return Ok(());
+        }
+        pick_at(v, 0, &st.compact_pointer)
+    };
+    if let Some(c) = c {
+        run(inner, &c)?;
+    }
+    drop(guard);
+    settle(inner)
 }
 
 /// Manual compaction of [lo, hi] through every level holding data there.

@@ -383,10 +383,25 @@ impl DbInner {
         }
     }
 
+    /// Whether the head value-log file holds only records not yet flushed
+    /// (the replay pointer is at its start) and few of them: replaying it
+    /// at the next open costs less than flushing and replacing it now.
+    pub fn head_is_small_and_unflushed(&self) -> bool {
+        let guard = self.log.lock();
+        let Some(log) = guard.as_ref() else {
+            return false;
+        };
+        let st = self.state.lock();
+        let unflushed = st.current.replay.file == log.file_number()
+            && st.current.replay.offset == crate::format::HEADER_LEN as u64;
+        let small = (log.position().offset as usize) <= self.opts.write_buffer_size / 8;
+        unflushed && small && st.imm.is_empty()
+    }
+
     /// Once every record is flushed, starts a new value-log head and moves
     /// the replay pointer to it, so that the old head is behind the pointer
-    /// and GC may drop it. Nothing to do for an empty head or while
-    /// anything is unflushed.
+    /// and GC may take it (or, holding no value frame, it goes at once).
+    /// Nothing to do for an empty head or while anything is unflushed.
     pub fn retire_head(&self) -> Result<()> {
         let mut guard = self.log.lock();
         let Some(log) = guard.as_mut() else {
@@ -479,15 +494,17 @@ impl Store {
         Ok(store)
     }
 
-    /// Brings level 0 under `l0_compaction_trigger` now if it is not (a
-    /// process that ended without `close`, or replayed writes flushed at
-    /// open): short-lived processes would otherwise pile up level-0
-    /// tables. A failure is the store's background error, as if the
+    /// Brings level 0 under `l0_compaction_trigger` now if it is over it
+    /// (processes that ended without `close`, each leaving its writes to be
+    /// flushed by the next open): short-lived processes would otherwise
+    /// pile up level-0 tables. `close` leaves it under the trigger and an
+    /// open flushes at most one table, so after a clean close this never
+    /// runs. A failure is the store's background error, as if the
     /// background thread had met it: reads still work, writes report it.
     fn settle_level0(&self) {
         let full = {
             let st = self.inner.state.lock();
-            st.current.levels[0].len() >= self.inner.opts.l0_compaction_trigger
+            st.current.levels[0].len() > self.inner.opts.l0_compaction_trigger
         };
         if full {
             if let Err(e) = crate::compaction::settle(&self.inner) {
@@ -608,7 +625,11 @@ impl Store {
         // behind the replay pointer, where GC can take it.
         self.inner.retire_head()?;
         let scope = crate::gc::Scope::All {
-            discard_ratio: self.inner.opts.vlog_gc_discard_ratio.min(COMPACT_DISCARD_RATIO),
+            discard_ratio: self
+                .inner
+                .opts
+                .vlog_gc_discard_ratio
+                .min(COMPACT_DISCARD_RATIO),
         };
         let gc = crate::gc::collect(&self.inner, true, scope)?;
         // Rewritten values' pointers go to tables, and the entries they
@@ -635,11 +656,10 @@ impl Store {
         (tables, s.vlog_files, table_bytes + s.vlog_bytes)
     }
 
-    /// Closes the store: first leaves it tidy for the next process
-    /// (memtable flushed, compactions no longer due, value-log files
-    /// wholly flushed and without live values dropped), then stops background work, syncs the value log
-    /// and releases the lock. Dropping a store skips the tidying; the next
-    /// open replays what was not flushed.
+    /// Closes the store: first leaves it tidy for the next process (see
+    /// below), then stops background work, syncs the value log and
+    /// releases the lock. Dropping a store skips the tidying; the next open
+    /// replays what was not flushed.
     pub fn close(self) -> Result<()> {
         let tidied = self.tidy();
         let closed = self.shutdown();
@@ -647,20 +667,27 @@ impl Store {
     }
 
     /// What `close` does before it stops the store, so that a short-lived
-    /// process leaves no more behind than a long-lived one would: the
-    /// memtable is flushed, compactions run until none is due (level 0
-    /// stays under `l0_compaction_trigger` however many processes open and
-    /// close the store), the head value-log file is replaced by a new one
-    /// once all its records are in tables, and files the replay pointer
-    /// passed that hold no value frame (or few enough that they qualify for
-    /// GC) are collected. Skipped after a background error.
+    /// process leaves no more behind than a long-lived one would:
+    /// compactions run until none is due (level 0 stays under
+    /// `l0_compaction_trigger` however many processes open and close the
+    /// store), and no value-log file is left holding records that are
+    /// already in tables. If nothing of the head value-log file was flushed
+    /// yet and what it holds is small (a short command), it is left for the
+    /// next open to replay and drop, as a crash would leave it; otherwise
+    /// the memtable is flushed, the head replaced by a new file, and files
+    /// behind the replay pointer that hold no value frame (or few enough to
+    /// qualify for GC) are collected. Skipped after a background error.
     fn tidy(&self) -> Result<()> {
         if self.inner.state.lock().bg_error.is_some() {
             return Ok(());
         }
-        self.flush()?;
-        crate::compaction::settle(&self.inner)?;
-        self.inner.retire_head()?;
+        if !self.inner.head_is_small_and_unflushed() {
+            self.flush()?;
+        }
+        crate::compaction::settle_for_close(&self.inner)?;
+        if !self.inner.head_is_small_and_unflushed() {
+            self.inner.retire_head()?;
+        }
         let rewrite = self.inner.opts.vlog_gc_every_flushes > 0;
         crate::gc::collect(&self.inner, true, crate::gc::Scope::Known { rewrite })?;
         Ok(())

@@ -79,7 +79,9 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
     for meta in files {
         // Files behind the replay pointer are sealed; their frames are
         // everything after the header.
-        let frame_bytes = meta.sealed.map(|(size, _)| size.saturating_sub(HEADER_LEN as u64));
+        let frame_bytes = meta
+            .sealed
+            .map(|(size, _)| size.saturating_sub(HEADER_LEN as u64));
         let value_bytes = known.get(&meta.number).copied();
         match (scope, value_bytes, frame_bytes) {
             (_, Some(0), Some(size)) => {

@@ -252,13 +252,19 @@ impl DbInner {
         self.rotate_log(log, false)
     }
 
-    /// Starts a new value-log file now (caller holds the log lock). With
-    /// `replay_to_new`, the same edit moves the replay pointer to the new
-    /// file's start: only when every record of the old one is flushed.
-    pub fn rotate_log(&self, log: &mut LogWriter, replay_to_new: bool) -> Result<()> {
+    /// Starts a new value-log file now (caller holds the log lock).
+    /// `retire`: every record of the old file is flushed (the caller checked
+    /// under this lock), so the same edit moves the replay pointer to the
+    /// new file; and if the old file holds no value frame (this process
+    /// wrote it all, `written_logs`), no reader can need it: the edit
+    /// deletes it instead of sealing it, and it is removed at once.
+    pub fn rotate_log(&self, log: &mut LogWriter, retire: bool) -> Result<()> {
         let res = (|| {
-            log.sync()?;
             let old = log.position();
+            let drop_old = retire && self.written_logs.lock().get(&old.file) == Some(&0);
+            if !drop_old {
+                log.sync()?;
+            }
             let n = self.new_file_number();
             let path = vlog_path(&self.dir, n);
             let new = LogWriter::create(
@@ -272,13 +278,22 @@ impl DbInner {
                 .sync_dir(&self.dir)
                 .ctx(|| format!("syncing directory {}", self.dir.display()))?;
             self.written_logs.lock().insert(n, 0);
-            self.log_and_apply(VersionEdit {
+            let mut edit = VersionEdit {
                 added_logs: vec![n],
-                sealed_logs: vec![(old.file, old.offset, old.block)],
-                replay: replay_to_new.then(|| new.position()),
+                replay: retire.then(|| new.position()),
                 ..Default::default()
-            })?;
+            };
+            match drop_old {
+                true => edit.deleted_logs.push(old.file),
+                false => edit.sealed_logs.push((old.file, old.offset, old.block)),
+            }
+            self.log_and_apply(edit)?;
             *log = new;
+            if drop_old {
+                self.written_logs.lock().remove(&old.file);
+                self.vlog.forget(old.file);
+                let _ = self.fs.remove(&vlog_path(&self.dir, old.file));
+            }
             Ok(())
         })();
         if let Err(e) = &res {
