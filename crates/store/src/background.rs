@@ -53,7 +53,11 @@ pub fn run(inner: Arc<DbInner>) {
                     gc::collect(&inner, false, scope).map(|_| ())
                 })
             }
-            Work::Compact => compaction::compact_once(&inner).map(|_| ()),
+            Work::Compact => compaction::compact_once(&inner).and_then(|_| {
+                // The compaction may have found values dead.
+                let scope = Scope::Known { rewrite: every > 0 };
+                gc::collect(&inner, false, scope).map(|_| ())
+            }),
             Work::CollectGarbage => {
                 flushes_since_gc = 0;
                 let scope = Scope::All {

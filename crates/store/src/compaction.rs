@@ -12,8 +12,9 @@ use std::sync::Arc;
 use crate::codec::KeyPin;
 use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
-use crate::format::{parse_internal_key, table_path, ValueType};
+use crate::format::{parse_internal_key, table_path, ValuePointer, ValueType};
 use crate::iterator::{InternalIterator, MergingIterator};
+use crate::log_writer::FRAME_HEADER_LEN;
 use crate::table_builder::{TableBuilder, TableOptions};
 use crate::table_reader::TableIterator;
 use crate::version::{FileMeta, Version, VersionEdit, NUM_LEVELS};
@@ -248,6 +249,9 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
     let mut out = OutputWriter::new(inner);
     let mut current_user: Option<Vec<u8>> = None;
     let mut last_seq_for_key = u64::MAX;
+    // Value frames whose pointers are dropped: dead for every reader, GC's
+    // hint once the edit is in.
+    let mut dead_values: Vec<(u64, u64)> = Vec::new();
     iter.seek_to_first();
     let result = (|| -> Result<()> {
         while iter.valid() {
@@ -277,6 +281,11 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
             last_seq_for_key = p.seq;
             if !drop {
                 out.add(key, iter.value());
+            } else if p.value_type == ValueType::Pointer {
+                if let Some(ptr) = ValuePointer::decode(iter.value()) {
+                    let bytes = FRAME_HEADER_LEN as u64 + u64::from(ptr.frame.len);
+                    dead_values.push((ptr.file, bytes));
+                }
             }
             iter.next();
         }
@@ -289,6 +298,12 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
     }
     inner.log_and_apply(edit)?;
     drop(outputs.keys); // the tables are in the version now
+    {
+        let mut usage = inner.log_usage.lock();
+        for (file, bytes) in dead_values {
+            usage.died(file, bytes);
+        }
+    }
     inner
         .state
         .lock()

@@ -3,7 +3,7 @@
 //! level; the first entry found decides, a deletion included), and the
 //! public `Store` handle. The write path is in `write.rs`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -16,6 +16,7 @@ use crate::codec::BlockCodec;
 use crate::env::{FileLock, FileSystem};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{internal_key, vlog_path, LogPosition, ValuePointer, ValueType, TYPE_FOR_SEEK};
+use crate::gc::LogUsage;
 use crate::keys::KeyState;
 use crate::log_writer::LogWriter;
 use crate::manifest::{self, Manifest};
@@ -85,11 +86,9 @@ pub(crate) struct DbInner {
     /// Serialises re-encryption passes: two at once would write the same
     /// `.reseal` temporary files.
     pub reencrypt_lock: Mutex<()>,
-    /// Value-log files this process created (every head since the open),
-    /// with the bytes of value frames written to each (frame headers
-    /// included). A file not listed was written by an earlier process; GC
-    /// must read it to learn what it holds.
-    pub written_logs: Mutex<HashMap<u64, u64>>,
+    /// What this process knows of value-log files' value frames (GC reads
+    /// only files this shows worth collecting, outside its full passes).
+    pub log_usage: Mutex<LogUsage>,
     /// The last sequence number whose group is fully in the memtable.
     pub visible_seq: AtomicU64,
     pub next_file: AtomicU64,
@@ -164,7 +163,8 @@ impl DbInner {
         let vlog = ValueLog::new(fs.clone(), dir.clone(), vlog_codec.clone());
         let visible = version.last_sequence;
         let next_file = version.next_file_number;
-        let written_logs = HashMap::from([(log.file_number(), 0)]);
+        let mut log_usage = LogUsage::default();
+        log_usage.created(log.file_number());
         let current = Arc::new(version);
         DbInner {
             state: Mutex::new(State {
@@ -195,7 +195,7 @@ impl DbInner {
             manifest: Mutex::new(manifest),
             compaction_lock: Mutex::new(()),
             reencrypt_lock: Mutex::new(()),
-            written_logs: Mutex::new(written_logs),
+            log_usage: Mutex::new(log_usage),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),
             file_lock: Mutex::new(Some(lock)),

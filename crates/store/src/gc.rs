@@ -10,12 +10,13 @@
 //! once no snapshot older than the rewrite remains; a file that never held
 //! a value frame is deleted at once (no reader can need it).
 //!
-//! A file this process wrote is known without reading it
-//! (`DbInner::written_logs`): one with no value frames is dropped as soon
-//! as the replay pointer passes it, and one whose value frames are few
-//! enough that it qualifies whatever is live is collected then too
-//! ([`Scope::Known`]). Files of earlier processes are read by the periodic
-//! pass and [`crate::Store::gc_value_log`] ([`Scope::All`]).
+//! What this process knows of each file ([`LogUsage`]: the value frames it
+//! appended, the live bytes a scan found, the pointers compaction dropped)
+//! bounds its live bytes without reading it: a file with no value frame is
+//! dropped as soon as the replay pointer passes it, and one whose bound
+//! shows it qualifies is collected then too ([`Scope::Known`]). Other files
+//! are read by the periodic pass and [`crate::Store::gc_value_log`]
+//! ([`Scope::All`]).
 
 use std::sync::atomic::Ordering;
 
@@ -25,8 +26,10 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::{vlog_path, FileKind, LogPosition, ValuePointer, ValueType, HEADER_LEN};
 use crate::log_reader::{open_log_file, LogReader};
 use crate::log_writer::FRAME_HEADER_LEN;
-use crate::version::VersionEdit;
+use crate::version::{Version, VersionEdit};
 use crate::write_batch::{decode_commit, WriteBatch};
+
+use std::collections::HashMap;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GcReport {
@@ -46,11 +49,75 @@ pub(crate) enum Scope {
     /// Every file, read unless this process knows it holds no value frame;
     /// collected when at least `discard_ratio` of it is garbage.
     All { discard_ratio: f64 },
-    /// Only files this process wrote, none read unless it surely
-    /// qualifies: one without value frames is dropped, and with `rewrite`,
-    /// one whose value frames are at most `1 - vlog_gc_discard_ratio` of
-    /// it is collected. Cheap enough to run after every flush.
+    /// No file read unless [`LogUsage`] shows it qualifies: one known to
+    /// hold no value frame is dropped, and with `rewrite`, one whose live
+    /// bytes are bounded by `1 - vlog_gc_discard_ratio` of it is collected.
+    /// Cheap enough to run after every flush and compaction.
     Known { rewrite: bool },
+}
+
+/// What this process knows of value-log files' value frames, so that GC
+/// reads only files worth collecting. Byte counts are of whole frames
+/// (header and sealed block).
+#[derive(Debug, Default)]
+pub(crate) struct LogUsage {
+    /// An upper bound on each listed file's live value bytes, as of when
+    /// it was set: for a file this process created, every value frame
+    /// appended (0: it holds none, which no later event changes); for a
+    /// file a GC pass read and kept, the live bytes it found. Files not
+    /// listed are unknown (bounded by their size).
+    values: HashMap<u64, u64>,
+    /// Bytes of value frames whose entries compaction dropped (shadowed
+    /// for every reader) since `values` was set.
+    dead: HashMap<u64, u64>,
+}
+
+impl LogUsage {
+    pub fn created(&mut self, n: u64) {
+        self.values.insert(n, 0);
+    }
+
+    pub fn appended(&mut self, n: u64, bytes: u64) {
+        if let Some(v) = self.values.get_mut(&n) {
+            *v += bytes;
+        }
+    }
+
+    pub fn died(&mut self, n: u64, bytes: u64) {
+        *self.dead.entry(n).or_default() += bytes;
+    }
+
+    /// Whether file `n` is known to hold no value frame at all.
+    pub fn has_no_values(&self, n: u64) -> bool {
+        self.values.get(&n) == Some(&0)
+    }
+
+    /// At most how many of the `frame_bytes` of file `n` are live.
+    fn live_bound(&self, n: u64, frame_bytes: u64) -> u64 {
+        let values = self.values.get(&n).copied().unwrap_or(frame_bytes);
+        values.saturating_sub(self.dead.get(&n).copied().unwrap_or(0))
+    }
+
+    /// A pass read file `n`, found `live` (> 0) bytes live, and kept it.
+    fn scanned(&mut self, n: u64, live: u64) {
+        self.values.insert(n, live);
+        self.dead.remove(&n);
+    }
+
+    pub fn forget(&mut self, n: u64) {
+        self.values.remove(&n);
+        self.dead.remove(&n);
+    }
+
+    /// Drops what is known of files `v` no longer lists (a compaction may
+    /// report values dead in a file already dropped). Files newer than the
+    /// head may be being created and are kept.
+    fn prune(&mut self, v: &Version) {
+        let head = v.head_log().unwrap_or(0);
+        let gone = |n: &u64| *n < head && !v.logs.contains_key(n);
+        self.values.retain(|n, _| !gone(n));
+        self.dead.retain(|n, _| !gone(n));
+    }
 }
 
 struct Candidate {
@@ -71,7 +138,7 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
         .filter(|l| l.number < version.replay.file)
         .copied()
         .collect();
-    let known = inner.written_logs.lock().clone();
+    inner.log_usage.lock().prune(&version);
     let discard_ratio = match scope {
         Scope::All { discard_ratio } => discard_ratio,
         Scope::Known { .. } => inner.opts.vlog_gc_discard_ratio,
@@ -82,16 +149,21 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
         let frame_bytes = meta
             .sealed
             .map(|(size, _)| size.saturating_sub(HEADER_LEN as u64));
-        let value_bytes = known.get(&meta.number).copied();
-        match (scope, value_bytes, frame_bytes) {
-            (_, Some(0), Some(size)) => {
+        let (no_values, live_bound) = {
+            let usage = inner.log_usage.lock();
+            let n = meta.number;
+            let bound = frame_bytes.map(|size| usage.live_bound(n, size));
+            (usage.has_no_values(n), bound)
+        };
+        match (scope, no_values, frame_bytes, live_bound) {
+            (_, true, Some(size), _) => {
                 rewrite_and_drop(inner, meta.number, size, None, wait, &mut report)?;
                 continue;
             }
-            (Scope::Known { rewrite: true }, Some(v), Some(size))
-                if v as f64 <= (1.0 - discard_ratio) * size as f64 => {}
-            (Scope::Known { .. }, _, _) => continue,
-            (Scope::All { .. }, _, _) => {}
+            (Scope::Known { rewrite: true }, _, Some(size), Some(live))
+                if live as f64 <= (1.0 - discard_ratio) * size as f64 => {}
+            (Scope::Known { .. }, ..) => continue,
+            (Scope::All { .. }, ..) => {}
         }
         report.files_scanned += 1;
         let (pointers, total) = match scan(inner, meta.number, meta.sealed.map(|s| s.0)) {
@@ -109,6 +181,9 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
             .sum();
         let keep_limit = (1.0 - discard_ratio) * total as f64;
         if live_bytes > 0 && live_bytes as f64 > keep_limit {
+            // Kept: remember what was found, so that the file is read
+            // again only once enough more of it has died.
+            inner.log_usage.lock().scanned(meta.number, live_bytes);
             continue;
         }
         let live = has_values.then_some(live);
@@ -250,7 +325,7 @@ fn rewrite_and_drop(
         deleted_logs: vec![n],
         ..Default::default()
     })?;
-    inner.written_logs.lock().remove(&n);
+    inner.log_usage.lock().forget(n);
     // A reader at an older snapshot may still follow a pointer into the
     // file; with no value frame in it, none can.
     let from_seq = match has_values {

@@ -184,9 +184,7 @@ impl DbInner {
                 .iter()
                 .map(|h| FRAME_HEADER_LEN as u64 + u64::from(h.len))
                 .sum();
-            if let Some(v) = self.written_logs.lock().get_mut(&file) {
-                *v += bytes;
-            }
+            self.log_usage.lock().appended(file, bytes);
         }
         let mem = self.state.lock().mem.clone();
         let mut seq = first_seq;
@@ -256,12 +254,12 @@ impl DbInner {
     /// `retire`: every record of the old file is flushed (the caller checked
     /// under this lock), so the same edit moves the replay pointer to the
     /// new file; and if the old file holds no value frame (this process
-    /// wrote it all, `written_logs`), no reader can need it: the edit
+    /// wrote it all, `log_usage`), no reader can need it: the edit
     /// deletes it instead of sealing it, and it is removed at once.
     pub fn rotate_log(&self, log: &mut LogWriter, retire: bool) -> Result<()> {
         let res = (|| {
             let old = log.position();
-            let drop_old = retire && self.written_logs.lock().get(&old.file) == Some(&0);
+            let drop_old = retire && self.log_usage.lock().has_no_values(old.file);
             if !drop_old {
                 log.sync()?;
             }
@@ -277,7 +275,7 @@ impl DbInner {
             self.fs
                 .sync_dir(&self.dir)
                 .ctx(|| format!("syncing directory {}", self.dir.display()))?;
-            self.written_logs.lock().insert(n, 0);
+            self.log_usage.lock().created(n);
             let mut edit = VersionEdit {
                 added_logs: vec![n],
                 replay: retire.then(|| new.position()),
@@ -290,7 +288,7 @@ impl DbInner {
             self.log_and_apply(edit)?;
             *log = new;
             if drop_old {
-                self.written_logs.lock().remove(&old.file);
+                self.log_usage.lock().forget(old.file);
                 self.vlog.forget(old.file);
                 let _ = self.fs.remove(&vlog_path(&self.dir, old.file));
             }

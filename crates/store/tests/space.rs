@@ -215,6 +215,38 @@ fn close_collects_the_head_when_few_of_its_bytes_are_values() {
 }
 
 #[test]
+fn values_overwritten_by_a_later_process_are_collected_at_its_close() {
+    // Large values live only in the value log. A second process overwrites
+    // them all: the files of the first are unknown to it, but its
+    // compactions see the old pointers dropped, and `close` collects them.
+    let d = tempfile::tempdir().unwrap();
+    let opts = || Options {
+        vlog_file_size: 256 << 10,
+        ..Options::default()
+    };
+    let n = 1000u64;
+    let mut live = 0;
+    for version in 1..=3u64 {
+        let s = Store::open(d.path(), opts()).unwrap();
+        for i in 0..n {
+            s.put(key(i), value_for(i, version, 2000)).unwrap();
+        }
+        s.close().unwrap();
+        let s = Store::open(d.path(), opts()).unwrap();
+        let (bytes, keys) = live_bytes(&s);
+        assert_eq!(keys, n);
+        assert_eq!(s.get(key(7)).unwrap(), Some(value_for(7, version, 2000)));
+        live = bytes;
+        drop(s);
+    }
+    let on_disk = dir_bytes(d.path());
+    assert!(
+        on_disk as f64 <= 1.3 * live as f64,
+        "{on_disk} bytes on disk for {live} live bytes"
+    );
+}
+
+#[test]
 fn one_shot_processes_keep_level_0_under_its_trigger() {
     let d = tempfile::tempdir().unwrap();
     let trigger = Options::default().l0_compaction_trigger;
