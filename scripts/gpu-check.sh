@@ -29,6 +29,10 @@ OUT=${OUT:-/tmp/gvault-gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 export GVAULT_KERNEL_CACHE=/tmp/gvault-kernels
+# The GPU tests are #[ignore]d (a GPU-less `cargo test` reports them as
+# ignored): run them here with --include-ignored, and fail, not skip, when
+# the GPU cannot be used.
+export GVAULT_REQUIRE_GPU=1
 B=.gpu
 status=0
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; nproc; date -u; } > "$OUT/machine.txt" 2>&1
@@ -59,28 +63,28 @@ if has tests; then
   # The cipher tests with each table layout of the table ciphers.
   for tables in ${TEST_TABLES:-narrow wide}; do
     echo "== gpu-tests (GVAULT_GPU_TABLES=$tables)"
-    GVAULT_GPU_TABLES=$tables $B/gpu-tests --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-tests.txt"
+    GVAULT_GPU_TABLES=$tables $B/gpu-tests --include-ignored --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-tests.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
   # The GCM tests again with each GHASH kernel forced (the default picks
   # by segment length, so each test exercises one of them).
   for ghash in narrow wide; do
     echo "== gpu-tests gcm (GVAULT_GCM_GHASH=$ghash)"
-    GVAULT_GCM_GHASH=$ghash $B/gpu-tests gcm --test-threads=1 2>&1 | tee -a "$OUT/gpu-tests.txt"
+    GVAULT_GCM_GHASH=$ghash $B/gpu-tests --include-ignored gcm --test-threads=1 2>&1 | tee -a "$OUT/gpu-tests.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
-  $B/gpu-hash-tests --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu-hash-tests.txt"
+  $B/gpu-hash-tests --include-ignored --test-threads=1 --nocapture 2>&1 | tee "$OUT/gpu-hash-tests.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   # and the chunking tests with the gear pass's direct loads (the default
   # stages them through shared memory)
   echo "== gpu-hash-tests (GVAULT_GEAR_VARIANT=direct)" | tee -a "$OUT/gpu-hash-tests.txt"
-  GVAULT_GEAR_VARIANT=direct $B/gpu-hash-tests --test-threads=1 2>&1 | tee -a "$OUT/gpu-hash-tests.txt"
+  GVAULT_GEAR_VARIANT=direct $B/gpu-hash-tests --include-ignored --test-threads=1 2>&1 | tee -a "$OUT/gpu-hash-tests.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   # and the fused CRC-32C tests with each table scheme forced (the default
   # run above used the device's default)
   for crc in slice8 rep2 rep4; do
     echo "== gpu-hash-tests crc32c (GVAULT_B3_CRC=$crc)" | tee -a "$OUT/gpu-hash-tests.txt"
-    GVAULT_B3_CRC=$crc $B/gpu-hash-tests crc32c --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-hash-tests.txt"
+    GVAULT_B3_CRC=$crc $B/gpu-hash-tests --include-ignored crc32c --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/gpu-hash-tests.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
 fi
@@ -141,7 +145,7 @@ if has crc; then
       --ops fastcdc-blake3,fastcdc-blake3-crc32c --sizes 1G 2>&1 | grep "^trace" | tail -24 | tee -a "$OUT/crc.txt"
   done
   echo "== gpu-hash-tests chunk_digest (GVAULT_FUSED_DESC=host)" | tee -a "$OUT/crc.txt"
-  GVAULT_FUSED_DESC=host $B/gpu-hash-tests chunk_digest --test-threads=1 2>&1 | tee -a "$OUT/crc.txt"
+  GVAULT_FUSED_DESC=host $B/gpu-hash-tests --include-ignored chunk_digest --test-threads=1 2>&1 | tee -a "$OUT/crc.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has slots; then

@@ -1,6 +1,9 @@
 //! The on-disk NVRTC cache (gpu/kernels.rs): an entry is BLAKE3(ptx) ‖ ptx,
 //! and a damaged entry must be rebuilt, never trusted. Needs NVRTC, not a
-//! GPU; without NVRTC the test says SKIPPED and passes.
+//! GPU, so it is `#[ignore]`d (a plain `cargo test` reports it as ignored);
+//! .ci/run installs NVRTC and runs it with `--include-ignored` and
+//! `GVAULT_REQUIRE_NVRTC=1`, under which a missing NVRTC fails it. Without
+//! that variable and without NVRTC it says SKIPPED and passes.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -32,8 +35,13 @@ fn valid_entry(ptx: &str) -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs NVRTC (libnvrtc.so.13): .ci/run runs it with --include-ignored"]
 fn corrupt_cache_entries_are_rebuilt_not_trusted() {
     let Some((major, minor)) = nvrtc_version() else {
+        assert!(
+            std::env::var_os("GVAULT_REQUIRE_NVRTC").is_none(),
+            "GVAULT_REQUIRE_NVRTC is set but NVRTC cannot be loaded"
+        );
         println!("SKIPPED (no NVRTC): kernel cache corruption test needs libnvrtc.so.13 on LD_LIBRARY_PATH");
         return;
     };

@@ -1,5 +1,5 @@
 //! The `gvault` command: the store (`init`, `put`, `get`, `del`, `scan`,
-//! `export`, `import`, `stats`, `verify`, `gc`, `demo`), benchmarks and
+//! `export`, `import`, `stats`, `verify`, `gc`, `compact`, `salvage`, `demo`), benchmarks and
 //! diagnostics.
 //!
 //! Exit statuses: 0 success, 1 key not found, 2 error (message on stderr),

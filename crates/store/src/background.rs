@@ -1,6 +1,7 @@
 //! The background thread: flushes immutable memtables to level-0 tables
-//! (oldest first, advancing the replay pointer), then runs compactions,
-//! then, every few flushes, a value-log GC pass.
+//! (oldest first, advancing the replay pointer; value-log files the pointer
+//! passed are then collected if they are known garbage, `gc::Scope::Known`),
+//! then runs compactions, then, every few flushes, a value-log GC pass.
 //! A failure is recorded as the store's background error, which turns
 //! later writes into errors instead of silently losing data.
 
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use crate::compaction::{self, OutputWriter};
 use crate::db::DbInner;
 use crate::error::Result;
+use crate::gc::{self, Scope};
 use crate::iterator::InternalIterator;
 use crate::memtable::MemTableIterator;
 use crate::version::VersionEdit;
@@ -46,12 +48,22 @@ pub fn run(inner: Arc<DbInner>) {
         let res = match work {
             Work::Flush => {
                 flushes_since_gc += 1;
-                flush_oldest(&inner)
+                flush_oldest(&inner).and_then(|()| {
+                    let scope = Scope::Known { rewrite: every > 0 };
+                    gc::collect(&inner, false, scope).map(|_| ())
+                })
             }
-            Work::Compact => compact_once(&inner),
+            Work::Compact => compaction::compact_once(&inner).and_then(|_| {
+                // The compaction may have found values dead.
+                let scope = Scope::Known { rewrite: every > 0 };
+                gc::collect(&inner, false, scope).map(|_| ())
+            }),
             Work::CollectGarbage => {
                 flushes_since_gc = 0;
-                crate::gc::collect(&inner, false).map(|_| ())
+                let scope = Scope::All {
+                    discard_ratio: inner.opts.vlog_gc_discard_ratio,
+                };
+                gc::collect(&inner, false, scope).map(|_| ())
             }
         };
         if let Err(e) = res {
@@ -91,16 +103,4 @@ pub fn flush_oldest(inner: &DbInner) -> Result<()> {
     st.imm.pop_front();
     inner.publish_view(&st);
     Ok(())
-}
-
-fn compact_once(inner: &DbInner) -> Result<()> {
-    let _guard = inner.compaction_lock.lock();
-    let c = {
-        let st = inner.state.lock();
-        compaction::pick(inner, &st.current, &st.compact_pointer)
-    };
-    match c {
-        Some(c) => compaction::run(inner, &c),
-        None => Ok(()),
-    }
 }

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use crate::codec::KeyPin;
 use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
-use crate::format::{parse_internal_key, table_path, ValueType};
+use crate::format::{parse_internal_key, table_path, ValuePointer, ValueType};
 use crate::iterator::{InternalIterator, MergingIterator};
+use crate::log_writer::FRAME_HEADER_LEN;
 use crate::table_builder::{TableBuilder, TableOptions};
 use crate::table_reader::TableIterator;
 use crate::version::{FileMeta, Version, VersionEdit, NUM_LEVELS};
@@ -24,10 +25,31 @@ pub struct Compaction {
     pub inputs: [Vec<Arc<FileMeta>>; 2],
 }
 
-pub fn max_bytes_for_level(inner: &DbInner, level: usize) -> u64 {
+/// The size limit of `level` (1 or deeper) in version `v`.
+///
+/// At most `level1_max_bytes × multiplier^(level−1)`; and a level above
+/// the deepest one that holds data may hold at most `multiplier^k` times
+/// less than that deepest level (k levels down). Without the second
+/// limit a store smaller than the static sizes (say 65 MB: level 1 up to
+/// 32 MB over 33 MB in level 2) can hold a whole second copy of its data
+/// in the upper levels after an overwrite; with it, the levels above the
+/// deepest hold at most about 1/(multiplier−1) of it, which bounds space
+/// amplification (docs/format.md §9).
+pub fn max_bytes_for_level(inner: &DbInner, v: &Version, level: usize) -> u64 {
+    let mult = inner.opts.level_size_multiplier;
     let mut b = inner.opts.level1_max_bytes;
     for _ in 1..level {
-        b = b.saturating_mul(inner.opts.level_size_multiplier);
+        b = b.saturating_mul(mult);
+    }
+    if let Some(deepest) = (level + 1..NUM_LEVELS)
+        .rev()
+        .find(|&l| !v.levels[l].is_empty())
+    {
+        let mut dynamic = v.level_bytes(deepest);
+        for _ in level..deepest {
+            dynamic /= mult;
+        }
+        b = b.min(dynamic.max(1));
     }
     b
 }
@@ -39,7 +61,7 @@ fn best_level(inner: &DbInner, v: &Version) -> (usize, f64) {
         v.levels[0].len() as f64 / inner.opts.l0_compaction_trigger as f64,
     );
     for level in 1..NUM_LEVELS - 1 {
-        let score = v.level_bytes(level) as f64 / max_bytes_for_level(inner, level) as f64;
+        let score = v.level_bytes(level) as f64 / max_bytes_for_level(inner, v, level) as f64;
         if score > best.1 {
             best = (level, score);
         }
@@ -70,6 +92,12 @@ pub fn pick(inner: &DbInner, v: &Version, compact_pointer: &[Vec<u8>]) -> Option
     if score < 1.0 {
         return None;
     }
+    pick_at(v, level, compact_pointer)
+}
+
+/// A compaction of `level` into the next: all of level 0, or the next
+/// table of a deeper level (round robin), with what it overlaps below.
+fn pick_at(v: &Version, level: usize, compact_pointer: &[Vec<u8>]) -> Option<Compaction> {
     let first = if level == 0 {
         v.levels[0].clone()
     } else {
@@ -221,6 +249,9 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
     let mut out = OutputWriter::new(inner);
     let mut current_user: Option<Vec<u8>> = None;
     let mut last_seq_for_key = u64::MAX;
+    // Value frames whose pointers are dropped: dead for every reader, GC's
+    // hint once the edit is in.
+    let mut dead_values: Vec<(u64, u64)> = Vec::new();
     iter.seek_to_first();
     let result = (|| -> Result<()> {
         while iter.valid() {
@@ -250,6 +281,11 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
             last_seq_for_key = p.seq;
             if !drop {
                 out.add(key, iter.value());
+            } else if p.value_type == ValueType::Pointer {
+                if let Some(ptr) = ValuePointer::decode(iter.value()) {
+                    let bytes = FRAME_HEADER_LEN as u64 + u64::from(ptr.frame.len);
+                    dead_values.push((ptr.file, bytes));
+                }
             }
             iter.next();
         }
@@ -262,6 +298,12 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
     }
     inner.log_and_apply(edit)?;
     drop(outputs.keys); // the tables are in the version now
+    {
+        let mut usage = inner.log_usage.lock();
+        for (file, bytes) in dead_values {
+            usage.died(file, bytes);
+        }
+    }
     inner
         .state
         .lock()
@@ -284,6 +326,63 @@ fn is_base_level_for_key(v: &Version, out_level: usize, key: &[u8]) -> bool {
     v.levels[out_level + 1..]
         .iter()
         .all(|files| files.iter().all(|f| !f.overlaps(Some(key), Some(key))))
+}
+
+/// Runs the compaction most due, if any is; false when none is.
+pub fn compact_once(inner: &DbInner) -> Result<bool> {
+    let _guard = inner.compaction_lock.lock();
+    let c = {
+        let st = inner.state.lock();
+        if let Some(e) = &st.bg_error {
+            return Err(e.clone());
+        }
+        pick(inner, &st.current, &st.compact_pointer)
+    };
+    match c {
+        Some(c) => run(inner, &c).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// Runs compactions until none is due: level 0 below
+/// `l0_compaction_trigger`, every deeper level within its size. What an
+/// open that finds level 0 over its trigger does, since short-lived
+/// processes' background threads may never catch up.
+pub fn settle(inner: &DbInner) -> Result<()> {
+    while compact_once(inner)? {}
+    Ok(())
+}
+
+/// Level 0 may hold at most this fraction of the bytes below it when a
+/// store closes.
+const L0_SHARE_AT_CLOSE: f64 = 0.1;
+
+/// What `Store::close` runs: [`settle`], and then, if level 0 holds more
+/// than a tenth of the bytes below it, compacts it too. Level 0 holds up to
+/// `l0_compaction_trigger − 1` memtables, which in a small store may all be
+/// overwrites of data below (space amplification); a large store's level 0
+/// is a small share and is left to the trigger.
+pub fn settle_for_close(inner: &DbInner) -> Result<()> {
+    settle(inner)?;
+    let guard = inner.compaction_lock.lock();
+    let c = {
+        let st = inner.state.lock();
+        if let Some(e) = &st.bg_error {
+            return Err(e.clone());
+        }
+        let v = &st.current;
+        let below: u64 = (1..NUM_LEVELS).map(|l| v.level_bytes(l)).sum();
+        let l0 = v.level_bytes(0);
+        if l0 == 0 || (l0 as f64) <= L0_SHARE_AT_CLOSE * below as f64 {
+            return Ok(());
+        }
+        pick_at(v, 0, &st.compact_pointer)
+    };
+    if let Some(c) = c {
+        run(inner, &c)?;
+    }
+    drop(guard);
+    settle(inner)
 }
 
 /// Manual compaction of [lo, hi] through every level holding data there.

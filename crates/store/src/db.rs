@@ -20,6 +20,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::{
     internal_key_into, vlog_path, LogPosition, ValuePointer, ValueType, TYPE_FOR_SEEK,
 };
+use crate::gc::LogUsage;
 use crate::keys::KeyState;
 use crate::log_writer::LogWriter;
 use crate::manifest::{self, Manifest};
@@ -114,6 +115,9 @@ pub(crate) struct DbInner {
     pub reencrypt_lock: Mutex<()>,
     /// Cursors reading ahead now (`db_iter::AheadSlot`).
     pub reading_ahead: std::sync::atomic::AtomicUsize,
+    /// What this process knows of value-log files' value frames (GC reads
+    /// only files this shows worth collecting, outside its full passes).
+    pub log_usage: Mutex<LogUsage>,
     /// The last sequence number whose group is fully in the memtable.
     pub visible_seq: AtomicU64,
     pub next_file: AtomicU64,
@@ -220,6 +224,10 @@ impl DbInner {
         let vlog = ValueLog::new(fs.clone(), dir.clone(), vlog_codec.clone());
         let visible = version.last_sequence;
         let next_file = version.next_file_number;
+        let mut log_usage = LogUsage::default();
+        if let Some(log) = &log {
+            log_usage.created(log.file_number());
+        }
         let current = Arc::new(version);
         let state = State {
             mem: Arc::new(MemTable::new()),
@@ -253,6 +261,7 @@ impl DbInner {
             compaction_lock: Mutex::new(()),
             reencrypt_lock: Mutex::new(()),
             reading_ahead: std::sync::atomic::AtomicUsize::new(0),
+            log_usage: Mutex::new(log_usage),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),
             file_lock: Mutex::new(lock),
@@ -524,6 +533,42 @@ impl DbInner {
         }
     }
 
+    /// Whether the head value-log file holds only records not yet flushed
+    /// (the replay pointer is at its start) and few of them: replaying it
+    /// at the next open costs less than flushing and replacing it now.
+    pub fn head_is_small_and_unflushed(&self) -> bool {
+        let guard = self.log.lock();
+        let Some(log) = guard.as_ref() else {
+            return false;
+        };
+        let st = self.state.lock();
+        let unflushed = st.current.replay.file == log.file_number()
+            && st.current.replay.offset == crate::format::HEADER_LEN as u64;
+        let small = (log.position().offset as usize) <= self.opts.write_buffer_size / 8;
+        unflushed && small && st.imm.is_empty()
+    }
+
+    /// Once every record is flushed, starts a new value-log head and moves
+    /// the replay pointer to it, so that the old head is behind the pointer
+    /// and GC may take it (or, holding no value frame, it goes at once).
+    /// Nothing to do for an empty head or while anything is unflushed.
+    pub fn retire_head(&self) -> Result<()> {
+        let mut guard = self.log.lock();
+        let Some(log) = guard.as_mut() else {
+            return Err(Error::Closed("store is closed".into()));
+        };
+        if log.position().offset <= crate::format::HEADER_LEN as u64 {
+            return Ok(());
+        }
+        {
+            let st = self.state.lock();
+            if !st.mem.is_empty() || !st.imm.is_empty() || st.bg_error.is_some() {
+                return Ok(());
+            }
+        }
+        self.rotate_log(log, true)
+    }
+
     /// Deletes files that no version or reader needs any more.
     pub fn delete_obsolete_files(&self) {
         let (tables, logs) = {
@@ -557,6 +602,24 @@ impl DbInner {
     }
 }
 
+/// `Store::compact_all` collects every value-log file at least this
+/// fraction garbage (the background's `vlog_gc_discard_ratio` is higher:
+/// it trades space for fewer rewrites).
+pub const COMPACT_DISCARD_RATIO: f64 = 0.1;
+
+/// What [`Store::compact_all`] did. Bytes are those of the live tables and
+/// value-log files.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompactReport {
+    pub tables_before: usize,
+    pub tables_after: usize,
+    pub vlog_files_before: usize,
+    pub vlog_files_after: usize,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub gc: crate::gc::GcReport,
+}
+
 /// A key for messages: printable as text when it is, else hex.
 pub(crate) fn show_key(key: &[u8]) -> String {
     let k = &key[..key.len().min(64)];
@@ -582,10 +645,31 @@ impl Store {
             .name("gvault-store-bg".into())
             .spawn(move || crate::background::run(bg_inner))
             .ctx(|| "starting the background thread".to_string())?;
-        Ok(Store {
+        let store = Store {
             inner,
             bg: Mutex::new(Some(handle)),
-        })
+        };
+        store.settle_level0();
+        Ok(store)
+    }
+
+    /// Brings level 0 under `l0_compaction_trigger` now if it is over it
+    /// (processes that ended without `close`, each leaving its writes to be
+    /// flushed by the next open): short-lived processes would otherwise
+    /// pile up level-0 tables. `close` leaves it under the trigger and an
+    /// open flushes at most one table, so after a clean close this never
+    /// runs. A failure is the store's background error, as if the
+    /// background thread had met it: reads still work, writes report it.
+    fn settle_level0(&self) {
+        let full = {
+            let st = self.inner.state.lock();
+            st.current.levels[0].len() > self.inner.opts.l0_compaction_trigger
+        };
+        if full {
+            if let Err(e) = crate::compaction::settle(&self.inner) {
+                self.inner.set_bg_error(&e);
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -709,16 +793,93 @@ impl Store {
     /// and deletes the files.
     pub fn gc_value_log(&self) -> Result<crate::gc::GcReport> {
         self.inner.check_mutable("value-log GC")?;
-        crate::gc::collect(&self.inner, true)
+        let scope = crate::gc::Scope::All {
+            discard_ratio: self.inner.opts.vlog_gc_discard_ratio,
+        };
+        crate::gc::collect(&self.inner, true, scope)
     }
 
-    /// Closes the store: stops background work, syncs the value log,
-    /// records the head value-log file's final size in the manifest (so a
-    /// later shortening of it is damage, not a torn tail) and releases the
-    /// lock. Unflushed memtables are rebuilt from the value log at the next
-    /// open.
+    /// Compacts the whole store: flushes, collects every value-log file
+    /// with at least [`COMPACT_DISCARD_RATIO`] of garbage (or less, if
+    /// `vlog_gc_discard_ratio` is lower), then merges every table down to
+    /// the deepest level that holds data, dropping overwritten and deleted
+    /// entries.
+    pub fn compact_all(&self) -> Result<CompactReport> {
+        self.inner.check_mutable("compacting")?;
+        let before = self.file_counts();
+        self.flush()?;
+        // Every record is in tables now: a new head puts the old one
+        // behind the replay pointer, where GC can take it.
+        self.inner.retire_head()?;
+        let scope = crate::gc::Scope::All {
+            discard_ratio: self
+                .inner
+                .opts
+                .vlog_gc_discard_ratio
+                .min(COMPACT_DISCARD_RATIO),
+        };
+        let gc = crate::gc::collect(&self.inner, true, scope)?;
+        // Rewritten values' pointers go to tables, and the entries they
+        // replace are dropped by the compaction.
+        self.compact_range(None, None)?;
+        self.inner.delete_obsolete_files();
+        let after = self.file_counts();
+        Ok(CompactReport {
+            tables_before: before.0,
+            tables_after: after.0,
+            vlog_files_before: before.1,
+            vlog_files_after: after.1,
+            bytes_before: before.2,
+            bytes_after: after.2,
+            gc,
+        })
+    }
+
+    /// Tables, value-log files and their bytes in the current version.
+    fn file_counts(&self) -> (usize, usize, u64) {
+        let s = self.stats();
+        let tables: usize = s.levels.iter().map(|(n, _)| n).sum();
+        let table_bytes: u64 = s.levels.iter().map(|(_, b)| b).sum();
+        (tables, s.vlog_files, table_bytes + s.vlog_bytes)
+    }
+
+    /// Closes the store: first leaves it tidy for the next process (see
+    /// below), then stops background work, syncs the value log, records the
+    /// head value-log file's final size in the manifest (so a later
+    /// shortening of it is damage, not a torn tail) and releases the lock.
+    /// Dropping a store skips the tidying (the head is still sealed); the
+    /// next open replays what was not flushed.
     pub fn close(self) -> Result<()> {
-        self.shutdown()
+        let tidied = self.tidy();
+        let closed = self.shutdown();
+        tidied.and(closed)
+    }
+
+    /// What `close` does before it stops the store, so that a short-lived
+    /// process leaves no more behind than a long-lived one would:
+    /// compactions run until none is due (level 0 stays under
+    /// `l0_compaction_trigger` however many processes open and close the
+    /// store), and no value-log file is left holding records that are
+    /// already in tables. If nothing of the head value-log file was flushed
+    /// yet and what it holds is small (a short command), it is left for the
+    /// next open to replay and drop, as a crash would leave it; otherwise
+    /// the memtable is flushed, the head replaced by a new file, and files
+    /// behind the replay pointer that hold no value frame (or few enough to
+    /// qualify for GC) are collected. Skipped after a background error.
+    fn tidy(&self) -> Result<()> {
+        if self.inner.read_only_end.is_some() || self.inner.state.lock().bg_error.is_some() {
+            return Ok(());
+        }
+        if !self.inner.head_is_small_and_unflushed() {
+            self.flush()?;
+        }
+        crate::compaction::settle_for_close(&self.inner)?;
+        if !self.inner.head_is_small_and_unflushed() {
+            self.inner.retire_head()?;
+        }
+        let rewrite = self.inner.opts.vlog_gc_every_flushes > 0;
+        crate::gc::collect(&self.inner, true, crate::gc::Scope::Known { rewrite })?;
+        Ok(())
     }
 
     fn shutdown(&self) -> Result<()> {

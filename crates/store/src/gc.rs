@@ -1,10 +1,22 @@
 //! Value-log garbage collection. Only files wholly behind the replay
-//! pointer are candidates (everything in them is already in tables). A
-//! value in such a file is live when the newest entry for its key still
-//! points at it; if enough of a file is garbage, its live values are
-//! appended again at the head (new sequence numbers, under the log lock so
-//! no user write interleaves), and the file is dropped from the manifest.
-//! It is deleted once no snapshot older than the rewrite remains.
+//! pointer are candidates (everything in them is already in tables). In
+//! such a file only value frames can still be needed: its commit frames
+//! (inline values, deletions, pointers) are all copied into tables, so they
+//! are garbage. A value frame is live when the newest entry for its key
+//! still points at it. If at most `1 - vlog_gc_discard_ratio` of the file's
+//! bytes are live value frames, the live values are appended again at the
+//! head (new sequence numbers, under the log lock so no user write
+//! interleaves), and the file is dropped from the manifest. It is deleted
+//! once no snapshot older than the rewrite remains; a file that never held
+//! a value frame is deleted at once (no reader can need it).
+//!
+//! What this process knows of each file ([`LogUsage`]: the value frames it
+//! appended, the live bytes a scan found, the pointers compaction dropped)
+//! bounds its live bytes without reading it: a file with no value frame is
+//! dropped as soon as the replay pointer passes it, and one whose bound
+//! shows it qualifies is collected then too ([`Scope::Known`]). Other files
+//! are read by the periodic pass and [`crate::Store::gc_value_log`]
+//! ([`Scope::All`]).
 
 use std::sync::atomic::Ordering;
 
@@ -13,15 +25,99 @@ use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{vlog_path, FileKind, LogPosition, ValuePointer, ValueType, HEADER_LEN};
 use crate::log_reader::{open_log_file, LogReader};
-use crate::version::VersionEdit;
+use crate::log_writer::FRAME_HEADER_LEN;
+use crate::version::{Version, VersionEdit};
 use crate::write_batch::{decode_commit, WriteBatch};
+
+use std::collections::HashMap;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GcReport {
+    /// Files read to find their live values.
     pub files_scanned: u64,
+    /// Files dropped (their live values, if any, rewritten first).
     pub files_dropped: u64,
+    /// Bytes of the dropped files.
+    pub bytes_dropped: u64,
     pub values_rewritten: u64,
     pub bytes_rewritten: u64,
+}
+
+/// Which files a pass considers (all of them behind the replay pointer).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Scope {
+    /// Every file, read unless this process knows it holds no value frame;
+    /// collected when at least `discard_ratio` of it is garbage.
+    All { discard_ratio: f64 },
+    /// No file read unless [`LogUsage`] shows it qualifies: one known to
+    /// hold no value frame is dropped, and with `rewrite`, one whose live
+    /// bytes are bounded by `1 - vlog_gc_discard_ratio` of it is collected.
+    /// Cheap enough to run after every flush and compaction.
+    Known { rewrite: bool },
+}
+
+/// What this process knows of value-log files' value frames, so that GC
+/// reads only files worth collecting. Byte counts are of whole frames
+/// (header and sealed block).
+#[derive(Debug, Default)]
+pub(crate) struct LogUsage {
+    /// An upper bound on each listed file's live value bytes, as of when
+    /// it was set: for a file this process created, every value frame
+    /// appended (0: it holds none, which no later event changes); for a
+    /// file a GC pass read and kept, the live bytes it found. Files not
+    /// listed are unknown (bounded by their size).
+    values: HashMap<u64, u64>,
+    /// Bytes of value frames whose entries compaction dropped (shadowed
+    /// for every reader) since `values` was set.
+    dead: HashMap<u64, u64>,
+}
+
+impl LogUsage {
+    pub fn created(&mut self, n: u64) {
+        self.values.insert(n, 0);
+    }
+
+    pub fn appended(&mut self, n: u64, bytes: u64) {
+        if let Some(v) = self.values.get_mut(&n) {
+            *v += bytes;
+        }
+    }
+
+    pub fn died(&mut self, n: u64, bytes: u64) {
+        *self.dead.entry(n).or_default() += bytes;
+    }
+
+    /// Whether file `n` is known to hold no value frame at all.
+    pub fn has_no_values(&self, n: u64) -> bool {
+        self.values.get(&n) == Some(&0)
+    }
+
+    /// At most how many of the `frame_bytes` of file `n` are live.
+    fn live_bound(&self, n: u64, frame_bytes: u64) -> u64 {
+        let values = self.values.get(&n).copied().unwrap_or(frame_bytes);
+        values.saturating_sub(self.dead.get(&n).copied().unwrap_or(0))
+    }
+
+    /// A pass read file `n`, found `live` (> 0) bytes live, and kept it.
+    fn scanned(&mut self, n: u64, live: u64) {
+        self.values.insert(n, live);
+        self.dead.remove(&n);
+    }
+
+    pub fn forget(&mut self, n: u64) {
+        self.values.remove(&n);
+        self.dead.remove(&n);
+    }
+
+    /// Drops what is known of files `v` no longer lists (a compaction may
+    /// report values dead in a file already dropped). Files newer than the
+    /// head may be being created and are kept.
+    fn prune(&mut self, v: &Version) {
+        let head = v.head_log().unwrap_or(0);
+        let gone = |n: &u64| *n < head && !v.logs.contains_key(n);
+        self.values.retain(|n, _| !gone(n));
+        self.dead.retain(|n, _| !gone(n));
+    }
 }
 
 struct Candidate {
@@ -30,10 +126,10 @@ struct Candidate {
     ptr: ValuePointer,
 }
 
-/// Runs one GC pass. With `wait` false (the background thread), a file is
-/// skipped rather than wait for the log lock: a writer holding it may be
-/// waiting for this very thread to flush.
-pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
+/// Runs one GC pass over the files `scope` names. With `wait` false (the
+/// background thread), a file is skipped rather than wait for the log
+/// lock: a writer holding it may be waiting for this very thread to flush.
+pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcReport> {
     let mut report = GcReport::default();
     let version = inner.state.lock().current.clone();
     let files: Vec<_> = version
@@ -42,7 +138,33 @@ pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
         .filter(|l| l.number < version.replay.file)
         .copied()
         .collect();
+    inner.log_usage.lock().prune(&version);
+    let discard_ratio = match scope {
+        Scope::All { discard_ratio } => discard_ratio,
+        Scope::Known { .. } => inner.opts.vlog_gc_discard_ratio,
+    };
     for meta in files {
+        // Files behind the replay pointer are sealed; their frames are
+        // everything after the header.
+        let frame_bytes = meta
+            .sealed
+            .map(|(size, _)| size.saturating_sub(HEADER_LEN as u64));
+        let (no_values, live_bound) = {
+            let usage = inner.log_usage.lock();
+            let n = meta.number;
+            let bound = frame_bytes.map(|size| usage.live_bound(n, size));
+            (usage.has_no_values(n), bound)
+        };
+        match (scope, no_values, frame_bytes, live_bound) {
+            (_, true, Some(size), _) => {
+                rewrite_and_drop(inner, meta.number, size, None, wait, &mut report)?;
+                continue;
+            }
+            (Scope::Known { rewrite: true }, _, Some(size), Some(live))
+                if live as f64 <= (1.0 - discard_ratio) * size as f64 => {}
+            (Scope::Known { .. }, ..) => continue,
+            (Scope::All { .. }, ..) => {}
+        }
         report.files_scanned += 1;
         let (pointers, total) = match scan(inner, meta.number, meta.sealed.map(|s| s.0)) {
             Ok(found) => found,
@@ -51,20 +173,28 @@ pub fn collect(inner: &DbInner, wait: bool) -> Result<GcReport> {
             Err(_) if !inner.state.lock().current.logs.contains_key(&meta.number) => continue,
             Err(e) => return Err(e),
         };
+        let has_values = !pointers.is_empty();
         let live = live_values(inner, pointers)?;
-        let live_bytes: u64 = live.iter().map(|c| u64::from(c.ptr.frame.len)).sum();
-        let keep_limit = (1.0 - inner.opts.vlog_gc_discard_ratio) * total as f64;
-        if total > 0 && live_bytes > 0 && live_bytes as f64 > keep_limit {
+        let live_bytes: u64 = live
+            .iter()
+            .map(|c| FRAME_HEADER_LEN as u64 + u64::from(c.ptr.frame.len))
+            .sum();
+        let keep_limit = (1.0 - discard_ratio) * total as f64;
+        if live_bytes > 0 && live_bytes as f64 > keep_limit {
+            // Kept: remember what was found, so that the file is read
+            // again only once enough more of it has died.
+            inner.log_usage.lock().scanned(meta.number, live_bytes);
             continue;
         }
-        rewrite_and_drop(inner, meta.number, live, wait, &mut report)?;
+        let live = has_values.then_some(live);
+        rewrite_and_drop(inner, meta.number, total, live, wait, &mut report)?;
     }
     inner.delete_obsolete_files();
     Ok(report)
 }
 
 /// Every value pointer the file's commit records hold, and the bytes of
-/// value frames in it.
+/// all its frames (headers included): what dropping it frees.
 fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>, u64)> {
     let path = vlog_path(&inner.dir, n);
     let file = open_log_file(&*inner.fs, &path, FileKind::ValueLog, n, &*inner.vlog_codec)?;
@@ -94,8 +224,9 @@ fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>,
                 ))
             }
         };
+        total += FRAME_HEADER_LEN as u64 + u64::from(frame.handle.len);
         match frame.kind {
-            BlockKind::LogValue => total += u64::from(frame.handle.len),
+            BlockKind::LogValue => {}
             BlockKind::LogCommit => {
                 let recs = decode_commit(&frame.payload).ok_or_else(|| {
                     Error::corruption(
@@ -140,10 +271,14 @@ fn live_values(inner: &DbInner, all: Vec<Candidate>) -> Result<Vec<Candidate>> {
     Ok(live)
 }
 
+/// Rewrites the `live` values of file `n` (`bytes` of frames) at the head
+/// and drops the file. `live` None: the file holds no value frame, so no
+/// reader can need it and it is deleted at once.
 fn rewrite_and_drop(
     inner: &DbInner,
     n: u64,
-    live: Vec<Candidate>,
+    bytes: u64,
+    live: Option<Vec<Candidate>>,
     wait: bool,
     report: &mut GcReport,
 ) -> Result<()> {
@@ -167,8 +302,9 @@ fn rewrite_and_drop(
             return Ok(()); // another pass dropped it meanwhile
         }
     }
+    let has_values = live.is_some();
     let mut batch = WriteBatch::new();
-    for c in live {
+    for c in live.into_iter().flatten() {
         // Holding the log lock, no write can slip in between check and copy.
         if !is_live(inner, &c)? {
             continue;
@@ -189,8 +325,15 @@ fn rewrite_and_drop(
         deleted_logs: vec![n],
         ..Default::default()
     })?;
-    let from_seq = inner.visible_seq.load(Ordering::SeqCst);
+    inner.log_usage.lock().forget(n);
+    // A reader at an older snapshot may still follow a pointer into the
+    // file; with no value frame in it, none can.
+    let from_seq = match has_values {
+        true => inner.visible_seq.load(Ordering::SeqCst),
+        false => 0,
+    };
     inner.state.lock().obsolete_logs.push((n, from_seq));
     report.files_dropped += 1;
+    report.bytes_dropped += HEADER_LEN as u64 + bytes;
     Ok(())
 }

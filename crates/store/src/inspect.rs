@@ -85,6 +85,9 @@ pub fn verify(inner: &Arc<DbInner>, progress: &mut dyn FnMut(u64, u64)) -> Resul
         let end = expected(meta);
         match verify_log(inner, meta.number, end) {
             Ok(frames) => r.vlog_frames += frames,
+            // Dropped meanwhile (a flushed file without values goes as
+            // soon as the replay pointer passes it, and GC drops others).
+            Err(_) if !inner.state.lock().current.logs.contains_key(&meta.number) => {}
             Err(e) => note(&mut r.problems, e),
         }
         done += end.map_or(0, |(size, _)| size);

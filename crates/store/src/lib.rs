@@ -35,10 +35,14 @@
 //!   blocks sit in an LRU `cache` with a byte budget. `db_iter` gives
 //!   cursors and range scans in both directions at any snapshot.
 //! - **Value-log GC** (`gc`) rewrites live values out of mostly-dead
-//!   files, in the background every `vlog_gc_every_flushes` flushes and on
-//!   [`Store::gc_value_log`]; `inspect` verifies every block and reports
-//!   stats; [`salvage`] reads what still authenticates from a store too
-//!   damaged to open.
+//!   files (flushed commit frames count as dead), in the background every
+//!   `vlog_gc_every_flushes` flushes and on [`Store::gc_value_log`]; files
+//!   this process wrote that hold no value frame go as soon as the replay
+//!   pointer passes them. `inspect` verifies every block and reports stats; [`salvage`] reads
+//!   what still authenticates from a store too damaged to open.
+//! - **Close** ([`Store::close`]) leaves the store as a long-lived process
+//!   would: compactions no longer due, no value-log file holding records
+//!   already in tables; [`Store::compact_all`] compacts everything.
 //! - **Files** go through [`env::FileSystem`], so tests inject a full disk.
 //!
 //! docs/format.md in the repository describes every byte on disk.
@@ -81,7 +85,10 @@ mod vlog;
 mod write;
 mod write_batch;
 
-pub use db::{ReadOptions, Snapshot, Store, MAX_BATCH_BYTES, MAX_KEY_LEN};
+pub use db::{
+    CompactReport, ReadOptions, Snapshot, Store, COMPACT_DISCARD_RATIO, MAX_BATCH_BYTES,
+    MAX_KEY_LEN,
+};
 pub use db_iter::{DbIterator, Scan};
 pub use env::{FaultInjectingFs, FileSystem, OsFs};
 pub use error::{Error, Result};

@@ -320,8 +320,14 @@ fn write_batches(
 
 /// Re-seals table `f` under `to_key` in one batch. The caller holds the
 /// compaction lock and has checked that `f` is live, so it stays live.
-/// False when it already uses `to_key`.
-pub(crate) fn reseal_table(inner: &DbInner, f: &FileMeta, to_key: u32) -> Result<bool> {
+/// False when it already uses `to_key`: then only its header was read, and
+/// `throttle` is not charged (a pass with nothing to do must not sleep).
+pub(crate) fn reseal_table(
+    inner: &DbInner,
+    f: &FileMeta,
+    to_key: u32,
+    throttle: &mut Throttle,
+) -> Result<bool> {
     let path = table_path(&inner.dir, f.number);
     let src = inner
         .fs
@@ -341,6 +347,7 @@ pub(crate) fn reseal_table(inner: &DbInner, f: &FileMeta, to_key: u32) -> Result
     if from_key == to_key {
         return Ok(false);
     }
+    throttle.charge(f.size);
     let table = inner.tables.get(f)?;
     let mut layout = table.layout();
     layout.sort_by_key(|(h, _)| h.offset);

@@ -215,7 +215,7 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
         if seal_value_log
             && header_key(inner, &vlog_path(&inner.dir, log.file_number()))? != current
         {
-            inner.rotate_log(log)?;
+            inner.rotate_log(log, false)?;
         }
         log.file_number()
     };
@@ -291,8 +291,7 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
             if !still_live {
                 continue;
             }
-            throttle.charge(f.size);
-            if reseal::reseal_table(inner, f, current)? {
+            if reseal::reseal_table(inner, f, current, &mut throttle)? {
                 report.bytes_read += f.size;
                 report.tables_rewritten += 1;
             }

@@ -180,6 +180,13 @@ impl DbInner {
             self.set_bg_error(&e);
             return Err(e);
         }
+        if !handles.is_empty() {
+            let bytes: u64 = handles
+                .iter()
+                .map(|h| FRAME_HEADER_LEN as u64 + u64::from(h.len))
+                .sum();
+            self.log_usage.lock().appended(file, bytes);
+        }
         let mem = self.state.lock().mem.clone();
         let mut seq = first_seq;
         let mut next_value = 0;
@@ -242,14 +249,22 @@ impl DbInner {
         if log.position().offset < self.opts.vlog_file_size {
             return Ok(());
         }
-        self.rotate_log(log)
+        self.rotate_log(log, false)
     }
 
     /// Starts a new value-log file now (caller holds the log lock).
-    pub fn rotate_log(&self, log: &mut LogWriter) -> Result<()> {
+    /// `retire`: every record of the old file is flushed (the caller checked
+    /// under this lock), so the same edit moves the replay pointer to the
+    /// new file; and if the old file holds no value frame (this process
+    /// wrote it all, `log_usage`), no reader can need it: the edit
+    /// deletes it instead of sealing it, and it is removed at once.
+    pub fn rotate_log(&self, log: &mut LogWriter, retire: bool) -> Result<()> {
         let res = (|| {
-            log.sync()?;
             let old = log.position();
+            let drop_old = retire && self.log_usage.lock().has_no_values(old.file);
+            if !drop_old {
+                log.sync()?;
+            }
             let n = self.new_file_number();
             let path = vlog_path(&self.dir, n);
             let new = LogWriter::create(
@@ -262,12 +277,23 @@ impl DbInner {
             self.fs
                 .sync_dir(&self.dir)
                 .ctx(|| format!("syncing directory {}", self.dir.display()))?;
-            self.log_and_apply(VersionEdit {
+            self.log_usage.lock().created(n);
+            let mut edit = VersionEdit {
                 added_logs: vec![n],
-                sealed_logs: vec![(old.file, old.offset, old.block)],
+                replay: retire.then(|| new.position()),
                 ..Default::default()
-            })?;
+            };
+            match drop_old {
+                true => edit.deleted_logs.push(old.file),
+                false => edit.sealed_logs.push((old.file, old.offset, old.block)),
+            }
+            self.log_and_apply(edit)?;
             *log = new;
+            if drop_old {
+                self.log_usage.lock().forget(old.file);
+                self.vlog.forget(old.file);
+                let _ = self.fs.remove(&vlog_path(&self.dir, old.file));
+            }
             Ok(())
         })();
         if let Err(e) = &res {

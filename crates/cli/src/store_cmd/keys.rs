@@ -438,23 +438,39 @@ fn reencrypt(store: &StoreDir, rate_mb: f64) -> CmdResult {
     let before = s.key_status()?.stale_files();
     let start = std::time::Instant::now();
     let pb = crate::progress::spinner(&format!("re-encrypting: {before} files under older keys"));
-    let pass = s.spawn_reencrypt();
-    while !pass.is_finished() {
-        std::thread::sleep(Duration::from_millis(200));
-        // Files come and go while the pass runs; a failed look is skipped.
-        if !pb.is_hidden() {
-            if let Ok(st) = s.key_status() {
-                pb.set_message(format!(
-                    "re-encrypting: {} of {before} files left under older keys",
-                    st.stale_files()
-                ));
+    // The pass reports its end at once (a pass with nothing to do returns
+    // in milliseconds); the progress line is refreshed five times a second.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let pass = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(s.reencrypt());
+        })
+    };
+    let result = loop {
+        match done_rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(r) => break r,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                // Files come and go while the pass runs; a failed look is
+                // skipped.
+                if !pb.is_hidden() {
+                    if let Ok(st) = s.key_status() {
+                        pb.set_message(format!(
+                            "re-encrypting: {} of {before} files left under older keys",
+                            st.stale_files()
+                        ));
+                    }
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the re-encryption thread panicked".into())
             }
         }
-    }
+    };
     pb.finish_and_clear();
-    let report = pass
-        .join()
-        .map_err(|_| "the re-encryption thread panicked")??;
+    pass.join()
+        .map_err(|_| "the re-encryption thread panicked")?;
+    let report = result?;
     let st = s.key_status()?;
     let secs = start.elapsed().as_secs_f64();
     println!(

@@ -1,4 +1,4 @@
-//! The store commands (`gvault init`, `put`, `get`, …): the LSM store from
+//! The store commands (`gvault init`, `put`, `get`, `compact`, …): the LSM store from
 //! the command line.
 //!
 //! Exit codes: 0 success, 1 key not found, 2 error (message on stderr; a
@@ -232,6 +232,13 @@ pub enum StoreCommand {
     /// Rewrites live values out of mostly-dead value-log files and deletes
     /// the files (the background thread also does this as it runs).
     Gc {
+        #[command(flatten)]
+        store: StoreDir,
+    },
+    /// Compact the whole store: flush, collect every value-log file at
+    /// least 10% garbage, merge all tables down (dropping overwritten and
+    /// deleted entries); print the sizes before and after.
+    Compact {
         #[command(flatten)]
         store: StoreDir,
     },
@@ -525,6 +532,29 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             println!(
                 "scanned {} value-log files, dropped {}, rewrote {} values ({} bytes)",
                 r.files_scanned, r.files_dropped, r.values_rewritten, r.bytes_rewritten
+            );
+            Ok(0)
+        }
+        StoreCommand::Compact { store } => {
+            let s = open_existing(&store)?;
+            let r = s.compact_all()?;
+            s.close()?;
+            println!(
+                "compacted: {} -> {} bytes; tables {} -> {}; value-log files {} -> {}",
+                r.bytes_before,
+                r.bytes_after,
+                r.tables_before,
+                r.tables_after,
+                r.vlog_files_before,
+                r.vlog_files_after
+            );
+            println!(
+                "value-log GC: read {} files, dropped {} ({} bytes), rewrote {} values ({} bytes)",
+                r.gc.files_scanned,
+                r.gc.files_dropped,
+                r.gc.bytes_dropped,
+                r.gc.values_rewritten,
+                r.gc.bytes_rewritten
             );
             Ok(0)
         }
