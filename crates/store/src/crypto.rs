@@ -12,9 +12,10 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
+use arc_swap::ArcSwap;
 use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
 use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 
 use crate::codec::{
     BlockCodec, BlockContext, KeyPin, KeyPins, OpenError, OpenSlot, Reseal, ResealError, SealError,
@@ -82,6 +83,7 @@ const DIRECT_OPEN_BYTES: usize = 1 << 20;
 /// The data keys by id: a few (the current one, and older ones until
 /// re-encryption retires them), so a list beats a hash map's lookup,
 /// which every block seal and open pays.
+#[derive(Clone)]
 struct KeySet {
     current: u32,
     keys: Vec<(u32, Arc<Aes256Key>)>,
@@ -95,7 +97,11 @@ impl KeySet {
 
 pub struct GcmCodec {
     store_id: [u8; STORE_ID_LEN],
-    keys: RwLock<KeySet>,
+    /// Published for every seal and open to read in place (no lock word or
+    /// reference count written per block: 16 threads opening blocks under
+    /// one key contended on both); replaced under `keys_writer`.
+    keys: ArcSwap<KeySet>,
+    keys_writer: Mutex<()>,
     backend: Arc<dyn Backend>,
     /// Small jobs go here instead when `backend` is the auto dispatcher.
     direct: Arc<dyn Backend>,
@@ -109,7 +115,7 @@ pub struct GcmCodec {
 
 impl fmt::Debug for GcmCodec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let k = self.keys.read();
+        let k = self.keys.load();
         let mut ids: Vec<u32> = k.keys.iter().map(|(i, _)| *i).collect();
         ids.sort_unstable();
         f.debug_struct("GcmCodec")
@@ -130,10 +136,11 @@ impl GcmCodec {
     ) -> Self {
         GcmCodec {
             store_id,
-            keys: RwLock::new(KeySet {
+            keys: ArcSwap::from_pointee(KeySet {
                 current,
                 keys: keys.into_iter().map(|(i, k)| (i, Arc::new(k))).collect(),
             }),
+            keys_writer: Mutex::new(()),
             inline_cpu: matches!(backend.name(), "auto" | "cpu"),
             direct: if backend.name() == "auto" {
                 shared_cpu_backend()
@@ -157,17 +164,19 @@ impl GcmCodec {
     /// still read it. Writers that already started a file keep sealing it
     /// under the key they pinned.
     pub fn set_keys(&self, current: u32, keys: Vec<(u32, Aes256Key)>) {
-        let mut k = self.keys.write();
+        let _w = self.keys_writer.lock();
+        let mut k = KeySet::clone(&self.keys.load());
         k.current = current;
         for (id, key) in keys {
             if k.get(id).is_none() {
                 k.keys.push((id, Arc::new(key)));
             }
         }
+        self.keys.store(Arc::new(k));
     }
 
     fn key(&self, id: u32) -> Option<Arc<Aes256Key>> {
-        self.keys.read().get(id).cloned()
+        self.keys.load().get(id).cloned()
     }
 
     /// The key every context of a batch names (a batch is one job, under
@@ -278,18 +287,18 @@ impl GcmCodec {
 
 impl BlockCodec for GcmCodec {
     fn key_id(&self) -> u32 {
-        self.keys.read().current
+        self.keys.load().current
     }
 
     fn pin_key(&self) -> KeyPin {
-        // The read lock keeps `set_keys` out until the pin is counted: a
+        // The writer lock keeps `set_keys` out until the pin is counted: a
         // key stops being current only when no pin on it is still to come.
-        let k = self.keys.read();
-        self.pins.pin(k.current)
+        let _w = self.keys_writer.lock();
+        self.pins.pin(self.keys.load().current)
     }
 
     fn knows_key(&self, key_id: u32) -> bool {
-        self.keys.read().get(key_id).is_some()
+        self.keys.load().get(key_id).is_some()
     }
 
     fn overhead(&self) -> usize {
@@ -504,7 +513,8 @@ impl BlockCodec for GcmCodec {
             .ok_or_else(|| OpenError(format!("block of {} bytes is too short", sealed.len())))?;
         let (data, tag) = sealed.split_at_mut(n);
         let tag = Tag::try_from_slice(tag).expect("16 bytes");
-        let key = self.key(ctx.key_id).ok_or_else(|| {
+        let keys = self.keys.load();
+        let key = keys.get(ctx.key_id).ok_or_else(|| {
             OpenError(format!(
                 "data key {} is not in the key registry",
                 ctx.key_id
