@@ -31,9 +31,12 @@
 //!   with other readers and the same steps, but writes nothing.
 //! - **Reads**: active memtable, immutable memtables, then level 0 (newest
 //!   first) and each deeper level; the first entry found decides, a
-//!   deletion included. Tables are opened once (`table_cache`); decoded
-//!   blocks sit in an LRU `cache` with a byte budget. `db_iter` gives
-//!   cursors and range scans in both directions at any snapshot.
+//!   deletion included. A get takes no lock: the memtables and version are
+//!   a read view published (`ArcSwap`) at each change, tables are opened
+//!   once (`table_cache`, read in place), decoded blocks sit in a sharded
+//!   `cache` with a byte budget, and the value is copied once, from where
+//!   it lies ([`Store::get_into`] into the caller's buffer). `db_iter`
+//!   gives cursors and range scans in both directions at any snapshot.
 //! - **Value-log GC** (`gc`) rewrites live values out of mostly-dead
 //!   files (flushed commit frames count as dead), in the background every
 //!   `vlog_gc_every_flushes` flushes and on [`Store::gc_value_log`]; files
