@@ -49,13 +49,19 @@ pub fn run(inner: Arc<DbInner>) {
             Work::Flush => {
                 flushes_since_gc += 1;
                 flush_oldest(&inner).and_then(|()| {
-                    let scope = Scope::Known { rewrite: every > 0 };
+                    let scope = Scope::Known {
+                        rewrite: every > 0,
+                        discard_ratio: inner.opts.vlog_gc_discard_ratio,
+                    };
                     gc::collect(&inner, false, scope).map(|_| ())
                 })
             }
             Work::Compact => compaction::compact_once(&inner).and_then(|_| {
                 // The compaction may have found values dead.
-                let scope = Scope::Known { rewrite: every > 0 };
+                let scope = Scope::Known {
+                    rewrite: every > 0,
+                    discard_ratio: inner.opts.vlog_gc_discard_ratio,
+                };
                 gc::collect(&inner, false, scope).map(|_| ())
             }),
             Work::CollectGarbage => {

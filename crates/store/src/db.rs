@@ -607,6 +607,11 @@ impl DbInner {
 /// it trades space for fewer rewrites).
 pub const COMPACT_DISCARD_RATIO: f64 = 0.1;
 
+/// `close` collects value-log files it knows to be at least this fraction
+/// garbage: the command-line's "space after any command <= 1.3x the live
+/// data" needs under 0.23 (1 / (1 - 0.2) = 1.25).
+pub const CLOSE_DISCARD_RATIO: f64 = 0.2;
+
 /// What [`Store::compact_all`] did. Bytes are those of the live tables and
 /// value-log files.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -878,7 +883,18 @@ impl Store {
             self.inner.retire_head()?;
         }
         let rewrite = self.inner.opts.vlog_gc_every_flushes > 0;
-        crate::gc::collect(&self.inner, true, crate::gc::Scope::Known { rewrite })?;
+        // A lower ratio than the background's: what a command leaves stays
+        // within 1 / (1 - CLOSE_DISCARD_RATIO) of the live value bytes it
+        // knows of, at a few rewrites per byte reclaimed, paid once a close.
+        let scope = crate::gc::Scope::Known {
+            rewrite,
+            discard_ratio: self
+                .inner
+                .opts
+                .vlog_gc_discard_ratio
+                .min(CLOSE_DISCARD_RATIO),
+        };
+        crate::gc::collect(&self.inner, true, scope)?;
         Ok(())
     }
 

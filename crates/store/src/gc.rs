@@ -51,9 +51,9 @@ pub(crate) enum Scope {
     All { discard_ratio: f64 },
     /// No file read unless [`LogUsage`] shows it qualifies: one known to
     /// hold no value frame is dropped, and with `rewrite`, one whose live
-    /// bytes are bounded by `1 - vlog_gc_discard_ratio` of it is collected.
-    /// Cheap enough to run after every flush and compaction.
-    Known { rewrite: bool },
+    /// bytes are bounded by `1 - discard_ratio` of it is collected. Cheap
+    /// enough to run after every flush and compaction.
+    Known { rewrite: bool, discard_ratio: f64 },
 }
 
 /// What this process knows of value-log files' value frames, so that GC
@@ -141,7 +141,7 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
     inner.log_usage.lock().prune(&version);
     let discard_ratio = match scope {
         Scope::All { discard_ratio } => discard_ratio,
-        Scope::Known { .. } => inner.opts.vlog_gc_discard_ratio,
+        Scope::Known { discard_ratio, .. } => discard_ratio,
     };
     for meta in files {
         // Files behind the replay pointer are sealed; their frames are
@@ -160,7 +160,7 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
                 rewrite_and_drop(inner, meta.number, size, None, wait, &mut report)?;
                 continue;
             }
-            (Scope::Known { rewrite: true }, _, Some(size), Some(live))
+            (Scope::Known { rewrite: true, .. }, _, Some(size), Some(live))
                 if live as f64 <= (1.0 - discard_ratio) * size as f64 => {}
             (Scope::Known { .. }, ..) => continue,
             (Scope::All { .. }, ..) => {}
