@@ -523,12 +523,12 @@ impl BlockCodec for GcmCodec {
         let aad = self.aad(ctx);
         let nonce = Nonce96::from_parts(ctx.file_number, ctx.block_number);
         if self.inline_cpu && n <= DIRECT_OPEN_BYTES {
-            return gvault_accel::cpu::open_block(&key, &nonce, &aad, &tag, data)
+            return gvault_accel::cpu::open_block(key, &nonce, &aad, &tag, data)
                 .map(|()| n)
                 .map_err(|_| auth_failed(ctx.kind));
         }
         let mut job = Job::Open {
-            key: &key,
+            key,
             segments: vec![OpenSegment {
                 nonce,
                 aad: &aad,

@@ -265,7 +265,7 @@ fn random_partial_overwrites_stay_within_1_3x_after_each_close() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if round == 0 || x % 3 == 0 {
+            if round == 0 || x.is_multiple_of(3) {
                 current[i as usize] = round;
                 s.put(key(i), value_for(i, round, 2000)).unwrap();
             }
