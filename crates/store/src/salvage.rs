@@ -156,38 +156,30 @@ pub fn salvage(dir: &Path, opts: &Options, emit: &mut Emit<'_>) -> Result<Salvag
     let version = recover_version(&*fs, dir, &names, codec.clone(), opts, &mut report);
     report.from_manifest = version.is_some();
 
-    let mut entries = Entries::default();
-    let cache = Arc::new(BlockCache::new(8 << 20));
-    let tables = table_list(&*fs, dir, &names, version.as_ref());
-    for (number, size, range) in tables {
-        report.tables += 1;
-        read_table(
-            &*fs,
-            dir,
-            number,
-            size,
-            range,
-            codec.clone(),
-            cache.clone(),
-            &mut entries,
-            &mut report,
-        );
+    let mut reader = Reader {
+        fs: &*fs,
+        dir,
+        codec,
+        vlog_codec: vlog_codec.clone(),
+        cache: Arc::new(BlockCache::new(8 << 20)),
+        entries: Entries::default(),
+        report,
+    };
+    for (number, size, range) in table_list(&*fs, dir, &names, version.as_ref()) {
+        reader.report.tables += 1;
+        reader.read_table(number, size, range);
     }
     for (number, start, sealed) in log_list(&names, version.as_ref()) {
-        report.log_files += 1;
-        if let Err(e) = read_log(
-            &*fs,
-            dir,
-            number,
-            start,
-            sealed,
-            vlog_codec.clone(),
-            &mut entries,
-            &mut report,
-        ) {
-            report.problems.push(e);
+        reader.report.log_files += 1;
+        if let Err(e) = reader.read_log(number, start, sealed) {
+            reader.report.problems.push(e);
         }
     }
+    let Reader {
+        entries,
+        mut report,
+        ..
+    } = reader;
 
     let vlog = ValueLog::new(fs.clone(), dir.to_owned(), vlog_codec);
     for (key, e) in &entries.0 {
@@ -333,49 +325,61 @@ fn log_list(names: &[String], version: Option<&Version>) -> Vec<(u64, LogPositio
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn read_table(
-    fs: &dyn crate::env::FileSystem,
-    dir: &Path,
-    number: u64,
-    size: u64,
-    range: Option<KeyRange>,
+/// What a salvage reads files with, and what it has found so far.
+struct Reader<'a> {
+    fs: &'a dyn crate::env::FileSystem,
+    dir: &'a Path,
     codec: Arc<dyn BlockCodec>,
+    vlog_codec: Arc<dyn BlockCodec>,
     cache: Arc<BlockCache>,
-    entries: &mut Entries,
-    report: &mut SalvageReport,
-) {
-    let path = table_path(dir, number);
-    let table = match Table::open(fs, &path, number, size, codec, cache) {
-        Ok(t) => t,
-        Err(e) => {
-            report.problems.push(with_range(e, &path, range.as_ref()));
-            return;
-        }
-    };
-    let mut after: Option<Vec<u8>> = None;
-    for i in 0..table.data_blocks() {
-        let last = table.last_key_of_block(i).to_vec();
-        match table.data_block(i) {
-            Ok(block) => {
-                report.table_blocks += 1;
-                for j in 0..block.len() {
-                    if let Some(k) = parse_internal_key(block.key(j)) {
-                        entries.offer(k.user_key, k.seq, k.value_type, block.value(j));
+    entries: Entries,
+    report: SalvageReport,
+}
+
+impl Reader<'_> {
+    /// Every readable data block of table `number`.
+    fn read_table(&mut self, number: u64, size: u64, range: Option<KeyRange>) {
+        let (entries, report) = (&mut self.entries, &mut self.report);
+        let dir = self.dir;
+        let path = table_path(dir, number);
+        let table = match Table::open(
+            self.fs,
+            &path,
+            number,
+            size,
+            self.codec.clone(),
+            self.cache.clone(),
+        ) {
+            Ok(t) => t,
+            Err(e) => {
+                report.problems.push(with_range(e, &path, range.as_ref()));
+                return;
+            }
+        };
+        let mut after: Option<Vec<u8>> = None;
+        for i in 0..table.data_blocks() {
+            let last = table.last_key_of_block(i).to_vec();
+            match table.data_block(i) {
+                Ok(block) => {
+                    report.table_blocks += 1;
+                    for j in 0..block.len() {
+                        if let Some(k) = parse_internal_key(block.key(j)) {
+                            entries.offer(k.user_key, k.seq, k.value_type, block.value(j));
+                        }
                     }
                 }
+                Err(e) => {
+                    let lo = after.as_deref().map(crate::format::user_key);
+                    let held = format!(
+                        "keys after {} up to {} may be missing or older",
+                        lo.map_or("the table's first".into(), crate::db::show_key),
+                        crate::db::show_key(crate::format::user_key(&last))
+                    );
+                    report.problems.push(annotate(e, &path, &held));
+                }
             }
-            Err(e) => {
-                let lo = after.as_deref().map(crate::format::user_key);
-                let held = format!(
-                    "keys after {} up to {} may be missing or older",
-                    lo.map_or("the table's first".into(), crate::db::show_key),
-                    crate::db::show_key(crate::format::user_key(&last))
-                );
-                report.problems.push(annotate(e, &path, &held));
-            }
+            after = Some(last);
         }
-        after = Some(last);
     }
 }
 
@@ -407,92 +411,90 @@ fn annotate(e: Error, path: &Path, held: &str) -> Error {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn read_log(
-    fs: &dyn crate::env::FileSystem,
-    dir: &Path,
-    number: u64,
-    start: LogPosition,
-    sealed: Option<u64>,
-    codec: Arc<dyn BlockCodec>,
-    entries: &mut Entries,
-    report: &mut SalvageReport,
-) -> Result<()> {
-    let path: PathBuf = vlog_path(dir, number);
-    let file = open_log_file(fs, &path, FileKind::ValueLog, number, &*codec)?;
-    let len = file
-        .len()
-        .ctx(|| format!("reading size of {}", path.display()))?;
-    if let Some(size) = sealed {
-        if len < size {
-            report.problems.push(Error::corruption(
-                &path,
-                format!("end of file at {len}"),
-                format!("the manifest records {size} bytes; records in the missing tail are lost"),
-            ));
+impl Reader<'_> {
+    /// Every readable commit frame of value-log file `number` from
+    /// `start`, up to its sealed size if it has one.
+    fn read_log(&mut self, number: u64, start: LogPosition, sealed: Option<u64>) -> Result<()> {
+        let (fs, dir, codec) = (self.fs, self.dir, self.vlog_codec.clone());
+        let (entries, report) = (&mut self.entries, &mut self.report);
+        let path: PathBuf = vlog_path(dir, number);
+        let file = open_log_file(fs, &path, FileKind::ValueLog, number, &*codec)?;
+        let len = file
+            .len()
+            .ctx(|| format!("reading size of {}", path.display()))?;
+        if let Some(size) = sealed {
+            if len < size {
+                report.problems.push(Error::corruption(
+                    &path,
+                    format!("end of file at {len}"),
+                    format!(
+                        "the manifest records {size} bytes; records in the missing tail are lost"
+                    ),
+                ));
+            }
         }
-    }
-    let end = sealed.map_or(len, |s| s.min(len));
-    let mut reader = LogReader::new(file, &path, start, end, codec);
-    loop {
-        match reader.next()? {
-            Ok(None) => return Ok(()),
-            Ok(Some(frame)) => {
-                report.log_frames += 1;
-                if frame.kind != BlockKind::LogCommit {
-                    continue;
-                }
-                let Some(records) = decode_commit(&frame.payload) else {
-                    report.problems.push(Error::corruption(
-                        &path,
-                        format!(
-                            "block {} at offset {}",
-                            frame.handle.block, frame.handle.offset
-                        ),
-                        "malformed commit record",
-                    ));
-                    continue;
-                };
-                for r in records {
-                    match r.frame {
-                        Some(h) => {
-                            let ptr = ValuePointer {
-                                file: number,
-                                frame: h,
-                            };
-                            entries.offer(r.key, r.seq, r.value_type, &ptr.encode());
+        let end = sealed.map_or(len, |s| s.min(len));
+        let mut reader = LogReader::new(file, &path, start, end, codec);
+        loop {
+            match reader.next()? {
+                Ok(None) => return Ok(()),
+                Ok(Some(frame)) => {
+                    report.log_frames += 1;
+                    if frame.kind != BlockKind::LogCommit {
+                        continue;
+                    }
+                    let Some(records) = decode_commit(&frame.payload) else {
+                        report.problems.push(Error::corruption(
+                            &path,
+                            format!(
+                                "block {} at offset {}",
+                                frame.handle.block, frame.handle.offset
+                            ),
+                            "malformed commit record",
+                        ));
+                        continue;
+                    };
+                    for r in records {
+                        match r.frame {
+                            Some(h) => {
+                                let ptr = ValuePointer {
+                                    file: number,
+                                    frame: h,
+                                };
+                                entries.offer(r.key, r.seq, r.value_type, &ptr.encode());
+                            }
+                            None => entries.offer(r.key, r.seq, r.value_type, r.value),
                         }
-                        None => entries.offer(r.key, r.seq, r.value_type, r.value),
                     }
                 }
-            }
-            Err(bad) => {
-                let loc = format!("block {} at offset {}", bad.block, bad.offset);
-                if reader.resync_after(&bad)? {
-                    report.problems.push(Error::corruption(
-                        &path,
-                        loc,
-                        format!("{}; the records of this group are lost", bad.reason),
-                    ));
-                    continue;
+                Err(bad) => {
+                    let loc = format!("block {} at offset {}", bad.block, bad.offset);
+                    if reader.resync_after(&bad)? {
+                        report.problems.push(Error::corruption(
+                            &path,
+                            loc,
+                            format!("{}; the records of this group are lost", bad.reason),
+                        ));
+                        continue;
+                    }
+                    if sealed.is_none() && bad.truncated {
+                        report.notes.push(format!(
+                            "{}: the last {} bytes are a torn append ({loc}) that never completed",
+                            path.display(),
+                            end - bad.offset
+                        ));
+                    } else {
+                        report.problems.push(Error::corruption(
+                            &path,
+                            loc,
+                            format!(
+                                "{}; records from here to the end of the file are lost",
+                                bad.reason
+                            ),
+                        ));
+                    }
+                    return Ok(());
                 }
-                if sealed.is_none() && bad.truncated {
-                    report.notes.push(format!(
-                        "{}: the last {} bytes are a torn append ({loc}) that never completed",
-                        path.display(),
-                        end - bad.offset
-                    ));
-                } else {
-                    report.problems.push(Error::corruption(
-                        &path,
-                        loc,
-                        format!(
-                            "{}; records from here to the end of the file are lost",
-                            bad.reason
-                        ),
-                    ));
-                }
-                return Ok(());
             }
         }
     }

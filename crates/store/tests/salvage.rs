@@ -199,19 +199,24 @@ fn a_damaged_frame_in_the_middle_of_the_log_costs_only_its_group() {
     });
 }
 
-/// The case of the report that motivated the check at close: an import,
-/// a clean close, then the newest value-log file cut short.
+/// The case of the report that motivated the check at close: a clean
+/// close, then a value-log file cut short.
 #[test]
-fn a_cut_head_after_a_clean_close_is_reported_and_the_rest_read() {
+fn a_cut_log_after_a_clean_close_is_reported_and_the_rest_read() {
     each_mode(|mode| {
         let d = tempfile::tempdir().unwrap();
         let m = build(d.path(), mode);
-        let head = files(d.path(), "vlog").pop().unwrap();
-        let frames = block_extents_with(&head, mode.encryption().as_ref()).unwrap();
+        // The file holding the most values (close leaves a new, empty head).
+        let log = files(d.path(), "vlog")
+            .into_iter()
+            .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+            .unwrap();
+        let frames = block_extents_with(&log, mode.encryption().as_ref()).unwrap();
+        assert!(frames.len() > 8, "{} frames", frames.len());
         let cut = frames[frames.len() - 4].0;
         std::fs::OpenOptions::new()
             .write(true)
-            .open(&head)
+            .open(&log)
             .unwrap()
             .set_len(cut)
             .unwrap();
@@ -220,13 +225,12 @@ fn a_cut_head_after_a_clean_close_is_reported_and_the_rest_read() {
             .expect("open must fail");
         assert!(err.is_corruption(), "{err}");
         let (got, report) = run(d.path(), mode);
-        assert!(
-            mentions(&report, &head, "missing tail are lost"),
-            "{report}"
-        );
+        assert!(mentions(&report, &log, ""), "{report}");
         let differ = check_honest(&m, &got, &report);
-        assert!(differ > 0);
-        assert!(!got.contains_key(&b"key9999"[..]));
+        assert!(
+            differ > 0 && differ < 60,
+            "{differ} records lost to 3 frames"
+        );
     });
 }
 
