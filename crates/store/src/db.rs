@@ -115,6 +115,9 @@ pub(crate) struct DbInner {
     pub reencrypt_lock: Mutex<()>,
     /// Cursors reading ahead now (`db_iter::AheadSlot`).
     pub reading_ahead: std::sync::atomic::AtomicUsize,
+    /// Cursors that would read ahead, reading ahead or not
+    /// (`db_iter::Scanning`).
+    pub scanning: std::sync::atomic::AtomicUsize,
     /// What this process knows of value-log files' value frames (GC reads
     /// only files this shows worth collecting, outside its full passes).
     pub log_usage: Mutex<LogUsage>,
@@ -261,6 +264,7 @@ impl DbInner {
             compaction_lock: Mutex::new(()),
             reencrypt_lock: Mutex::new(()),
             reading_ahead: std::sync::atomic::AtomicUsize::new(0),
+            scanning: std::sync::atomic::AtomicUsize::new(0),
             log_usage: Mutex::new(log_usage),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),

@@ -40,6 +40,8 @@ pub struct DbIterator {
     /// Forward read-ahead of value-log values; only where opening spreads
     /// over cores (an encrypted store).
     ahead: Option<(parking_lot::Mutex<ReadAhead>, AheadSlot)>,
+    /// Counts this cursor among those that would read ahead.
+    _scanning: Option<Scanning>,
 }
 
 impl DbIterator {
@@ -58,7 +60,9 @@ impl DbIterator {
                 >= crate::options::READ_AHEAD_MIN_CORES
         });
         // Read-ahead opens value-log frames: none in an index-only store.
-        let slot = (wanted && inner.vlog_codec.opens_in_parallel())
+        let scans = wanted && inner.vlog_codec.opens_in_parallel();
+        let scanning = scans.then(|| Scanning::count(inner));
+        let slot = scans
             .then(|| AheadSlot::take(inner, inner.opts.read_ahead.is_none()))
             .flatten();
         let ahead = slot.map(|slot| (parking_lot::Mutex::new(ReadAhead::new()), slot));
@@ -75,6 +79,7 @@ impl DbIterator {
             error: None,
             mems,
             ahead,
+            _scanning: scanning,
         })
     }
 
@@ -107,16 +112,19 @@ impl DbIterator {
             }
             Direction::Reverse => (self.saved_type, &self.saved_value[..]),
         };
-        if let (Direction::Forward, ValueType::Pointer, Some((ahead, _))) =
+        if let (Direction::Forward, ValueType::Pointer, Some((ahead, slot))) =
             (self.direction, t, &self.ahead)
         {
-            let ahead =
-                ahead
-                    .lock()
-                    .value(&self.inner, self.guard.seq, self.iter.key(), stored, || {
-                        self.scout_source()
-                    });
-            if let Some(v) = ahead {
+            let mut ahead = ahead.lock();
+            if slot.crowded() {
+                // More cursors scan than the cores can feed workers for:
+                // stop this one's worker and read inline until they leave.
+                ahead.reset();
+            } else if let Some(v) =
+                ahead.value(&self.inner, self.guard.seq, self.iter.key(), stored, || {
+                    self.scout_source()
+                })
+            {
                 return v;
             }
         }
@@ -403,8 +411,8 @@ impl Iterator for Scan {
 }
 
 /// One of the store's read-ahead places, held by a cursor reading ahead and
-/// given back when it is dropped.
-struct AheadSlot(Arc<DbInner>);
+/// given back when it is dropped, with the number of places.
+struct AheadSlot(Arc<DbInner>, usize);
 
 impl AheadSlot {
     /// A place if fewer than cores / `CORES_PER_READ_AHEAD` cursors read
@@ -423,7 +431,29 @@ impl AheadSlot {
                 (n < limit).then_some(n + 1)
             })
             .ok()
-            .map(|_| AheadSlot(inner.clone()))
+            .map(|_| AheadSlot(inner.clone(), limit))
+    }
+
+    /// Whether more cursors that would read ahead are open than there are
+    /// places: then none reads ahead.
+    fn crowded(&self) -> bool {
+        self.0.scanning.load(Ordering::Relaxed) > self.1
+    }
+}
+
+/// A cursor that would read ahead, counted while it lives.
+struct Scanning(Arc<DbInner>);
+
+impl Scanning {
+    fn count(inner: &Arc<DbInner>) -> Scanning {
+        inner.scanning.fetch_add(1, Ordering::SeqCst);
+        Scanning(inner.clone())
+    }
+}
+
+impl Drop for Scanning {
+    fn drop(&mut self) {
+        self.0.scanning.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -417,8 +417,9 @@ fn dropped_with_work_in_flight(mode: Mode) {
 both_modes!(dropped_mid_flight, dropped_with_work_in_flight);
 
 /// With the default setting, only a few cursors read ahead at once (each
-/// one's worker uses every core); the others read inline, and a place is
-/// freed when its cursor is dropped. Every cursor reads the same data.
+/// one's worker uses every core); while more are open, none does, and
+/// they read ahead again once enough are dropped. Every cursor reads the
+/// same data throughout.
 #[test]
 fn only_a_few_cursors_read_ahead_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -431,18 +432,29 @@ fn only_a_few_cursors_read_ahead_at_once() {
     fill(&s, 300, &mut model);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let places = (cores / gvault_store::options::CORES_PER_READ_AHEAD).max(1);
-    let mut cursors: Vec<DbIterator> = (0..=places)
+    let mut cursors: Vec<DbIterator> = (0..places)
         .map(|_| s.iter(&ReadOptions::default()).unwrap())
         .collect();
     for it in cursors.iter_mut() {
         assert_eq!(forward(it), as_vec(&model));
+        assert!(
+            it.read_ahead_hits() > 0,
+            "a cursor with a place reads ahead"
+        );
     }
-    let ahead = cursors.iter().filter(|it| it.read_ahead_hits() > 0).count();
-    assert_eq!(ahead, places, "cursors reading ahead");
-    assert_eq!(cursors.last().unwrap().read_ahead_hits(), 0);
-    // A dropped cursor gives its place back.
-    cursors.remove(0);
-    let mut again = s.iter(&ReadOptions::default()).unwrap();
-    assert_eq!(forward(&mut again), as_vec(&model));
-    assert!(again.read_ahead_hits() > 0);
+    // One more: no place for it, and while it is open none reads ahead.
+    let mut extra = s.iter(&ReadOptions::default()).unwrap();
+    assert_eq!(forward(&mut extra), as_vec(&model));
+    assert_eq!(extra.read_ahead_hits(), 0);
+    let before = cursors[0].read_ahead_hits();
+    assert_eq!(forward(&mut cursors[0]), as_vec(&model));
+    assert_eq!(
+        cursors[0].read_ahead_hits(),
+        before,
+        "crowded, yet read ahead"
+    );
+    // Once it is gone, the cursors with places read ahead again.
+    drop(extra);
+    assert_eq!(forward(&mut cursors[0]), as_vec(&model));
+    assert!(cursors[0].read_ahead_hits() > before);
 }
