@@ -470,7 +470,7 @@ fn split_finish(
 /// Whether the GPU would pack the job's pieces (under `DIRECT_MIN` on
 /// average) through its pinned slots. Such jobs are never split: packing
 /// is bound by host memory bandwidth on every core (H100 host, session 5:
-/// ~50 GB/s on all 16 cores, bench/RESULTS.md), so a GPU part of small
+/// ~50 GB/s on all 16 cores, bench/JOURNAL.md), so a GPU part of small
 /// pieces takes the cores its CPU part would run on. Priced with a copy at
 /// one core's speed, BLAKE3 splits of 512 B to 64 KiB pieces came out
 /// 25-40% ahead of the CPU; such splits ran at 0.64x the best (512 B

@@ -1,5 +1,5 @@
 //! Regression tests from the H100 host (one H100, 16 cores) and the
-//! benchmark measured there (issue 5; bench/RESULTS.md, session 5, calls
+//! benchmark measured there (issue 5; bench/JOURNAL.md, session 5, calls
 //! 4-5). `testdata/h100-cost-model-s5.json` is call 4's calibrated model
 //! (`/work/.device/4/cost-model.json`) brought to format 3: its CPU lines,
 //! its GPU fixed costs and its DMA'd-pinned lines as calibrated; the

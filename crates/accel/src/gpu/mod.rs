@@ -273,7 +273,7 @@ impl CtrShape {
 /// Which table layout the table ciphers use: "wide" = the 1024-thread
 /// kernels with 32 conflict-free table copies in 128 KiB of shared memory,
 /// "narrow" = the 256-thread ones (kernels/README.md). Defaults are the
-/// faster of each pair as measured on an H200 (bench/RESULTS.md);
+/// faster of each pair as measured on an H200 (bench/JOURNAL.md);
 /// `GVAULT_GPU_TABLES=wide|narrow` overrides, for measuring both.
 fn wide_tables(default: bool) -> bool {
     match std::env::var("GVAULT_GPU_TABLES").as_deref() {
