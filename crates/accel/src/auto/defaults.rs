@@ -48,11 +48,11 @@ const CPU_EFFICIENCY: f64 = 0.85;
 /// Host work per segment staged from host memory (descriptors, packing),
 /// a stage of its own: H100 host, SHA-256 512 B x 131072 pageable ran at
 /// 2.4 GB/s (28 ms, ~210 ns a segment) where 4 KiB x 16384 ran at 13.4
-/// (bench/JOURNAL.md, session 5, call 4).
+/// (bench/JOURNAL.md, the first H100 sweep of the auto dispatcher).
 const STAGED_NS_PER_SEGMENT: f64 = 210.0;
 
 /// One GPU thread's ns per byte for the ops run one thread per segment,
-/// from the H100 figures in bench/JOURNAL.md (sessions 4, 5): SHA-256 at
+/// from the H100 figures in bench/JOURNAL.md: SHA-256 at
 /// 1.93 GB/s resident for 1 MiB x 64 (64 threads: 33 ns/B each); MD5 from
 /// its 1 MiB x 4096 kernel rate against SHA-256's (212 vs 123 GB/s); the
 /// CRCs from calibration's 64-segment kernel rates (3.2-3.3 vs 3.46).

@@ -1,7 +1,7 @@
 //! Regression tests from the H100 host (one H100, 16 cores) and the
-//! benchmark measured there (issue 5; bench/JOURNAL.md, session 5, calls
-//! 4-5). `testdata/h100-cost-model-s5.json` is call 4's calibrated model
-//! (`/work/.device/4/cost-model.json`) brought to format 3: its CPU lines,
+//! benchmark measured there (issue 5; bench/JOURNAL.md has the runs).
+//! `testdata/h100-cost-model-s5.json` is that host's calibrated model
+//! brought to format 3: its CPU lines,
 //! its GPU fixed costs and its DMA'd-pinned lines as calibrated; the
 //! pageable and packed-pinned lines derived from the measured 512 B x
 //! 131072, 4 KiB x 16384 and 64 KiB x 1024 cells below by the same
