@@ -147,12 +147,8 @@ pub enum StoreCommand {
     Scan {
         #[command(flatten)]
         store: StoreDir,
-        /// First key of the range (inclusive) [default: the first key].
-        #[arg(long, value_name = "K")]
-        from: Option<String>,
-        /// End of the range (exclusive) [default: past the last key].
-        #[arg(long, value_name = "K")]
-        to: Option<String>,
+        #[command(flatten)]
+        range: KeyRange,
         /// Print at most N records.
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
@@ -176,12 +172,8 @@ pub enum StoreCommand {
     Export {
         #[command(flatten)]
         store: StoreDir,
-        /// First key of the range (inclusive) [default: the first key].
-        #[arg(long, value_name = "K")]
-        from: Option<String>,
-        /// End of the range (exclusive) [default: past the last key].
-        #[arg(long, value_name = "K")]
-        to: Option<String>,
+        #[command(flatten)]
+        range: KeyRange,
     },
     /// Read what still authenticates from a store too damaged to open.
     ///
@@ -329,16 +321,40 @@ fn read_only() -> Options {
     }
 }
 
-/// Refuses a range whose start comes after its end.
-fn check_range(from: Option<&str>, to: Option<&str>) -> Result<(), String> {
-    if let (Some(f), Some(t)) = (from, to) {
-        if f > t {
-            return Err(format!(
-                "--from {f:?} comes after --to {t:?}: the range [from, to) is empty (for newest-first order, pass --reverse with the same bounds)"
-            ));
+/// The keys [--from, --to) that `scan` and `export` read.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KeyRange {
+    /// First key of the range (inclusive) [default: the first key].
+    #[arg(long, value_name = "K")]
+    from: Option<String>,
+    /// End of the range (exclusive) [default: past the last key].
+    #[arg(long, value_name = "K")]
+    to: Option<String>,
+}
+
+impl KeyRange {
+    /// Refuses a range whose start comes after its end (before any store
+    /// is opened).
+    fn check(&self) -> Result<(), String> {
+        if let (Some(f), Some(t)) = (&self.from, &self.to) {
+            if f > t {
+                return Err(format!(
+                    "--from {f:?} comes after --to {t:?}: the range [from, to) is empty (for newest-first order, pass --reverse with the same bounds)"
+                ));
+            }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// The records of the range in `s`.
+    fn scan(&self, s: &Store, reverse: bool) -> gvault_store::Result<gvault_store::Scan> {
+        s.scan(
+            &ReadOptions::default(),
+            self.from.as_deref().map(str::as_bytes),
+            self.to.as_deref().map(str::as_bytes),
+            reverse,
+        )
+    }
 }
 
 /// The value `put` stores: from the argument, a file or stdin, decoded
@@ -446,21 +462,15 @@ fn execute(cmd: StoreCommand) -> CmdResult {
         }
         StoreCommand::Scan {
             store,
-            from,
-            to,
+            range,
             limit,
             reverse,
             keys_only,
             json,
         } => {
-            check_range(from.as_deref(), to.as_deref())?;
+            range.check()?;
             let s = open_reader(&store)?;
-            let scan = s.scan(
-                &ReadOptions::default(),
-                from.as_deref().map(str::as_bytes),
-                to.as_deref().map(str::as_bytes),
-                reverse,
-            )?;
+            let scan = range.scan(&s, reverse)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for item in scan.take(limit.unwrap_or(usize::MAX)) {
                 let (k, v) = item?;
@@ -475,7 +485,7 @@ fn execute(cmd: StoreCommand) -> CmdResult {
             out.flush()?;
             Ok(0)
         }
-        StoreCommand::Export { store, from, to } => records::export(&store, from, to),
+        StoreCommand::Export { store, range } => records::export(&store, &range),
         StoreCommand::Salvage { store, json } => records::salvage(&store, json),
         StoreCommand::Import { store, file } => records::import(&store, file.as_deref()),
         StoreCommand::Stats { store, json } => {

@@ -12,9 +12,9 @@ use std::path::Path;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
-use gvault_store::{ReadOptions, WriteBatch, WriteOptions, MAX_BATCH_BYTES, MAX_KEY_LEN};
+use gvault_store::{WriteBatch, WriteOptions, MAX_BATCH_BYTES, MAX_KEY_LEN};
 
-use super::{check_range, check_value_len, open_existing, open_reader, CmdResult, StoreDir};
+use super::{check_value_len, open_existing, open_reader, CmdResult, KeyRange, StoreDir};
 use crate::progress;
 
 /// Standard-alphabet base64 that accepts input with or without padding.
@@ -170,16 +170,11 @@ pub fn parse_record(line: &str) -> Result<(Vec<u8>, Vec<u8>), String> {
 
 /// `gvault export`: every record in [from, to) as JSON lines on stdout, in
 /// key order, from one consistent view of the store.
-pub fn export(store: &StoreDir, from: Option<String>, to: Option<String>) -> CmdResult {
-    check_range(from.as_deref(), to.as_deref())?;
+pub fn export(store: &StoreDir, range: &KeyRange) -> CmdResult {
+    range.check()?;
     let s = open_reader(store)?;
     let pb = progress::spinner("exporting");
-    let scan = s.scan(
-        &ReadOptions::default(),
-        from.as_deref().map(str::as_bytes),
-        to.as_deref().map(str::as_bytes),
-        false,
-    )?;
+    let scan = range.scan(&s, false)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut n = 0u64;
     for item in scan {
