@@ -113,8 +113,6 @@ pub(crate) struct DbInner {
     /// Serialises re-encryption passes: two at once would write the same
     /// `.reseal` temporary files.
     pub reencrypt_lock: Mutex<()>,
-    /// Cursors reading ahead now (`db_iter::AheadSlot`).
-    pub reading_ahead: std::sync::atomic::AtomicUsize,
     /// Cursors that would read ahead, reading ahead or not
     /// (`db_iter::Scanning`).
     pub scanning: std::sync::atomic::AtomicUsize,
@@ -263,7 +261,6 @@ impl DbInner {
             manifest: Mutex::new(manifest),
             compaction_lock: Mutex::new(()),
             reencrypt_lock: Mutex::new(()),
-            reading_ahead: std::sync::atomic::AtomicUsize::new(0),
             scanning: std::sync::atomic::AtomicUsize::new(0),
             log_usage: Mutex::new(log_usage),
             visible_seq: AtomicU64::new(visible),
@@ -479,8 +476,25 @@ impl DbInner {
 
     /// Turns an entry's stored value into the user's value.
     pub fn resolve(&self, key: &[u8], t: ValueType, stored: &[u8]) -> Result<Vec<u8>> {
+        let mut value = Vec::new();
+        self.resolve_into(key, t, stored, &mut value)?;
+        Ok(value)
+    }
+
+    /// [`Self::resolve`] into `buf`, its old contents replaced.
+    fn resolve_into(
+        &self,
+        key: &[u8],
+        t: ValueType,
+        stored: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
         match t {
-            ValueType::Inline => Ok(stored.to_vec()),
+            ValueType::Inline => {
+                buf.clear();
+                buf.extend_from_slice(stored);
+                Ok(())
+            }
             ValueType::Pointer => {
                 let ptr = ValuePointer::decode(stored).ok_or_else(|| {
                     Error::corruption(
@@ -489,7 +503,7 @@ impl DbInner {
                         "malformed value pointer",
                     )
                 })?;
-                self.vlog.read(&ptr, key)
+                self.vlog.read_into(&ptr, key, buf)
             }
             ValueType::Deletion => Err(Error::InvalidArgument("resolving a deletion".into())),
         }
@@ -516,25 +530,11 @@ impl DbInner {
         let Some(hit) = self.get_entry_in(&view, key, seq)? else {
             return Ok(false);
         };
-        match hit.value_type {
-            ValueType::Deletion => Ok(false),
-            ValueType::Inline => {
-                buf.clear();
-                buf.extend_from_slice(hit.stored());
-                Ok(true)
-            }
-            ValueType::Pointer => {
-                let ptr = ValuePointer::decode(hit.stored()).ok_or_else(|| {
-                    Error::corruption(
-                        &self.dir,
-                        format!("entry for key {}", show_key(key)),
-                        "malformed value pointer",
-                    )
-                })?;
-                self.vlog.read_into(&ptr, key, buf)?;
-                Ok(true)
-            }
+        if hit.value_type == ValueType::Deletion {
+            return Ok(false);
         }
+        self.resolve_into(key, hit.value_type, hit.stored(), buf)?;
+        Ok(true)
     }
 
     /// Whether the head value-log file holds only records not yet flushed

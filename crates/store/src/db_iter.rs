@@ -39,7 +39,8 @@ pub struct DbIterator {
     mems: Vec<Arc<MemTable>>,
     /// Forward read-ahead of value-log values; only where opening spreads
     /// over cores (an encrypted store).
-    ahead: Option<(parking_lot::Mutex<ReadAhead>, AheadSlot)>,
+    /// The read-ahead, and how many cursors may read ahead at once.
+    ahead: Option<(parking_lot::Mutex<ReadAhead>, usize)>,
     /// Counts this cursor among those that would read ahead.
     _scanning: Option<Scanning>,
 }
@@ -55,17 +56,20 @@ impl DbIterator {
         let mut mems = vec![mem];
         mems.extend(imms);
         let iter = merging(inner, &mems, &version)?;
-        let wanted = inner.opts.read_ahead.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-                >= crate::options::READ_AHEAD_MIN_CORES
-        });
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let wanted = inner
+            .opts
+            .read_ahead
+            .unwrap_or(cores >= crate::options::READ_AHEAD_MIN_CORES);
+        // Read-ahead asked for explicitly has no limit.
+        let places = match inner.opts.read_ahead {
+            None => (cores / crate::options::CORES_PER_READ_AHEAD).max(1),
+            Some(_) => usize::MAX,
+        };
         // Read-ahead opens value-log frames: none in an index-only store.
         let scans = wanted && inner.vlog_codec.opens_in_parallel();
         let scanning = scans.then(|| Scanning::count(inner));
-        let slot = scans
-            .then(|| AheadSlot::take(inner, inner.opts.read_ahead.is_none()))
-            .flatten();
-        let ahead = slot.map(|slot| (parking_lot::Mutex::new(ReadAhead::new()), slot));
+        let ahead = scans.then(|| (parking_lot::Mutex::new(ReadAhead::new()), places));
         Ok(DbIterator {
             inner: inner.clone(),
             iter,
@@ -112,11 +116,11 @@ impl DbIterator {
             }
             Direction::Reverse => (self.saved_type, &self.saved_value[..]),
         };
-        if let (Direction::Forward, ValueType::Pointer, Some((ahead, slot))) =
+        if let (Direction::Forward, ValueType::Pointer, Some((ahead, places))) =
             (self.direction, t, &self.ahead)
         {
             let mut ahead = ahead.lock();
-            if slot.crowded() {
+            if self.inner.scanning.load(Ordering::Relaxed) > *places {
                 // More cursors scan than the cores can feed workers for:
                 // stop this one's worker and read inline until they leave.
                 ahead.reset();
@@ -410,37 +414,6 @@ impl Iterator for Scan {
     }
 }
 
-/// One of the store's read-ahead places, held by a cursor reading ahead and
-/// given back when it is dropped, with the number of places.
-struct AheadSlot(Arc<DbInner>, usize);
-
-impl AheadSlot {
-    /// A place if fewer than cores / `CORES_PER_READ_AHEAD` cursors read
-    /// ahead now (no limit when `limited` is false: read-ahead was asked
-    /// for explicitly).
-    fn take(inner: &Arc<DbInner>, limited: bool) -> Option<AheadSlot> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let limit = if limited {
-            (cores / crate::options::CORES_PER_READ_AHEAD).max(1)
-        } else {
-            usize::MAX
-        };
-        inner
-            .reading_ahead
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| AheadSlot(inner.clone(), limit))
-    }
-
-    /// Whether more cursors that would read ahead are open than there are
-    /// places: then none reads ahead.
-    fn crowded(&self) -> bool {
-        self.0.scanning.load(Ordering::Relaxed) > self.1
-    }
-}
-
 /// A cursor that would read ahead, counted while it lives.
 struct Scanning(Arc<DbInner>);
 
@@ -454,11 +427,5 @@ impl Scanning {
 impl Drop for Scanning {
     fn drop(&mut self) {
         self.0.scanning.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for AheadSlot {
-    fn drop(&mut self) {
-        self.0.reading_ahead.fetch_sub(1, Ordering::SeqCst);
     }
 }
