@@ -75,8 +75,9 @@
 #              calibrates first (or takes COST_MODEL).    -> lsm.txt (+ cost-model.json)
 #   costs      Per-operation CPU cost of the store's reads and writes, plain
 #              against encrypted, by the thread's own CPU clock (the read_cost
-#              and write_cost examples). COST_SIZES [4096 65536], COST_NUM
-#              [160 MB / size], COST_ROUNDS [7], COST_WRITE [1; 0 reads only].
+#              and write_cost examples). COST_SIZES [4096 65536], COST_BYTES
+#              [160000000 of values a store; COST_NUM sets the entry count
+#              instead], COST_ROUNDS [7], COST_WRITE [1; 0 reads only].
 #                                                               -> costs.txt
 #   scaling    Store reads on 1..16 threads against a cached, fully compacted
 #              store per value size, plain and AES-256-GCM (cpu): `bench lsm
@@ -415,7 +416,7 @@ phase_lsm() {
 phase_costs() {
   local f=costs.txt v n
   for v in ${COST_SIZES:-4096 65536}; do
-    n=${COST_NUM:-$((160000000 / v))}
+    n=${COST_NUM:-$((${COST_BYTES:-160000000} / v))}
     run $f env READ_COST_DIR="$D" "${PIN[@]}" "$B/read_cost" "$v" "$n" "${COST_ROUNDS:-7}"
     if [ "${COST_WRITE:-1}" = 1 ]; then
       run $f env WRITE_COST_DIR="$D" "${PIN[@]}" "$B/write_cost" "$v" "$n" "${COST_ROUNDS:-7}"
