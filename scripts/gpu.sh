@@ -160,10 +160,13 @@ for p in "${phases[@]}"; do
   case "$p" in -h | --help) usage ;; esac
   pick "$p" "$ALL_PHASES" || { echo "unknown phase: $p" >&2; usage; }
 done
+# VARIANTS and SEEDS: words separated by spaces or commas.
 variants=${VARIANTS:-$ALL_VARIANTS}
+variants=${variants//,/ }
 [ "$variants" = all ] && variants=$ALL_VARIANTS
 for v in $variants; do pick "$v" "$ALL_VARIANTS" || { echo "unknown variant: $v (VARIANTS: $ALL_VARIANTS)" >&2; exit 2; }; done
 seeds=${SEEDS:-$ALL_SEEDS}
+seeds=${seeds//,/ }
 for s in $seeds; do pick "$s" "$ALL_SEEDS" || { echo "unknown seed item: $s (SEEDS: $ALL_SEEDS)" >&2; exit 2; }; done
 
 DRY=${GPU_DRY_RUN:-}
