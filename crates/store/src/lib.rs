@@ -69,6 +69,7 @@ mod inspect;
 mod iterator;
 pub mod keys;
 mod level_iterator;
+mod lock_order;
 mod log_reader;
 mod log_writer;
 mod manifest;
@@ -85,7 +86,6 @@ mod table_cache;
 mod table_reader;
 mod version;
 mod vlog;
-mod write;
 mod write_batch;
 
 pub use db::{

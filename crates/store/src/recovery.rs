@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::codec::{BlockCodec, BlockKind, Crc32cCodec};
-use crate::db::{DbInner, Immutable};
+use crate::db::DbInner;
 use crate::dir_lock::{self, Access};
 use crate::env::FileLock;
 use crate::error::{Error, IoContext, Result};
@@ -296,13 +296,7 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     if !mem.is_empty() {
         // Flush what was replayed, as LevelDB does, so the next open does not
         // replay it again and value-log files do not pile up.
-        let mut st = inner.state.lock();
-        st.imm.push_back(Immutable {
-            mem: Arc::new(mem),
-            end: head_start,
-        });
-        inner.publish_view(&st);
-        drop(st);
+        inner.push_immutable(mem, head_start);
         crate::background::flush_oldest(&inner)?;
     }
     // Replayed files that held no value frames are now wholly in tables.
