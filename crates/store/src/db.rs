@@ -2,6 +2,63 @@
 //! background error), the read path (memtables, then tables level by
 //! level; the first entry found decides, a deletion included), and the
 //! public `Store` handle. The write path is in `write.rs`.
+//!
+//! # Locks
+//!
+//! A get takes no lock: it loads the published [`ReadView`] and the
+//! visible sequence number, and finds open tables and value-log files in
+//! maps published through `ArcSwap` (a miss opens the file under that
+//! map's writer lock). Everything else that changes shared state takes the
+//! locks below, and a thread holding one takes only locks further down the
+//! list, so no two threads wait for each other. Each is a
+//! [`RankedMutex`](crate::lock_order::RankedMutex) whose rank is its place
+//! here; with the `lock-order-check` feature (on in debug builds and in the
+//! store's tests) taking one out of order panics. "I/O" marks the locks
+//! that may be held while reading, writing or syncing files.
+//!
+//! 1. The directory lock (`dir_lock`, the `LOCK` file): taken by open
+//!    before any other, released by close after every other; it keeps other
+//!    processes out, not threads. Its handle (`file_lock`) is touched
+//!    again only at close, alone.
+//! 2. `reencrypt_lock` (I/O): one re-encryption pass, held for the whole
+//!    pass.
+//! 3. The key registry (`KeyState::registry`, keys.rs; not ranked) (I/O):
+//!    the registry file and the key list; held while the file is saved
+//!    and, when keys are retired, while the live files' headers are read.
+//! 4. `compaction_lock` (I/O): one compaction at a time, held for the
+//!    whole compaction; re-encryption holds it while it re-seals one table,
+//!    so no compaction drops the table meanwhile.
+//! 5. `writers`, then a queued write's result slot: the group-commit
+//!    queue. Never held across I/O: the leader lets go of the queue before
+//!    it writes.
+//! 6. `log` (I/O): the value-log head. Held by the group-commit leader for
+//!    the whole append, fsync and memtable insert (records enter in
+//!    sequence order), by GC while it rewrites values and drops a file, by
+//!    re-encryption while it installs a re-sealed file, and whenever a new
+//!    value-log file is started. A leader waits for flushes (`bg_cv`)
+//!    holding it, so the background thread never waits for it: its GC
+//!    takes it with `try_lock` and skips the file when it is busy.
+//! 7. `manifest` (I/O): serialises manifest edits and rewrites
+//!    (`log_and_apply`); callers hold whatever keeps the edit valid (the
+//!    log lock for value-log edits, the compaction lock for compactions).
+//! 8. `log_usage`: what this process knows of value-log files' frames.
+//! 9. `state`, with its condition variable `bg_cv`: memtables, the current
+//!    version, pinned sequence numbers, files awaiting deletion, the
+//!    background error, shutdown. Never held across I/O. The read view is
+//!    published (`view.store`) only under it, so views appear in the order
+//!    of the changes.
+//! 10. A cursor's read-ahead (I/O: it reads value-log frames).
+//! 11. A table-cache shard's writer, then the value log's open-file map
+//!     writer (I/O: each opens a file and reads from it while held).
+//! 12. The codec's key-set writer (crypto.rs; not ranked), then the pinned
+//!     data keys (`codec::KeyPins`): taken when a new file is sealed, under
+//!     any of the above.
+//! 13. The background thread's handle (`Store::bg`), alone at close.
+//!
+//! `ArcSwap` writers: the read view (under `state`), each table-cache shard
+//! (under its writer), the value log's open files (under its writer) and
+//! the codec's key set (under its key-set writer). The atomics
+//! `visible_seq`, `next_file` and `scanning` need no lock.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};

@@ -18,7 +18,6 @@
 //! are read by the periodic pass and [`crate::Store::gc_value_log`]
 //! ([`Scope::All`]).
 
-
 use crate::codec::BlockKind;
 use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};

@@ -132,18 +132,10 @@ fn verify_log(inner: &DbInner, n: u64, expected: Option<(u64, u32)>) -> Result<u
     let len = file
         .len()
         .ctx(|| format!("reading size of {}", path.display()))?;
-    let end = expected.map_or(len, |(size, _)| size);
-    if len < end {
-        let blocks = expected.map_or(0, |(_, b)| b);
-        return Err(Error::corruption(
-            &path,
-            format!("end of file at {len}"),
-            format!(
-                "the manifest records {end} bytes ({blocks} blocks); {} bytes of its tail are missing",
-                end - len
-            ),
-        ));
+    if let Some(expected) = expected {
+        crate::recovery::check_log_len(&path, len, expected)?;
     }
+    let end = expected.map_or(len, |(size, _)| size);
     let start = LogPosition {
         file: n,
         offset: HEADER_LEN as u64,

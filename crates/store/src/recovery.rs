@@ -326,24 +326,30 @@ pub(crate) fn check_sealed_size(
     path: &Path,
     meta: &crate::version::LogMeta,
 ) -> Result<()> {
-    let Some((size, blocks)) = meta.sealed else {
+    let Some(sealed) = meta.sealed else {
         return Ok(());
     };
     let len = fs
         .open_read(path)
         .and_then(|f| f.len())
         .ctx(|| format!("reading size of {}", path.display()))?;
-    if len < size {
-        return Err(Error::corruption(
-            path,
-            format!("end of file at {len}"),
-            format!(
-                "value-log file was {size} bytes ({blocks} blocks) when sealed; {} bytes of its tail are missing",
-                size - len
-            ),
-        ));
+    check_log_len(path, len, sealed)
+}
+
+/// A value-log file of `len` bytes that the manifest records as `size`
+/// bytes in `blocks` blocks: shorter, it lost its tail.
+pub(crate) fn check_log_len(path: &Path, len: u64, (size, blocks): (u64, u32)) -> Result<()> {
+    if len >= size {
+        return Ok(());
     }
-    Ok(())
+    Err(Error::corruption(
+        path,
+        format!("end of file at {len}"),
+        format!(
+            "the manifest records {size} bytes ({blocks} blocks); {} bytes of its tail are missing",
+            size - len
+        ),
+    ))
 }
 
 /// File numbers skipped at each open of an encrypted store: more than any

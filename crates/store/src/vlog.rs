@@ -84,9 +84,8 @@ impl ValueLog {
     ///
     /// One buffer per read, one copy of the value: the frame is read into
     /// the buffer that is returned, opened where it lies, and the value is
-    /// moved to the front (it used to be moved twice: the sealed block to
-    /// the front, then the value over the key). Error texts are only built
-    /// on error: formatting them cost ~0.2 µs per read.
+    /// moved to the front once. Error texts are only built on error:
+    /// formatting them costs ~0.2 µs per read.
     pub fn read(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Vec<u8>> {
         let mut buf = Vec::new();
         self.read_into(ptr, key, &mut buf)?;

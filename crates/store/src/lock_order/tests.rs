@@ -8,12 +8,9 @@ use std::sync::{Arc, Barrier};
 use super::*;
 use crate::{Encryption, Options, ReadOptions, Store, WriteBatch};
 
-#[test]
-fn the_check_is_on_in_tests() {
-    // The store's dev-dependency on itself turns on `lock-order-check`;
-    // without it, `cargo test --release` would check nothing.
-    assert!(CHECKED);
-}
+// The store's dev-dependency on itself turns on `lock-order-check`;
+// without it, `cargo test --release` would check nothing.
+const _: () = assert!(CHECKED, "the lock-order check is off in tests");
 
 /// Runs `f` on a thread that may break the order, and returns its panic
 /// message, if it panicked.
@@ -150,7 +147,7 @@ fn options(encrypted: bool) -> Options {
 
 fn value(key: u64, round: u64) -> Vec<u8> {
     // Every third value goes to the value log.
-    let len = if key % 3 == 0 { 300 } else { 20 };
+    let len = if key.is_multiple_of(3) { 300 } else { 20 };
     let mut v = format!("{key}:{round}:").into_bytes();
     v.resize(len, b'a' + (key % 26) as u8);
     v
@@ -181,7 +178,13 @@ fn a_get_takes_no_lock() {
             let opts = ReadOptions {
                 snapshot: Some(&snapshot),
             };
-            assert_eq!(store.get_opt(&opts, k.to_be_bytes()).expect("get").is_some(), k < 220);
+            assert_eq!(
+                store
+                    .get_opt(&opts, k.to_be_bytes())
+                    .expect("get")
+                    .is_some(),
+                k < 220
+            );
         }
     };
     let mut buf = Vec::new();
@@ -215,7 +218,7 @@ fn concurrent_paths(encrypted: bool) {
             start.wait();
             for round in 0..ROUNDS {
                 for k in (w..KEYS).step_by(WRITERS as usize) {
-                    if round % 2 == 1 && k % 7 == 0 {
+                    if round % 2 == 1 && k.is_multiple_of(7) {
                         let mut b = WriteBatch::new();
                         b.delete(k.to_be_bytes());
                         b.put(k.to_be_bytes(), value(k, round));
@@ -312,7 +315,11 @@ fn concurrent_paths(encrypted: bool) {
     let store = Store::open(dir.path(), options(encrypted)).expect("reopen");
     check(&store);
     store.close().expect("close");
-    assert_eq!(violations(), violations_before, "a thread broke the lock order");
+    assert_eq!(
+        violations(),
+        violations_before,
+        "a thread broke the lock order"
+    );
 }
 
 #[test]
