@@ -12,12 +12,33 @@ use crate::{Encryption, Options, ReadOptions, Store, WriteBatch};
 // without it, `cargo test --release` would check nothing.
 const _: () = assert!(CHECKED, "the lock-order check is off in tests");
 
-/// Runs `f` on a thread that may break the order, and returns its panic
-/// message, if it panicked.
-fn panic_message(f: impl FnOnce() + Send + 'static) -> Option<String> {
+/// One step of [`take`]: a lock of this rank, waited for or tried.
+#[derive(Clone, Copy)]
+enum Step {
+    Lock(Rank),
+    Try(Rank),
+}
+
+/// Takes a new lock for each step in turn, holding them all, on a thread
+/// that may break the order; the panic message, if it panicked.
+fn take(steps: &'static [Step]) -> Option<String> {
     let joined = std::thread::Builder::new()
         .name(EXPECTED_VIOLATION_THREAD.into())
-        .spawn(f)
+        .spawn(move || {
+            let locks: Vec<_> = steps
+                .iter()
+                .map(|s| match *s {
+                    Step::Lock(r) | Step::Try(r) => RankedMutex::new(r, ()),
+                })
+                .collect();
+            let mut guards = Vec::new();
+            for (step, lock) in steps.iter().zip(&locks) {
+                match step {
+                    Step::Lock(_) => guards.push(lock.lock()),
+                    Step::Try(_) => guards.push(lock.try_lock().expect("a new lock is free")),
+                }
+            }
+        })
         .expect("spawning a test thread")
         .join();
     let payload = joined.err()?;
@@ -30,16 +51,15 @@ fn panic_message(f: impl FnOnce() + Send + 'static) -> Option<String> {
 
 #[test]
 fn a_lock_taken_out_of_order_panics() {
-    let message = panic_message(|| {
-        let state = RankedMutex::new(Rank::State, ());
-        let log = RankedMutex::new(Rank::Log, ());
-        let _s = state.lock();
-        let _l = log.lock();
-    });
+    let message = take(&[Step::Lock(Rank::State), Step::Lock(Rank::Log)]);
     let message = message.expect("taking Log while holding State must panic");
     assert!(
         message.contains("taking Log while holding State"),
         "{message}"
+    );
+    assert_eq!(
+        take(&[Step::Lock(Rank::Log), Step::Lock(Rank::State)]),
+        None
     );
 }
 
@@ -47,19 +67,21 @@ fn a_lock_taken_out_of_order_panics() {
 fn a_rank_taken_twice_panics() {
     // Two locks of one rank (two writes' result slots) in either order
     // could deadlock as surely as two ranks could.
-    let message = panic_message(|| {
-        let a = RankedMutex::new(Rank::WriteResult, ());
-        let b = RankedMutex::new(Rank::WriteResult, ());
-        let _a = a.lock();
-        let _b = b.lock();
-    });
+    let message = take(&[Step::Lock(Rank::WriteResult), Step::Lock(Rank::WriteResult)]);
     assert!(message.is_some_and(|m| m.contains("taking WriteResult while holding WriteResult")));
 }
 
 #[test]
 fn the_order_is_checked_against_every_lock_held() {
-    // Log, then State, then (State released) Manifest: Manifest ranks
-    // above Log, below the State this thread no longer holds.
+    let message = take(&[
+        Step::Lock(Rank::Log),
+        Step::Lock(Rank::State),
+        Step::Lock(Rank::Manifest),
+    ]);
+    assert!(message.is_some_and(|m| m.contains("taking Manifest while holding State")));
+    // Log, then State, then, State released, Manifest: above every lock
+    // still held. Guards released out of the order taken leave nothing
+    // behind.
     let log = RankedMutex::new(Rank::Log, ());
     let state = RankedMutex::new(Rank::State, ());
     let manifest = RankedMutex::new(Rank::Manifest, ());
@@ -69,35 +91,18 @@ fn the_order_is_checked_against_every_lock_held() {
     let m = manifest.lock();
     drop(l);
     drop(m);
-    // Guards released out of the order taken leave nothing behind.
     let _s = state.lock();
-    let message = panic_message(|| {
-        let log = RankedMutex::new(Rank::Log, ());
-        let state = RankedMutex::new(Rank::State, ());
-        let manifest = RankedMutex::new(Rank::Manifest, ());
-        let _l = log.lock();
-        let _s = state.lock();
-        let _m = manifest.lock();
-    });
-    assert!(message.is_some_and(|m| m.contains("taking Manifest while holding State")));
 }
 
 #[test]
 fn try_lock_is_not_checked_but_counts_as_held() {
-    let state = RankedMutex::new(Rank::State, ());
-    let log = RankedMutex::new(Rank::Log, ());
-    let _s = state.lock();
     // Not waiting, it cannot deadlock.
-    let held = log.try_lock().expect("the lock is free");
-    drop(held);
-    let message = panic_message(|| {
-        let log = RankedMutex::new(Rank::Log, ());
-        let log_usage = RankedMutex::new(Rank::LogUsage, ());
-        let state = RankedMutex::new(Rank::State, ());
-        let _s = state.lock();
-        let _l = log.try_lock();
-        let _u = log_usage.lock();
-    });
+    assert_eq!(take(&[Step::Lock(Rank::State), Step::Try(Rank::Log)]), None);
+    let message = take(&[
+        Step::Lock(Rank::State),
+        Step::Try(Rank::Log),
+        Step::Lock(Rank::LogUsage),
+    ]);
     assert!(message.is_some_and(|m| m.contains("taking LogUsage while holding State")));
 }
 
