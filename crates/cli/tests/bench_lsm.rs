@@ -3,14 +3,9 @@
 //! figures, and bad input is refused with a clear error.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
 
-fn gvault(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gvault"))
-        .args(args)
-        .output()
-        .expect("cargo builds the gvault binary for its tests")
-}
+mod common;
+use common::gvault_no_store;
 
 const DB_BENCH: [&str; 6] = [
     "fillseq",
@@ -26,7 +21,7 @@ const SEED: [&str; 3] = ["seed000-insert", "seed000-search", "seed000-remove"];
 fn every_workload_reports_ops_throughput_and_write_amplification() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_str().unwrap();
-    let o = gvault(&[
+    let o = gvault_no_store(&[
         "bench",
         "lsm",
         "--json",
@@ -121,7 +116,7 @@ fn every_workload_reports_ops_throughput_and_write_amplification() {
 
 #[test]
 fn seed_000_group_and_selection() {
-    let o = gvault(&[
+    let o = gvault_no_store(&[
         "bench",
         "lsm",
         "--json",
@@ -166,7 +161,7 @@ fn bad_input_is_refused() {
     ] {
         let mut all = vec!["bench", "lsm", "--quick"];
         all.extend_from_slice(args);
-        let o = gvault(&all);
+        let o = gvault_no_store(&all);
         assert_eq!(o.status.code(), Some(2), "{args:?} should fail");
         assert!(!o.stderr.is_empty(), "{args:?} says why");
         assert!(o.stdout.is_empty(), "{args:?} fails before measuring");
@@ -176,7 +171,7 @@ fn bad_input_is_refused() {
 #[test]
 fn encrypted_rows_carry_mode_and_ratio_and_reencrypt_is_measured() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = gvault(&[
+    let o = gvault_no_store(&[
         "bench",
         "lsm",
         "--json",
@@ -237,7 +232,7 @@ fn encrypted_rows_carry_mode_and_ratio_and_reencrypt_is_measured() {
 }
 
 fn json_run(args: &[&str]) -> serde_json::Value {
-    let o = gvault(args);
+    let o = gvault_no_store(args);
     assert!(
         o.status.success(),
         "{args:?}: {}",
@@ -393,7 +388,7 @@ fn the_table_shows_threads_scaling_profile_and_space() {
     let tmp = tempfile::tempdir().unwrap();
     let saved = tempfile::tempdir().unwrap();
     let json = saved.path().join("report.json");
-    let o = gvault(&[
+    let o = gvault_no_store(&[
         "bench",
         "lsm",
         "--dir",

@@ -4,14 +4,10 @@
 //! colour, and clear errors for bad input.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn gvault(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gvault"))
-        .args(args)
-        .output()
-        .expect("cargo builds the gvault binary for its tests")
-}
+mod common;
+use common::gvault_no_store;
 
 /// `gvault bench primitive` on the CPU backend at 4 and 64 KiB, quickly.
 fn primitive_on_cpu(extra: &[&str]) -> Output {
@@ -26,7 +22,7 @@ fn primitive_on_cpu(extra: &[&str]) -> Output {
         "cpu",
     ];
     args.extend_from_slice(extra);
-    gvault(&args)
+    gvault_no_store(&args)
 }
 
 /// `gvault bench plot --from F... --out OUT`.
@@ -36,7 +32,7 @@ fn plot(from: &[&Path], out: &Path) -> Output {
         args.extend(["--from", f.to_str().unwrap()]);
     }
     args.extend(["--out", out.to_str().unwrap()]);
-    gvault(&args)
+    gvault_no_store(&args)
 }
 
 fn text(o: &Output) -> String {
@@ -228,7 +224,7 @@ fn one_figure_from_two_saved_runs() {
         (2 * 640, 48 + 440),
         "two op panels"
     );
-    let o = gvault(&[
+    let o = gvault_no_store(&[
         "bench",
         "primitive",
         "--ops",

@@ -1,33 +1,9 @@
 //! The store commands of the `gvault` binary: behaviour and exit codes.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
 
-fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gvault"))
-}
-
-fn run(store: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(binary())
-        .args(args)
-        .env("GVAULT_STORE", store)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cargo builds the gvault binary for its tests");
-    let mut input = child.stdin.take().unwrap();
-    if let Some(data) = stdin {
-        input.write_all(data).unwrap();
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap()
-}
+mod common;
+use common::{code, gvault_input};
 
 #[test]
 fn commands_and_exit_codes() {
@@ -35,24 +11,28 @@ fn commands_and_exit_codes() {
     let dir = tmp.path().join("s");
     let d = dir.as_path();
 
-    let o = run(d, &["get", "k"], None);
+    let o = gvault_input(d, &["get", "k"], None);
     assert_eq!(code(&o), 2, "no store yet");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no store"),
         "{o:?}"
     );
 
-    assert_eq!(code(&run(d, &["init"], None)), 0);
-    assert_eq!(code(&run(d, &["init"], None)), 2, "init twice");
-    assert_eq!(code(&run(d, &["put", "a", "1"], None)), 0);
+    assert_eq!(code(&gvault_input(d, &["init"], None)), 0);
+    assert_eq!(code(&gvault_input(d, &["init"], None)), 2, "init twice");
+    assert_eq!(code(&gvault_input(d, &["put", "a", "1"], None)), 0);
     assert_eq!(
-        code(&run(d, &["put", "--sync", "b"], Some(b"from stdin"))),
+        code(&gvault_input(
+            d,
+            &["put", "--sync", "b"],
+            Some(b"from stdin")
+        )),
         0
     );
     let f = tmp.path().join("v.bin");
     std::fs::write(&f, vec![9u8; 5000]).unwrap();
     assert_eq!(
-        code(&run(
+        code(&gvault_input(
             d,
             &["put", "big", "--file", f.to_str().unwrap()],
             None
@@ -60,19 +40,19 @@ fn commands_and_exit_codes() {
         0
     );
 
-    let o = run(d, &["get", "b"], None);
+    let o = gvault_input(d, &["get", "b"], None);
     assert_eq!((code(&o), o.stdout.as_slice()), (0, &b"from stdin"[..]));
-    let o = run(d, &["get", "big"], None);
+    let o = gvault_input(d, &["get", "big"], None);
     assert_eq!(o.stdout, vec![9u8; 5000]);
-    assert_eq!(code(&run(d, &["get", "nope"], None)), 1);
-    assert_eq!(code(&run(d, &["del", "nope"], None)), 1);
-    assert_eq!(code(&run(d, &["del", "a"], None)), 0);
-    assert_eq!(code(&run(d, &["get", "a"], None)), 1);
+    assert_eq!(code(&gvault_input(d, &["get", "nope"], None)), 1);
+    assert_eq!(code(&gvault_input(d, &["del", "nope"], None)), 1);
+    assert_eq!(code(&gvault_input(d, &["del", "a"], None)), 0);
+    assert_eq!(code(&gvault_input(d, &["get", "a"], None)), 1);
 
     let lines = b"{\"key\": \"j1\", \"value\": \"x\"}\n{\"key\": \"j2\", \"value\": \"y\"}\n";
-    let o = run(d, &["import"], Some(lines));
+    let o = gvault_input(d, &["import"], Some(lines));
     assert_eq!(code(&o), 0, "{o:?}");
-    let o = run(d, &["import"], Some(b"{\"key\": 1}\n"));
+    let o = gvault_input(d, &["import"], Some(b"{\"key\": 1}\n"));
     assert_eq!(code(&o), 2);
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("line 1")
@@ -80,15 +60,15 @@ fn commands_and_exit_codes() {
         "{o:?}"
     );
 
-    let o = run(
+    let o = gvault_input(
         d,
         &["scan", "--from", "b", "--to", "j2", "--keys-only"],
         None,
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout), "b\nbig\nj1\n");
-    let o = run(d, &["scan", "--reverse", "--limit", "1"], None);
+    let o = gvault_input(d, &["scan", "--reverse", "--limit", "1"], None);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "j2\ty\n");
-    let o = run(
+    let o = gvault_input(
         d,
         &["scan", "--from", "j2", "--to", "b", "--keys-only"],
         None,
@@ -98,7 +78,7 @@ fn commands_and_exit_codes() {
         String::from_utf8_lossy(&o.stderr).contains("comes after --to"),
         "{o:?}"
     );
-    let o = run(
+    let o = gvault_input(
         d,
         &[
             "scan",
@@ -120,7 +100,7 @@ fn commands_and_exit_codes() {
         .unwrap()
         .set_len((1 << 30) + 1)
         .unwrap();
-    let o = run(d, &["put", "huge", "--file", huge.to_str().unwrap()], None);
+    let o = gvault_input(d, &["put", "huge", "--file", huge.to_str().unwrap()], None);
     assert_eq!(code(&o), 2, "{o:?}");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("the most one value holds"),
@@ -128,15 +108,15 @@ fn commands_and_exit_codes() {
     );
     std::fs::remove_file(&huge).unwrap();
 
-    let o = run(d, &["stats"], None);
+    let o = gvault_input(d, &["stats"], None);
     assert!(String::from_utf8_lossy(&o.stdout).contains("last sequence"));
-    let o = run(d, &["gc"], None);
+    let o = gvault_input(d, &["gc"], None);
     assert_eq!(code(&o), 0, "{o:?}");
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("scanned"),
         "{o:?}"
     );
-    let o = run(d, &["verify"], None);
+    let o = gvault_input(d, &["verify"], None);
     assert_eq!(code(&o), 0, "{o:?}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("no problems"));
 
@@ -154,9 +134,9 @@ fn commands_and_exit_codes() {
         .expect("a value-log file holds the value of \"big\"");
     bytes[at] ^= 1;
     std::fs::write(&log, bytes).unwrap();
-    let o = run(d, &["verify"], None);
+    let o = gvault_input(d, &["verify"], None);
     assert_eq!(code(&o), 3, "{o:?}");
-    let o = run(d, &["get", "big"], None);
+    let o = gvault_input(d, &["get", "big"], None);
     assert_eq!(code(&o), 2);
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("corruption"),
@@ -166,7 +146,7 @@ fn commands_and_exit_codes() {
 
 #[test]
 fn demo_runs_small() {
-    let o = run(Path::new("/nonexistent"), &["demo", "--mb", "4"], None);
+    let o = gvault_input(Path::new("/nonexistent"), &["demo", "--mb", "4"], None);
     assert_eq!(code(&o), 0, "{o:?}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("MiB/s"));
 }
@@ -186,26 +166,26 @@ fn one_shot_puts_keep_level_0_bounded_and_compact_shrinks_the_store() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("s");
     let d = dir.as_path();
-    assert_eq!(code(&run(d, &["init"], None)), 0);
+    assert_eq!(code(&gvault_input(d, &["init"], None)), 0);
     // Each command is its own process: its background thread never gets
     // to compact, so `close` (and the next open) must.
     for i in 0..60u32 {
         let key = format!("k{:03}", i * 37 % 60);
         let value = format!("{i:0100}");
-        let o = run(d, &["put", &key, &value], None);
+        let o = gvault_input(d, &["put", &key, &value], None);
         assert_eq!(code(&o), 0, "{o:?}");
         if i % 20 == 19 {
-            let o = run(d, &["stats"], None);
+            let o = gvault_input(d, &["stats"], None);
             let stats = String::from_utf8_lossy(&o.stdout).to_string();
             assert!(tables_in_level(&stats, 0) <= 4, "after {i} puts:\n{stats}");
         }
     }
     // Overwrite everything, then compact: the old versions go.
     for i in 0..60u32 {
-        let o = run(d, &["put", &format!("k{i:03}"), "new"], None);
+        let o = gvault_input(d, &["put", &format!("k{i:03}"), "new"], None);
         assert_eq!(code(&o), 0, "{o:?}");
     }
-    let o = run(d, &["compact"], None);
+    let o = gvault_input(d, &["compact"], None);
     assert_eq!(code(&o), 0, "{o:?}");
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     let sizes: Vec<u64> = out
@@ -223,11 +203,11 @@ fn one_shot_puts_keep_level_0_bounded_and_compact_shrinks_the_store() {
         .unwrap_or_else(|| panic!("{out}"));
     assert!(sizes[1] < sizes[0], "{out}");
     assert!(out.contains("value-log GC"), "{out}");
-    let o = run(d, &["stats"], None);
+    let o = gvault_input(d, &["stats"], None);
     let stats = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(tables_in_level(&stats, 0), 0, "{stats}");
     for i in (0..60u32).step_by(7) {
-        let o = run(d, &["get", &format!("k{i:03}")], None);
+        let o = gvault_input(d, &["get", &format!("k{i:03}")], None);
         assert_eq!(o.stdout, b"new");
     }
 }

@@ -5,32 +5,11 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
+
+mod common;
+use common::{command, gvault};
 use std::time::Duration;
-
-fn command(store: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_gvault"));
-    c.args(args)
-        .env("GVAULT_STORE", store)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for v in [
-        "GVAULT_KEY",
-        "GVAULT_KEY_FILE",
-        "GVAULT_PASSPHRASE",
-        "GVAULT_WAIT",
-    ] {
-        c.env_remove(v);
-    }
-    c
-}
-
-fn gvault(store: &Path, args: &[&str]) -> Output {
-    command(store, args)
-        .output()
-        .expect("cargo builds the gvault binary for its tests")
-}
 
 fn ok(o: Output) -> String {
     assert_eq!(o.status.code(), Some(0), "{o:?}");

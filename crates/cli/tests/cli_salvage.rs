@@ -1,43 +1,13 @@
-//! The case that lost acknowledged records silently: an import, a clean
-//! close, then a value-log file cut short. `verify` must report
+//! An import, a clean close, then a value-log file cut short: no
+//! acknowledged record may be lost silently. `verify` must report
 //! it (exit 3), other commands must refuse the store with an error naming
 //! the file, and `salvage` must hand back every record that can be read,
 //! say what could not be, and feed `import` into a new store.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
-fn gvault(store: &Path, args: &[&str], input: Option<&[u8]>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_gvault"));
-    c.args(args)
-        .env("GVAULT_STORE", store)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for v in ["GVAULT_KEY", "GVAULT_KEY_FILE", "GVAULT_PASSPHRASE"] {
-        c.env_remove(v);
-    }
-    let mut child = c
-        .spawn()
-        .expect("cargo builds the gvault binary for its tests");
-    let feeder = input.map(|data| {
-        let mut stdin = child.stdin.take().unwrap();
-        let data = data.to_vec();
-        std::thread::spawn(move || {
-            use std::io::Write;
-            let _ = stdin.write_all(&data);
-        })
-    });
-    let o = child.wait_with_output().unwrap();
-    if let Some(f) = feeder {
-        f.join().unwrap();
-    }
-    o
-}
+mod common;
+use common::gvault_input;
 
 /// The value-log file holding the most bytes (values live there).
 fn largest_log(dir: &Path) -> PathBuf {
@@ -71,8 +41,8 @@ fn cut_store(encrypt: bool) -> (tempfile::TempDir, PathBuf) {
     if encrypt {
         init.push("--encrypt");
     }
-    assert!(gvault(&store, &init, None).status.success());
-    let o = gvault(&store, &["import"], Some(records(RECORDS).as_bytes()));
+    assert!(gvault_input(&store, &init, None).status.success());
+    let o = gvault_input(&store, &["import"], Some(records(RECORDS).as_bytes()));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let log = largest_log(&store);
     let len = std::fs::metadata(&log).unwrap().len();
@@ -99,15 +69,15 @@ fn check(encrypt: bool) {
     let log = largest_log(&store);
     let name = log.file_name().unwrap().to_string_lossy().into_owned();
 
-    let v = gvault(&store, &["verify"], None);
+    let v = gvault_input(&store, &["verify"], None);
     assert_eq!(v.status.code(), Some(3), "verify: {v:?}");
     assert!(String::from_utf8_lossy(&v.stdout).contains(&name), "{v:?}");
 
-    let g = gvault(&store, &["get", "rec000001"], None);
+    let g = gvault_input(&store, &["get", "rec000001"], None);
     assert_eq!(g.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&g.stderr).contains(&name), "{g:?}");
 
-    let s = gvault(&store, &["salvage"], None);
+    let s = gvault_input(&store, &["salvage"], None);
     assert_eq!(
         s.status.code(),
         Some(3),
@@ -133,14 +103,14 @@ fn check(encrypt: bool) {
     // Into a new store, through import.
     let fresh = d.path().join("fresh");
     let f = fresh.to_str().unwrap();
-    assert!(gvault(&fresh, &["init", "--store", f], None)
+    assert!(gvault_input(&fresh, &["init", "--store", f], None)
         .status
         .success());
-    let o = gvault(&fresh, &["import", "--store", f], Some(&s.stdout));
+    let o = gvault_input(&fresh, &["import", "--store", f], Some(&s.stdout));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v = gvault(&fresh, &["verify", "--store", f, "--json"], None);
+    let v = gvault_input(&fresh, &["verify", "--store", f, "--json"], None);
     assert_eq!(v.status.code(), Some(0));
-    let e = gvault(&fresh, &["export", "--store", f], None);
+    let e = gvault_input(&fresh, &["export", "--store", f], None);
     assert_eq!(
         e.stdout, s.stdout,
         "the new store holds exactly what was salvaged"
@@ -162,16 +132,18 @@ fn salvage_of_a_sound_store_loses_nothing() {
     let d = tempfile::tempdir().unwrap();
     let store = d.path().join("store");
     let s = store.to_str().unwrap();
-    assert!(gvault(&store, &["init", "--store", s], None)
+    assert!(gvault_input(&store, &["init", "--store", s], None)
         .status
         .success());
-    assert!(gvault(&store, &["import"], Some(records(500).as_bytes()))
-        .status
-        .success());
-    let out = gvault(&store, &["salvage", "--json"], None);
+    assert!(
+        gvault_input(&store, &["import"], Some(records(500).as_bytes()))
+            .status
+            .success()
+    );
+    let out = gvault_input(&store, &["salvage", "--json"], None);
     assert_eq!(out.status.code(), Some(0));
     let r: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
     assert_eq!(r["records"], 500);
     assert_eq!(r["clean"], true);
-    assert_eq!(out.stdout, gvault(&store, &["export"], None).stdout);
+    assert_eq!(out.stdout, gvault_input(&store, &["export"], None).stdout);
 }

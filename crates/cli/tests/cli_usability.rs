@@ -12,55 +12,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use rand::{Rng, SeedableRng};
 
-/// A command for the binary with a clean environment: no key sources, the
-/// store in `store`.
-fn gvault(store: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_gvault"));
-    c.args(args)
-        .env("GVAULT_STORE", store)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for v in ["GVAULT_KEY", "GVAULT_KEY_FILE", "GVAULT_PASSPHRASE"] {
-        c.env_remove(v);
-    }
-    c
-}
-
-fn output(mut c: Command) -> Output {
-    c.output()
-        .expect("cargo builds the gvault binary for its tests")
-}
-
-fn run(store: &Path, args: &[&str]) -> Output {
-    output(gvault(store, args))
-}
-
-/// Runs with `input` on stdin.
-fn run_with_input(store: &Path, args: &[&str], input: &[u8]) -> Output {
-    let mut c = gvault(store, args);
-    c.stdin(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let data = input.to_vec();
-    // Written from a thread: the child may fill its stdout pipe before it
-    // has read all of stdin.
-    let feeder = std::thread::spawn(move || {
-        use std::io::Write;
-        let _ = stdin.write_all(&data);
-    });
-    let o = child.wait_with_output().unwrap();
-    feeder.join().unwrap();
-    o
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{code, command, gvault, gvault_stdin, output, stderr};
 
 fn ok(o: Output) -> Vec<u8> {
     assert_eq!(code(&o), 0, "{o:?}");
@@ -73,11 +26,11 @@ fn ok_text(o: Output) -> String {
 
 /// A plain store in `dir` with a few records, one of them binary.
 fn plain_store(dir: &Path) {
-    ok(run(dir, &["init"]));
+    ok(gvault(dir, &["init"]));
     for (k, v) in [("a", "alpha"), ("b", "beta"), ("c", "gamma")] {
-        ok(run(dir, &["put", k, v]));
+        ok(gvault(dir, &["put", k, v]));
     }
-    ok(run_with_input(dir, &["put", "bin"], &[0, 0xff, 0x10]));
+    ok(gvault_stdin(dir, &["put", "bin"], &[0, 0xff, 0x10]));
 }
 
 #[test]
@@ -86,8 +39,8 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
     let plain = tmp.path().join("plain");
     plain_store(&plain);
     let vault = tmp.path().join("vault");
-    ok(run(&vault, &["init", "--encrypt"]));
-    ok(run(&vault, &["put", "k", "v"]));
+    ok(gvault(&vault, &["init", "--encrypt"]));
+    ok(gvault(&vault, &["put", "k", "v"]));
     let records = tmp.path().join("records.jsonl");
     std::fs::write(&records, "{\"key\": \"x\", \"value\": \"y\"}\n").unwrap();
     let demo_tmp = tmp.path().join("demo-tmp");
@@ -133,7 +86,7 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
     for (store, args) in cases {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let mut c = gvault(store, &args);
+        let mut c = command(store, &args);
         c.stdout(Stdio::from(writer)).env("TMPDIR", &demo_tmp);
         let o = output(c);
         let err = stderr(&o);
@@ -147,15 +100,15 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
     let left: Vec<_> = std::fs::read_dir(&demo_tmp).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
     // ... and the stores are intact.
-    assert_eq!(ok(run(&plain, &["get", "x"])), b"y");
-    assert_eq!(ok(run(&vault, &["get", "k"])), b"v");
+    assert_eq!(ok(gvault(&plain, &["get", "x"])), b"y");
+    assert_eq!(ok(gvault(&vault, &["get", "k"])), b"v");
 }
 
 #[test]
 fn a_closed_stdout_on_a_long_output_stops_the_command() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("s");
-    ok(run(&d, &["init"]));
+    ok(gvault(&d, &["init"]));
     let lines: String = (0..20_000)
         .map(|i| {
             format!(
@@ -164,10 +117,10 @@ fn a_closed_stdout_on_a_long_output_stops_the_command() {
             )
         })
         .collect();
-    ok(run_with_input(&d, &["import"], lines.as_bytes()));
+    ok(gvault_stdin(&d, &["import"], lines.as_bytes()));
     // The reader takes one line and goes away mid-stream.
     for args in [&["scan"][..], &["export"], &["scan", "--json"]] {
-        let mut child = gvault(&d, args).spawn().unwrap();
+        let mut child = command(&d, args).spawn().unwrap();
         let mut out = child.stdout.take().unwrap();
         let mut first = [0u8; 64];
         out.read_exact(&mut first).unwrap();
@@ -213,7 +166,7 @@ fn bad_benchmark_sizes_are_errors_not_panics() {
         if a[1] == "primitive" {
             a.extend(["--backend", "cpu", "--min-ms", "1"]);
         }
-        let o = run(d, &a);
+        let o = gvault(d, &a);
         assert_eq!(code(&o), 2, "{a:?}: {o:?}");
         let err = stderr(&o);
         assert!(
@@ -228,11 +181,13 @@ fn json_output_of_stats_verify_keys_scan_and_get() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("s");
     plain_store(&d);
-    let v: serde_json::Value = serde_json::from_slice(&ok(run(&d, &["stats", "--json"]))).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&ok(gvault(&d, &["stats", "--json"]))).unwrap();
     assert_eq!(v["last_sequence"], 4, "{v}");
     assert!(v["levels"].as_array().is_some_and(|l| !l.is_empty()), "{v}");
 
-    let v: serde_json::Value = serde_json::from_slice(&ok(run(&d, &["verify", "--json"]))).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&ok(gvault(&d, &["verify", "--json"]))).unwrap();
     assert_eq!(
         (v["clean"].as_bool(), v["live_keys"].as_u64()),
         (Some(true), Some(4)),
@@ -240,7 +195,7 @@ fn json_output_of_stats_verify_keys_scan_and_get() {
     );
     assert_eq!(v["problems"], serde_json::json!([]));
 
-    let lines = ok_text(run(&d, &["scan", "--json", "--from", "b"]));
+    let lines = ok_text(gvault(&d, &["scan", "--json", "--from", "b"]));
     let recs: Vec<serde_json::Value> = lines
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -253,16 +208,19 @@ fn json_output_of_stats_verify_keys_scan_and_get() {
             serde_json::json!({"key": "c", "value": "gamma"}),
         ]
     );
-    let keys = ok_text(run(&d, &["scan", "--json", "--keys-only", "--limit", "1"]));
+    let keys = ok_text(gvault(
+        &d,
+        &["scan", "--json", "--keys-only", "--limit", "1"],
+    ));
     assert_eq!(keys, "{\"key\":\"a\"}\n");
 
     let v: serde_json::Value =
-        serde_json::from_slice(&ok(run(&d, &["get", "a", "--json"]))).unwrap();
+        serde_json::from_slice(&ok(gvault(&d, &["get", "a", "--json"]))).unwrap();
     assert_eq!(v, serde_json::json!({"key": "a", "value": "alpha"}));
     let v: serde_json::Value =
-        serde_json::from_slice(&ok(run(&d, &["get", "bin", "--json"]))).unwrap();
+        serde_json::from_slice(&ok(gvault(&d, &["get", "bin", "--json"]))).unwrap();
     assert_eq!(v, serde_json::json!({"key": "bin", "value_b64": "AP8Q"}));
-    assert_eq!(code(&run(&d, &["get", "nope", "--json"])), 1);
+    assert_eq!(code(&gvault(&d, &["get", "nope", "--json"])), 1);
 
     // Damage shows in the JSON report, with the same exit status: one
     // byte of a value, in whichever file holds it.
@@ -277,7 +235,7 @@ fn json_output_of_stats_verify_keys_scan_and_get() {
         .unwrap();
     bytes[at] ^= 1;
     std::fs::write(&file, bytes).unwrap();
-    let o = run(&d, &["verify", "--json"]);
+    let o = gvault(&d, &["verify", "--json"]);
     assert_eq!(code(&o), 3, "{o:?}");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["clean"], false, "{v}");
@@ -285,11 +243,11 @@ fn json_output_of_stats_verify_keys_scan_and_get() {
 
     // keys status of an encrypted store.
     let vault = tmp.path().join("vault");
-    ok(run(&vault, &["init", "--encrypt"]));
-    ok(run(&vault, &["put", "k", "v"]));
-    ok(run(&vault, &["keys", "rotate"]));
+    ok(gvault(&vault, &["init", "--encrypt"]));
+    ok(gvault(&vault, &["put", "k", "v"]));
+    ok(gvault(&vault, &["keys", "rotate"]));
     let v: serde_json::Value =
-        serde_json::from_slice(&ok(run(&vault, &["keys", "status", "--json"]))).unwrap();
+        serde_json::from_slice(&ok(gvault(&vault, &["keys", "status", "--json"]))).unwrap();
     let current = v["current"].as_u64().unwrap();
     let states: Vec<(u64, &str)> = v["keys"]
         .as_array()
@@ -353,7 +311,7 @@ fn parse_export(text: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
 fn export_then_import_round_trips_binary_records_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let a = tmp.path().join("a");
-    ok(run(&a, &["init"]));
+    ok(gvault(&a, &["init"]));
     let records = random_records(400);
     // Into the first store as base64 records, the form for any bytes.
     let input: String = records
@@ -366,21 +324,21 @@ fn export_then_import_round_trips_binary_records_exactly() {
             )
         })
         .collect();
-    let o = run_with_input(&a, &["import"], input.as_bytes());
+    let o = gvault_stdin(&a, &["import"], input.as_bytes());
     assert_eq!(ok_text(o), format!("imported {} records\n", records.len()));
 
-    let exported = ok_text(run(&a, &["export"]));
+    let exported = ok_text(gvault(&a, &["export"]));
     let expected: Vec<(Vec<u8>, Vec<u8>)> = records.clone().into_iter().collect();
     assert_eq!(parse_export(&exported), expected);
 
     // A fresh store, from a file, reads it back exactly.
     let b = tmp.path().join("b");
-    ok(run(&b, &["init"]));
+    ok(gvault(&b, &["init"]));
     let dump = tmp.path().join("dump.jsonl");
     std::fs::write(&dump, &exported).unwrap();
-    let o = run(&b, &["import", dump.to_str().unwrap()]);
+    let o = gvault(&b, &["import", dump.to_str().unwrap()]);
     assert_eq!(ok_text(o), format!("imported {} records\n", records.len()));
-    assert_eq!(ok_text(run(&b, &["export"])), exported);
+    assert_eq!(ok_text(gvault(&b, &["export"])), exported);
     for (k, v) in records
         .iter()
         .filter(|(k, _)| std::str::from_utf8(k).is_ok())
@@ -391,14 +349,14 @@ fn export_then_import_round_trips_binary_records_exactly() {
         if key.starts_with('-') || key.contains('\0') {
             continue;
         }
-        assert_eq!(&ok(run(&b, &["get", "--", key])), v);
-        let got = ok_text(run(&b, &["get", "--base64", "--", key]));
+        assert_eq!(&ok(gvault(&b, &["get", "--", key])), v);
+        let got = ok_text(gvault(&b, &["get", "--base64", "--", key]));
         assert_eq!(got, format!("{}\n", B64.encode(v)));
     }
 
     // A range: [from, to) of the export.
     let (from, to) = ("A", "m");
-    let part = ok_text(run(&b, &["export", "--from", from, "--to", to]));
+    let part = ok_text(gvault(&b, &["export", "--from", from, "--to", to]));
     let want: Vec<_> = expected
         .iter()
         .filter(|(k, _)| k.as_slice() >= from.as_bytes() && k.as_slice() < to.as_bytes())
@@ -406,38 +364,40 @@ fn export_then_import_round_trips_binary_records_exactly() {
         .collect();
     assert!(!want.is_empty());
     assert_eq!(parse_export(&part), want);
-    assert_eq!(code(&run(&b, &["export", "--from", "m", "--to", "A"])), 2);
+    assert_eq!(
+        code(&gvault(&b, &["export", "--from", "m", "--to", "A"])),
+        2
+    );
 }
 
 #[test]
 fn put_and_get_in_hex_and_base64() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("s");
-    ok(run(&d, &["init"]));
-    ok(run(&d, &["put", "h", "--hex", "00 01 fe ff"]));
-    assert_eq!(ok(run(&d, &["get", "h"])), [0u8, 1, 0xfe, 0xff]);
-    assert_eq!(ok_text(run(&d, &["get", "h", "--hex"])), "0001feff\n");
+    ok(gvault(&d, &["init"]));
+    ok(gvault(&d, &["put", "h", "--hex", "00 01 fe ff"]));
+    assert_eq!(ok(gvault(&d, &["get", "h"])), [0u8, 1, 0xfe, 0xff]);
+    assert_eq!(ok_text(gvault(&d, &["get", "h", "--hex"])), "0001feff\n");
     // From stdin with a trailing newline, as `echo` or `base64` writes it.
-    ok(run_with_input(
-        &d,
-        &["put", "b", "--base64"],
-        b"AAH+\n/w==\n",
-    ));
-    assert_eq!(ok(run(&d, &["get", "b"])), [0u8, 1, 0xfe, 0xff]);
-    assert_eq!(ok_text(run(&d, &["get", "b", "--base64"])), "AAH+/w==\n");
+    ok(gvault_stdin(&d, &["put", "b", "--base64"], b"AAH+\n/w==\n"));
+    assert_eq!(ok(gvault(&d, &["get", "b"])), [0u8, 1, 0xfe, 0xff]);
+    assert_eq!(ok_text(gvault(&d, &["get", "b", "--base64"])), "AAH+/w==\n");
     let f = tmp.path().join("v.hex");
     std::fs::write(&f, "6869\n").unwrap();
-    ok(run(
+    ok(gvault(
         &d,
         &["put", "f", "--hex", "--file", f.to_str().unwrap()],
     ));
-    assert_eq!(ok(run(&d, &["get", "f"])), b"hi");
+    assert_eq!(ok(gvault(&d, &["get", "f"])), b"hi");
 
-    let o = run(&d, &["put", "x", "--hex", "0g"]);
+    let o = gvault(&d, &["put", "x", "--hex", "0g"]);
     assert_eq!(code(&o), 2, "{o:?}");
     assert!(stderr(&o).contains("--hex"), "{o:?}");
-    assert_eq!(code(&run(&d, &["get", "x"])), 1, "nothing was written");
-    assert_eq!(code(&run(&d, &["put", "x", "--hex", "--base64", "00"])), 2);
+    assert_eq!(code(&gvault(&d, &["get", "x"])), 1, "nothing was written");
+    assert_eq!(
+        code(&gvault(&d, &["put", "x", "--hex", "--base64", "00"])),
+        2
+    );
     // Hex of more than 1 GiB of value is refused before it is read (the
     // file is sparse: nothing of it is written or read here).
     let huge = tmp.path().join("huge.hex");
@@ -445,10 +405,10 @@ fn put_and_get_in_hex_and_base64() {
         .unwrap()
         .set_len((2 << 30) + (1 << 26) + 1)
         .unwrap();
-    let o = run(&d, &["put", "x", "--hex", "--file", huge.to_str().unwrap()]);
+    let o = gvault(&d, &["put", "x", "--hex", "--file", huge.to_str().unwrap()]);
     assert_eq!(code(&o), 2, "{o:?}");
     assert!(stderr(&o).contains("too long for the --hex form"), "{o:?}");
-    assert_eq!(code(&run(&d, &["get", "h", "--hex", "--json"])), 2);
+    assert_eq!(code(&gvault(&d, &["get", "h", "--hex", "--json"])), 2);
 }
 
 #[test]
@@ -459,21 +419,21 @@ fn completions_for_each_shell() {
         ("zsh", "#compdef gvault"),
         ("fish", "complete -c gvault"),
     ] {
-        let text = ok_text(run(d, &["completions", shell]));
+        let text = ok_text(gvault(d, &["completions", shell]));
         assert!(text.contains(marker), "{shell}: {text:.200}");
         assert!(
             text.contains("export") && text.contains("reencrypt"),
             "{shell}"
         );
     }
-    assert_eq!(code(&run(d, &["completions", "tcsh"])), 2);
+    assert_eq!(code(&gvault(d, &["completions", "tcsh"])), 2);
 }
 
 #[test]
 fn a_key_in_the_environment_is_ignored_for_a_plain_store() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("plain");
-    ok(run(&d, &["init"]));
+    ok(gvault(&d, &["init"]));
     let key_file = tmp.path().join("other.key");
     std::fs::write(&key_file, format!("{}\n", "ab".repeat(32))).unwrap();
     #[cfg(unix)]
@@ -489,7 +449,7 @@ fn a_key_in_the_environment_is_ignored_for_a_plain_store() {
         ("GVAULT_PASSPHRASE", "hunter2"),
     ] {
         let with = |args: &[&str]| {
-            let mut c = gvault(&d, args);
+            let mut c = command(&d, args);
             c.env(var, value);
             output(c)
         };
@@ -511,21 +471,21 @@ fn a_key_in_the_environment_is_ignored_for_a_plain_store() {
         assert!(stderr(&o).contains(var), "{o:?}");
     }
     // A key named by a flag is still an error for a plain store.
-    let o = run(&d, &["get", "--key-file", kf, "k"]);
+    let o = gvault(&d, &["get", "--key-file", kf, "k"]);
     assert_eq!(code(&o), 2, "{o:?}");
     assert!(stderr(&o).contains("not encrypted"), "{o:?}");
 
     // An encrypted store still takes its key from the environment.
     let vault = tmp.path().join("vault");
-    let mut c = gvault(&vault, &["init", "--encrypt"]);
+    let mut c = command(&vault, &["init", "--encrypt"]);
     c.env("GVAULT_KEY", &hex);
     ok(output(c));
-    let mut c = gvault(&vault, &["put", "k", "sealed"]);
+    let mut c = command(&vault, &["put", "k", "sealed"]);
     c.env("GVAULT_KEY", &hex);
     let o = output(c);
     assert_eq!(code(&o), 0, "{o:?}");
     assert!(o.stderr.is_empty(), "{o:?}");
-    let mut c = gvault(&vault, &["get", "k"]);
+    let mut c = command(&vault, &["get", "k"]);
     c.env("GVAULT_KEY", "ef".repeat(32));
     assert_eq!(code(&output(c)), 2, "a wrong key is not ignored");
 }
@@ -587,7 +547,7 @@ fn run_on_tty(mut c: Command) -> (Output, String) {
 fn progress_shows_on_a_terminal_only() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("s");
-    ok(run(&d, &["init"]));
+    ok(gvault(&d, &["init"]));
     let lines: String = (0..2000)
         .map(|i| {
             format!(
@@ -600,34 +560,34 @@ fn progress_shows_on_a_terminal_only() {
     std::fs::write(&f, &lines).unwrap();
 
     // On a terminal: the bar, with the input's size known.
-    let (o, tty) = run_on_tty(gvault(&d, &["import", f.to_str().unwrap()]));
+    let (o, tty) = run_on_tty(command(&d, &["import", f.to_str().unwrap()]));
     assert_eq!(ok_text(o), "imported 2000 records\n");
     assert!(tty.contains("importing") && tty.contains("MiB"), "{tty:?}");
     // Piped: nothing but the result.
-    let o = run(&d, &["import", f.to_str().unwrap()]);
+    let o = gvault(&d, &["import", f.to_str().unwrap()]);
     assert!(o.stderr.is_empty(), "{o:?}");
     assert_eq!(ok_text(o), "imported 2000 records\n");
 
-    let (o, tty) = run_on_tty(gvault(&d, &["verify"]));
+    let (o, tty) = run_on_tty(command(&d, &["verify"]));
     assert!(ok_text(o).contains("no problems"));
     assert!(tty.contains("verifying"), "{tty:?}");
-    let o = run(&d, &["verify"]);
+    let o = gvault(&d, &["verify"]);
     assert!(o.stderr.is_empty(), "{o:?}");
 
-    let (o, tty) = run_on_tty(gvault(&d, &["gc"]));
+    let (o, tty) = run_on_tty(command(&d, &["gc"]));
     assert!(ok_text(o).contains("scanned"));
     assert!(tty.contains("value-log"), "{tty:?}");
 
     // keys reencrypt: its progress line is for a terminal too.
     let vault = tmp.path().join("vault");
-    ok(run(&vault, &["init", "--encrypt"]));
-    ok(run(&vault, &["put", "k", "v"]));
-    ok(run(&vault, &["keys", "rotate"]));
-    let o = run(&vault, &["keys", "reencrypt", "--rate", "0"]);
+    ok(gvault(&vault, &["init", "--encrypt"]));
+    ok(gvault(&vault, &["put", "k", "v"]));
+    ok(gvault(&vault, &["keys", "rotate"]));
+    let o = gvault(&vault, &["keys", "reencrypt", "--rate", "0"]);
     assert!(o.stderr.is_empty(), "{}", stderr(&o));
     assert!(ok_text(o).contains("rewrote"));
-    ok(run(&vault, &["keys", "rotate"]));
-    let (o, tty) = run_on_tty(gvault(&vault, &["keys", "reencrypt", "--rate", "0"]));
+    ok(gvault(&vault, &["keys", "rotate"]));
+    let (o, tty) = run_on_tty(command(&vault, &["keys", "reencrypt", "--rate", "0"]));
     assert!(ok_text(o).contains("rewrote"));
     assert!(tty.contains("re-encrypting"), "{tty:?}");
 }

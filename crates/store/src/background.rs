@@ -26,7 +26,7 @@ pub fn run(inner: Arc<DbInner>) {
     let mut flushes_since_gc = 0usize;
     loop {
         let work = {
-            let mut st = inner.state.lock();
+            let mut st = inner.lock_state();
             loop {
                 if st.shutting_down {
                     return;
@@ -42,7 +42,7 @@ pub fn run(inner: Arc<DbInner>) {
                         break Work::CollectGarbage;
                     }
                 }
-                inner.bg_cv.wait(&mut st);
+                inner.wait_for_background(&mut st);
             }
         };
         let res = match work {
@@ -75,19 +75,15 @@ pub fn run(inner: Arc<DbInner>) {
         if let Err(e) = res {
             inner.set_bg_error(&e);
         }
-        inner.bg_cv.notify_all();
+        inner.signal_background();
     }
 }
 
 /// Writes the oldest immutable memtable to a level-0 table and moves the
 /// replay pointer past it, in one manifest edit.
 pub fn flush_oldest(inner: &DbInner) -> Result<()> {
-    let (mem, end) = {
-        let st = inner.state.lock();
-        let Some(imm) = st.imm.front() else {
-            return Ok(());
-        };
-        (imm.mem.clone(), imm.end)
+    let Some((mem, end)) = inner.oldest_immutable() else {
+        return Ok(());
     };
     let mut out = OutputWriter::new(inner);
     let mut it = MemTableIterator::new(mem);
@@ -105,8 +101,6 @@ pub fn flush_oldest(inner: &DbInner) -> Result<()> {
     };
     inner.log_and_apply(edit)?;
     drop(outputs.keys); // the tables are in the version now
-    let mut st = inner.state.lock();
-    st.imm.pop_front();
-    inner.publish_view(&st);
+    inner.pop_flushed_immutable();
     Ok(())
 }

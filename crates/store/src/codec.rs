@@ -10,17 +10,22 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::format::FORMAT_VERSION;
+use crate::lock_order::{Rank, RankedMutex};
 
 /// Data keys that files being written are sealed under, with how many such
 /// files each has. A re-encryption pass never retires a pinned key: a flush
 /// or compaction reads the current key when it seals a table and installs
 /// the table in the version only later, so between the two the table is on
 /// no list a pass can see (a retired key there made the store unopenable).
-#[derive(Debug, Default)]
-pub struct KeyPins(Mutex<BTreeMap<u32, usize>>);
+#[derive(Debug)]
+pub struct KeyPins(RankedMutex<BTreeMap<u32, usize>>);
+
+impl Default for KeyPins {
+    fn default() -> KeyPins {
+        KeyPins(RankedMutex::new(Rank::KeyPins, BTreeMap::new()))
+    }
+}
 
 impl KeyPins {
     /// Pins `id`; the caller makes reading the current key and this call

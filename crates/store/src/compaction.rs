@@ -6,7 +6,6 @@
 //! rewritten about `multiplier` times per level: bounded write
 //! amplification (docs/format.md works it out).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::codec::KeyPin;
@@ -213,7 +212,7 @@ impl<'a> OutputWriter<'a> {
 
 /// Runs one compaction; the caller holds the compaction lock.
 pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
-    let version = inner.state.lock().current.clone();
+    let version = inner.current();
     let out_level = c.level + 1;
     let mut edit = VersionEdit::default();
     for (i, files) in c.inputs.iter().enumerate() {
@@ -235,16 +234,7 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
         children.push(Box::new(TableIterator::new(inner.tables.get(f)?)));
     }
     let mut iter = MergingIterator::new(children);
-    let smallest_snapshot = {
-        let st = inner.state.lock();
-        let visible = inner.visible_seq.load(Ordering::SeqCst);
-        st.snapshots
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(visible)
-            .min(visible)
-    };
+    let smallest_snapshot = inner.smallest_snapshot();
 
     let mut out = OutputWriter::new(inner);
     let mut current_user: Option<Vec<u8>> = None;
@@ -299,16 +289,12 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
     inner.log_and_apply(edit)?;
     drop(outputs.keys); // the tables are in the version now
     {
-        let mut usage = inner.log_usage.lock();
+        let mut usage = inner.log_usage();
         for (file, bytes) in dead_values {
             usage.died(file, bytes);
         }
     }
-    inner
-        .state
-        .lock()
-        .obsolete_tables
-        .extend(c.inputs.iter().flatten().map(|f| f.number));
+    inner.retire_tables(c.inputs.iter().flatten().map(|f| f.number));
     remember_pointer(inner, c);
     inner.delete_obsolete_files();
     Ok(())
@@ -317,7 +303,7 @@ pub fn run(inner: &DbInner, c: &Compaction) -> Result<()> {
 fn remember_pointer(inner: &DbInner, c: &Compaction) {
     if c.level > 0 {
         let (_, hi) = key_range(&c.inputs[0]);
-        inner.state.lock().compact_pointer[c.level] = hi;
+        inner.set_compact_pointer(c.level, hi);
     }
 }
 
@@ -330,9 +316,9 @@ fn is_base_level_for_key(v: &Version, out_level: usize, key: &[u8]) -> bool {
 
 /// Runs the compaction most due, if any is; false when none is.
 pub fn compact_once(inner: &DbInner) -> Result<bool> {
-    let _guard = inner.compaction_lock.lock();
+    let _guard = inner.lock_compaction();
     let c = {
-        let st = inner.state.lock();
+        let st = inner.lock_state();
         if let Some(e) = &st.bg_error {
             return Err(e.clone());
         }
@@ -364,9 +350,9 @@ const L0_SHARE_AT_CLOSE: f64 = 0.1;
 /// is a small share and is left to the trigger.
 pub fn settle_for_close(inner: &DbInner) -> Result<()> {
     settle(inner)?;
-    let guard = inner.compaction_lock.lock();
+    let guard = inner.lock_compaction();
     let c = {
-        let st = inner.state.lock();
+        let st = inner.lock_state();
         if let Some(e) = &st.bg_error {
             return Err(e.clone());
         }
@@ -387,9 +373,9 @@ pub fn settle_for_close(inner: &DbInner) -> Result<()> {
 
 /// Manual compaction of [lo, hi] through every level holding data there.
 pub fn compact_range(inner: &Arc<DbInner>, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Result<()> {
-    let _guard = inner.compaction_lock.lock();
+    let _guard = inner.lock_compaction();
     let deepest = {
-        let v = inner.state.lock().current.clone();
+        let v = inner.current();
         (0..NUM_LEVELS)
             .rev()
             .find(|&l| !v.overlapping(l, lo, hi).is_empty())
@@ -398,7 +384,7 @@ pub fn compact_range(inner: &Arc<DbInner>, lo: Option<&[u8]>, hi: Option<&[u8]>)
         return Ok(());
     };
     for level in 0..deepest.max(1) {
-        let v = inner.state.lock().current.clone();
+        let v = inner.current();
         let first = v.overlapping(level, lo, hi);
         if first.is_empty() {
             continue;

@@ -2,15 +2,71 @@
 //! background error), the read path (memtables, then tables level by
 //! level; the first entry found decides, a deletion included), and the
 //! public `Store` handle. The write path is in `write.rs`.
+//!
+//! # Locks
+//!
+//! A get takes no lock: it loads the published [`ReadView`] and the
+//! visible sequence number, and finds open tables and value-log files in
+//! maps published through `ArcSwap` (a miss opens the file under that
+//! map's writer lock). Everything else that changes shared state takes the
+//! locks below, and a thread holding one takes only locks further down the
+//! list, so no two threads wait for each other. Each is a
+//! [`RankedMutex`](crate::lock_order::RankedMutex) whose rank is its place
+//! here; with the `lock-order-check` feature (on in debug builds and in the
+//! store's tests) taking one out of order panics. "I/O" marks the locks
+//! that may be held while reading, writing or syncing files.
+//!
+//! 1. The directory lock (`dir_lock`, the `LOCK` file): taken by open
+//!    before any other, released by close after every other; it keeps other
+//!    processes out, not threads. Its handle (`file_lock`) is touched
+//!    again only at close, alone.
+//! 2. `reencrypt_lock` (I/O): one re-encryption pass, held for the whole
+//!    pass.
+//! 3. The key registry (`KeyState::registry`, keys.rs; not ranked) (I/O):
+//!    the registry file and the key list; held while the file is saved
+//!    and, when keys are retired, while the live files' headers are read.
+//! 4. `compaction_lock` (I/O): one compaction at a time, held for the
+//!    whole compaction; re-encryption holds it while it re-seals one table,
+//!    so no compaction drops the table meanwhile.
+//! 5. `writers`, then a queued write's result slot: the group-commit
+//!    queue. Never held across I/O: the leader lets go of the queue before
+//!    it writes.
+//! 6. `log` (I/O): the value-log head. Held by the group-commit leader for
+//!    the whole append, fsync and memtable insert (records enter in
+//!    sequence order), by GC while it rewrites values and drops a file, by
+//!    re-encryption while it installs a re-sealed file, and whenever a new
+//!    value-log file is started. A leader waits for flushes (`bg_cv`)
+//!    holding it, so the background thread never waits for it: its GC
+//!    takes it with `try_lock` and skips the file when it is busy.
+//! 7. `manifest` (I/O): serialises manifest edits and rewrites
+//!    (`log_and_apply`); callers hold whatever keeps the edit valid (the
+//!    log lock for value-log edits, the compaction lock for compactions).
+//! 8. `log_usage`: what this process knows of value-log files' frames.
+//! 9. `state`, with its condition variable `bg_cv`: memtables, the current
+//!    version, pinned sequence numbers, files awaiting deletion, the
+//!    background error, shutdown. Never held across I/O. The read view is
+//!    published (`view.store`) only under it, so views appear in the order
+//!    of the changes.
+//! 10. A cursor's read-ahead (I/O: it reads value-log frames).
+//! 11. A table-cache shard's writer, then the value log's open-file map
+//!     writer (I/O: each opens a file and reads from it while held).
+//! 12. The codec's key-set writer (crypto.rs; not ranked), then the pinned
+//!     data keys (`codec::KeyPins`): taken when a new file is sealed, under
+//!     any of the above.
+//! 13. The background thread's handle (`Store::bg`), alone at close.
+//!
+//! `ArcSwap` writers: the read view (under `state`), each table-cache shard
+//! (under its writer), the value log's open files (under its writer) and
+//! the codec's key set (under its key-set writer). The atomics
+//! `visible_seq`, `next_file` and `scanning` need no lock.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
-use parking_lot::{Condvar, Mutex};
 
 use crate::block::Block;
 use crate::cache::BlockCache;
@@ -22,6 +78,7 @@ use crate::format::{
 };
 use crate::gc::LogUsage;
 use crate::keys::KeyState;
+use crate::lock_order::{Rank, RankedCondvar, RankedGuard, RankedMutex};
 use crate::log_writer::LogWriter;
 use crate::manifest::{self, Manifest};
 use crate::memtable::{Found, MemEntry, MemTable};
@@ -30,8 +87,11 @@ use crate::table_cache::TableCache;
 use crate::table_reader::Table;
 use crate::version::{Version, VersionEdit};
 use crate::vlog::ValueLog;
-use crate::write::PendingWrite;
 use crate::write_batch::WriteBatch;
+use write::PendingWrite;
+
+#[path = "write.rs"]
+mod write;
 
 pub const MAX_KEY_LEN: usize = 1 << 20;
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -84,6 +144,7 @@ impl State {
 }
 
 pub(crate) struct DbInner {
+    // Fixed at open, shared without a lock.
     pub dir: PathBuf,
     pub opts: Options,
     pub fs: Arc<dyn FileSystem>,
@@ -96,37 +157,44 @@ pub(crate) struct DbInner {
     pub block_cache: Arc<BlockCache>,
     pub tables: TableCache,
     pub vlog: ValueLog,
-    pub state: Mutex<State>,
-    /// `state`'s memtables and version as of its last change.
-    view: ArcSwap<ReadView>,
-    /// Signalled when background work may be needed or has finished.
-    pub bg_cv: Condvar,
-    pub(crate) writers: Mutex<VecDeque<Arc<PendingWrite>>>,
-    pub(crate) writers_cv: Condvar,
-    /// The value-log head; held by the group-commit leader (and GC) for the
-    /// whole append + memtable insert, so records enter in sequence order.
-    pub log: Mutex<Option<LogWriter>>,
-    /// Serialises manifest edits (`log_and_apply`).
-    pub manifest: Mutex<Manifest>,
-    /// Serialises compactions (background and manual).
-    pub compaction_lock: Mutex<()>,
-    /// Serialises re-encryption passes: two at once would write the same
-    /// `.reseal` temporary files.
-    pub reencrypt_lock: Mutex<()>,
-    /// Cursors that would read ahead, reading ahead or not
-    /// (`db_iter::Scanning`).
-    pub scanning: std::sync::atomic::AtomicUsize,
-    /// What this process knows of value-log files' value frames (GC reads
-    /// only files this shows worth collecting, outside its full passes).
-    pub log_usage: Mutex<LogUsage>,
-    /// The last sequence number whose group is fully in the memtable.
-    pub visible_seq: AtomicU64,
-    pub next_file: AtomicU64,
-    /// `None` for a read-only open of a store that has no `LOCK` file.
-    pub file_lock: Mutex<Option<Box<dyn FileLock>>>,
     /// Set when the store was opened read-only: where the replayed value
     /// log ends, since no head is open for appending.
-    pub read_only_end: Option<LogPosition>,
+    read_only_end: Option<LogPosition>,
+
+    // Locks, in the order of the module documentation.
+    /// One re-encryption pass at a time: two would write the same
+    /// `.reseal` temporary files.
+    reencrypt_lock: RankedMutex<()>,
+    /// One compaction at a time (background and manual), and no table
+    /// re-sealed while a compaction may drop it.
+    compaction_lock: RankedMutex<()>,
+    /// Writers waiting for the group-commit leader.
+    writers: RankedMutex<VecDeque<Arc<PendingWrite>>>,
+    writers_cv: RankedCondvar,
+    /// The value-log head; held by the group-commit leader (and GC) for the
+    /// whole append + memtable insert, so records enter in sequence order.
+    log: RankedMutex<Option<LogWriter>>,
+    /// Serialises manifest edits (`log_and_apply`).
+    manifest: RankedMutex<Manifest>,
+    /// What this process knows of value-log files' value frames (GC reads
+    /// only files this shows worth collecting, outside its full passes).
+    log_usage: RankedMutex<LogUsage>,
+    state: RankedMutex<State>,
+    /// Signalled (with `state`) when background work may be needed or has
+    /// finished.
+    bg_cv: RankedCondvar,
+    /// `None` for a read-only open of a store that has no `LOCK` file.
+    file_lock: RankedMutex<Option<Box<dyn FileLock>>>,
+
+    // Lock-free.
+    /// `state`'s memtables and version as of its last change.
+    view: ArcSwap<ReadView>,
+    /// The last sequence number whose group is fully in the memtable.
+    visible_seq: AtomicU64,
+    next_file: AtomicU64,
+    /// Cursors that would read ahead, reading ahead or not
+    /// (`db_iter::Scanning`).
+    scanning: AtomicUsize,
 }
 
 /// An entry a get found, where it lies: no copy is made until the caller
@@ -160,7 +228,7 @@ thread_local! {
 /// Handle to an open store. Share it between threads through an `Arc`.
 pub struct Store {
     pub(crate) inner: Arc<DbInner>,
-    bg: Mutex<Option<JoinHandle<()>>>,
+    bg: RankedMutex<Option<JoinHandle<()>>>,
 }
 
 /// A consistent read view at one sequence number; released on drop.
@@ -244,7 +312,7 @@ impl DbInner {
         };
         DbInner {
             view: ArcSwap::from_pointee(state.read_view()),
-            state: Mutex::new(state),
+            state: RankedMutex::new(Rank::State, state),
             dir,
             opts,
             fs,
@@ -254,25 +322,180 @@ impl DbInner {
             block_cache,
             tables,
             vlog,
-            bg_cv: Condvar::new(),
-            writers: Mutex::new(VecDeque::new()),
-            writers_cv: Condvar::new(),
-            log: Mutex::new(log),
-            manifest: Mutex::new(manifest),
-            compaction_lock: Mutex::new(()),
-            reencrypt_lock: Mutex::new(()),
-            scanning: std::sync::atomic::AtomicUsize::new(0),
-            log_usage: Mutex::new(log_usage),
+            read_only_end: None,
+            reencrypt_lock: RankedMutex::new(Rank::Reencrypt, ()),
+            compaction_lock: RankedMutex::new(Rank::Compaction, ()),
+            writers: RankedMutex::new(Rank::Writers, VecDeque::new()),
+            writers_cv: RankedCondvar::new(),
+            log: RankedMutex::new(Rank::Log, log),
+            manifest: RankedMutex::new(Rank::Manifest, manifest),
+            log_usage: RankedMutex::new(Rank::LogUsage, log_usage),
+            bg_cv: RankedCondvar::new(),
+            file_lock: RankedMutex::new(Rank::DirLock, lock),
             visible_seq: AtomicU64::new(visible),
             next_file: AtomicU64::new(next_file),
-            file_lock: Mutex::new(lock),
-            read_only_end: None,
+            scanning: AtomicUsize::new(0),
         }
+    }
+
+    /// Makes this a read-only store whose replayed value log ends at `end`
+    /// and whose replayed records are `mem` (no head is open for appending).
+    pub(crate) fn set_read_only(&mut self, end: LogPosition, mem: MemTable) {
+        self.read_only_end = Some(end);
+        let st = self.state.get_mut();
+        st.mem = Arc::new(mem);
+        // Gets read the published view, not the state.
+        self.view.store(Arc::new(st.read_view()));
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only_end.is_some()
+    }
+
+    /// The state lock, for a step that reads or changes several of its
+    /// parts at once.
+    pub fn lock_state(&self) -> RankedGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// The current version.
+    pub fn current(&self) -> Arc<Version> {
+        self.state.lock().current.clone()
+    }
+
+    /// Whether value-log file `n` is live (GC has not dropped it).
+    pub fn has_log(&self, n: u64) -> bool {
+        self.state.lock().current.logs.contains_key(&n)
+    }
+
+    /// The background error, once one was met: writes fail from then on.
+    pub fn bg_error(&self) -> Option<Error> {
+        self.state.lock().bg_error.clone()
+    }
+
+    /// Whether the store is closing: background work stops.
+    pub fn is_shutting_down(&self) -> bool {
+        self.state.lock().shutting_down
+    }
+
+    /// Waits on `st` (the state lock) until background work is signalled.
+    pub fn wait_for_background(&self, st: &mut RankedGuard<'_, State>) {
+        self.bg_cv.wait(st);
+    }
+
+    /// Wakes everyone waiting in [`Self::wait_for_background`].
+    pub fn signal_background(&self) {
+        self.bg_cv.notify_all();
+    }
+
+    /// The value-log head, `None` once closed. Held across appends, syncs
+    /// and file rotation.
+    pub fn lock_log(&self) -> RankedGuard<'_, Option<LogWriter>> {
+        self.log.lock()
+    }
+
+    /// [`Self::lock_log`] if no one holds it.
+    pub fn try_lock_log(&self) -> Option<RankedGuard<'_, Option<LogWriter>>> {
+        self.log.try_lock()
+    }
+
+    /// The manifest, serialising its edits and rewrites.
+    pub fn lock_manifest(&self) -> RankedGuard<'_, Manifest> {
+        self.manifest.lock()
+    }
+
+    /// What this process knows of value-log files' value frames.
+    pub fn log_usage(&self) -> RankedGuard<'_, LogUsage> {
+        self.log_usage.lock()
+    }
+
+    /// Held for one whole compaction (or one table's re-sealing).
+    pub fn lock_compaction(&self) -> RankedGuard<'_, ()> {
+        self.compaction_lock.lock()
+    }
+
+    /// Held for one whole re-encryption pass.
+    pub fn lock_reencrypt(&self) -> RankedGuard<'_, ()> {
+        self.reencrypt_lock.lock()
+    }
+
+    /// The last sequence number whose write group is fully visible.
+    pub fn visible_seq(&self) -> u64 {
+        self.visible_seq.load(Ordering::SeqCst)
+    }
+
+    /// The sequence number no compaction may drop an entry above: the
+    /// oldest pinned by a reader, else the latest.
+    pub fn smallest_snapshot(&self) -> u64 {
+        let st = self.state.lock();
+        let visible = self.visible_seq();
+        st.snapshots
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(visible)
+            .min(visible)
+    }
+
+    /// Queues tables a compaction replaced, for deletion once no version
+    /// names them.
+    pub fn retire_tables(&self, numbers: impl IntoIterator<Item = u64>) {
+        self.state.lock().obsolete_tables.extend(numbers);
+    }
+
+    /// Queues value-log file `n`, dropped by GC, for deletion once no
+    /// version names it and no reader is older than `from_seq`.
+    pub fn retire_log(&self, n: u64, from_seq: u64) {
+        self.state.lock().obsolete_logs.push((n, from_seq));
+    }
+
+    /// Where the next compaction of `level` starts.
+    pub fn set_compact_pointer(&self, level: usize, key: Vec<u8>) {
+        self.state.lock().compact_pointer[level] = key;
+    }
+
+    /// Adds a memtable of replayed records as the newest immutable one,
+    /// ending at `end` in the value log.
+    pub fn push_immutable(&self, mem: MemTable, end: LogPosition) {
+        let mut st = self.state.lock();
+        st.imm.push_back(Immutable {
+            mem: Arc::new(mem),
+            end,
+        });
+        self.publish_view(&st);
+    }
+
+    /// The oldest immutable memtable and where it ends in the value log.
+    pub fn oldest_immutable(&self) -> Option<(Arc<MemTable>, LogPosition)> {
+        let st = self.state.lock();
+        st.imm.front().map(|imm| (imm.mem.clone(), imm.end))
+    }
+
+    /// Drops the oldest immutable memtable once its table is in the
+    /// version.
+    pub fn pop_flushed_immutable(&self) {
+        let mut st = self.state.lock();
+        st.imm.pop_front();
+        self.publish_view(&st);
+    }
+
+    /// Cursors that would read ahead now.
+    pub fn scanning_cursors(&self) -> usize {
+        self.scanning.load(Ordering::Relaxed)
+    }
+
+    /// Counts a cursor that would read ahead as it starts (`starts`) or
+    /// ends.
+    pub fn count_scanning_cursor(&self, starts: bool) {
+        match starts {
+            true => self.scanning.fetch_add(1, Ordering::SeqCst),
+            false => self.scanning.fetch_sub(1, Ordering::SeqCst),
+        };
     }
 
     /// Publishes `st`'s read view; every change to `st.mem`, `st.imm` or
     /// `st.current` calls it before the state lock is released.
-    pub fn publish_view(&self, st: &State) {
+    fn publish_view(&self, st: &State) {
         self.view.store(Arc::new(st.read_view()));
     }
 
@@ -645,7 +868,7 @@ impl Store {
         if opts.read_only {
             return Ok(Store {
                 inner: Arc::new(crate::readonly::open(dir.as_ref(), opts)?),
-                bg: Mutex::new(None),
+                bg: RankedMutex::new(Rank::BackgroundThread, None),
             });
         }
         let inner = Arc::new(crate::recovery::open(dir.as_ref(), opts)?);
@@ -656,7 +879,7 @@ impl Store {
             .ctx(|| "starting the background thread".to_string())?;
         let store = Store {
             inner,
-            bg: Mutex::new(Some(handle)),
+            bg: RankedMutex::new(Rank::BackgroundThread, Some(handle)),
         };
         store.settle_level0();
         Ok(store)
@@ -670,10 +893,7 @@ impl Store {
     /// runs. A failure is the store's background error, as if the
     /// background thread had met it: reads still work, writes report it.
     fn settle_level0(&self) {
-        let full = {
-            let st = self.inner.state.lock();
-            st.current.levels[0].len() > self.inner.opts.l0_compaction_trigger
-        };
+        let full = self.inner.current().levels[0].len() > self.inner.opts.l0_compaction_trigger;
         if full {
             if let Err(e) = crate::compaction::settle(&self.inner) {
                 self.inner.set_bg_error(&e);
@@ -687,7 +907,7 @@ impl Store {
 
     /// Whether the store was opened with `Options::read_only`.
     pub fn is_read_only(&self) -> bool {
-        self.inner.read_only_end.is_some()
+        self.inner.is_read_only()
     }
 
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
@@ -876,7 +1096,7 @@ impl Store {
     /// behind the replay pointer that hold no value frame (or few enough to
     /// qualify for GC) are collected. Skipped after a background error.
     fn tidy(&self) -> Result<()> {
-        if self.inner.read_only_end.is_some() || self.inner.state.lock().bg_error.is_some() {
+        if self.inner.is_read_only() || self.inner.bg_error().is_some() {
             return Ok(());
         }
         if !self.inner.head_is_small_and_unflushed() {

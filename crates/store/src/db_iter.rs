@@ -3,7 +3,6 @@
 //! newest, skips deletions, and resolves value pointers. The cursor logic
 //! follows LevelDB's DBIter, both directions included.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::db::{DbInner, ReadOptions, SeqGuard};
@@ -11,6 +10,7 @@ use crate::error::Result;
 use crate::format::{internal_key, parse_internal_key, user_key, ValueType, TYPE_FOR_SEEK};
 use crate::iterator::{InternalIterator, MergingIterator};
 use crate::level_iterator::LevelIterator;
+use crate::lock_order::{Rank, RankedMutex};
 use crate::memtable::{MemTable, MemTableIterator};
 use crate::read_ahead::{ReadAhead, ScoutSource};
 use crate::table_reader::TableIterator;
@@ -40,7 +40,7 @@ pub struct DbIterator {
     /// Forward read-ahead of value-log values; only where opening spreads
     /// over cores (an encrypted store).
     /// The read-ahead, and how many cursors may read ahead at once.
-    ahead: Option<(parking_lot::Mutex<ReadAhead>, usize)>,
+    ahead: Option<(RankedMutex<ReadAhead>, usize)>,
     /// Counts this cursor among those that would read ahead.
     _scanning: Option<Scanning>,
 }
@@ -49,7 +49,7 @@ impl DbIterator {
     pub(crate) fn new(inner: &Arc<DbInner>, opts: &ReadOptions<'_>) -> Result<DbIterator> {
         let guard = inner.pin_seq(opts.snapshot.map(|s| s.seq));
         let (mem, imms, version) = {
-            let st = inner.state.lock();
+            let st = inner.lock_state();
             let imms: Vec<_> = st.imm.iter().map(|i| i.mem.clone()).collect();
             (st.mem.clone(), imms, st.current.clone())
         };
@@ -69,7 +69,7 @@ impl DbIterator {
         // Read-ahead opens value-log frames: none in an index-only store.
         let scans = wanted && inner.vlog_codec.opens_in_parallel();
         let scanning = scans.then(|| Scanning::count(inner));
-        let ahead = scans.then(|| (parking_lot::Mutex::new(ReadAhead::new()), places));
+        let ahead = scans.then(|| (RankedMutex::new(Rank::ReadAhead, ReadAhead::new()), places));
         Ok(DbIterator {
             inner: inner.clone(),
             iter,
@@ -120,7 +120,7 @@ impl DbIterator {
             (self.direction, t, &self.ahead)
         {
             let mut ahead = ahead.lock();
-            if self.inner.scanning.load(Ordering::Relaxed) > *places {
+            if self.inner.scanning_cursors() > *places {
                 // More cursors scan than the cores can feed workers for:
                 // stop this one's worker and read inline until they leave.
                 ahead.reset();
@@ -419,13 +419,13 @@ struct Scanning(Arc<DbInner>);
 
 impl Scanning {
     fn count(inner: &Arc<DbInner>) -> Scanning {
-        inner.scanning.fetch_add(1, Ordering::SeqCst);
+        inner.count_scanning_cursor(true);
         Scanning(inner.clone())
     }
 }
 
 impl Drop for Scanning {
     fn drop(&mut self) {
-        self.0.scanning.fetch_sub(1, Ordering::SeqCst);
+        self.0.count_scanning_cursor(false);
     }
 }

@@ -18,8 +18,6 @@
 //! are read by the periodic pass and [`crate::Store::gc_value_log`]
 //! ([`Scope::All`]).
 
-use std::sync::atomic::Ordering;
-
 use crate::codec::BlockKind;
 use crate::db::DbInner;
 use crate::error::{Error, IoContext, Result};
@@ -131,14 +129,14 @@ struct Candidate {
 /// lock: a writer holding it may be waiting for this very thread to flush.
 pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcReport> {
     let mut report = GcReport::default();
-    let version = inner.state.lock().current.clone();
+    let version = inner.current();
     let files: Vec<_> = version
         .logs
         .values()
         .filter(|l| l.number < version.replay.file)
         .copied()
         .collect();
-    inner.log_usage.lock().prune(&version);
+    inner.log_usage().prune(&version);
     let discard_ratio = match scope {
         Scope::All { discard_ratio } => discard_ratio,
         Scope::Known { discard_ratio, .. } => discard_ratio,
@@ -150,7 +148,7 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
             .sealed
             .map(|(size, _)| size.saturating_sub(HEADER_LEN as u64));
         let (no_values, live_bound) = {
-            let usage = inner.log_usage.lock();
+            let usage = inner.log_usage();
             let n = meta.number;
             let bound = frame_bytes.map(|size| usage.live_bound(n, size));
             (usage.has_no_values(n), bound)
@@ -170,7 +168,7 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
             Ok(found) => found,
             // Another pass (background GC next to an explicit one) dropped
             // and deleted the file since the snapshot above.
-            Err(_) if !inner.state.lock().current.logs.contains_key(&meta.number) => continue,
+            Err(_) if !inner.has_log(meta.number) => continue,
             Err(e) => return Err(e),
         };
         let has_values = !pointers.is_empty();
@@ -183,7 +181,7 @@ pub(crate) fn collect(inner: &DbInner, wait: bool, scope: Scope) -> Result<GcRep
         if live_bytes > 0 && live_bytes as f64 > keep_limit {
             // Kept: remember what was found, so that the file is read
             // again only once enough more of it has died.
-            inner.log_usage.lock().scanned(meta.number, live_bytes);
+            inner.log_usage().scanned(meta.number, live_bytes);
             continue;
         }
         let live = has_values.then_some(live);
@@ -255,7 +253,7 @@ fn scan(inner: &DbInner, n: u64, sealed: Option<u64>) -> Result<(Vec<Candidate>,
 }
 
 fn is_live(inner: &DbInner, c: &Candidate) -> Result<bool> {
-    let seq = inner.visible_seq.load(Ordering::SeqCst);
+    let seq = inner.visible_seq();
     Ok(inner.get_entry(&c.key, seq)?.is_some_and(|f| {
         f.seq == c.seq && f.value_type == ValueType::Pointer && f.value == c.ptr.encode()
     }))
@@ -284,8 +282,8 @@ fn rewrite_and_drop(
 ) -> Result<()> {
     const CHUNK_BYTES: usize = 4 << 20;
     let mut guard = match wait {
-        true => inner.log.lock(),
-        false => match inner.log.try_lock() {
+        true => inner.lock_log(),
+        false => match inner.try_lock_log() {
             Some(g) => g,
             None => return Ok(()),
         },
@@ -294,7 +292,7 @@ fn rewrite_and_drop(
         return Err(Error::Closed("store is closed".into()));
     };
     {
-        let st = inner.state.lock();
+        let st = inner.lock_state();
         if let Some(e) = &st.bg_error {
             return Err(Error::Closed(e.to_string()));
         }
@@ -325,14 +323,14 @@ fn rewrite_and_drop(
         deleted_logs: vec![n],
         ..Default::default()
     })?;
-    inner.log_usage.lock().forget(n);
+    inner.log_usage().forget(n);
     // A reader at an older snapshot may still follow a pointer into the
     // file; with no value frame in it, none can.
     let from_seq = match has_values {
-        true => inner.visible_seq.load(Ordering::SeqCst),
+        true => inner.visible_seq(),
         false => 0,
     };
-    inner.state.lock().obsolete_logs.push((n, from_seq));
+    inner.retire_log(n, from_seq);
     report.files_dropped += 1;
     report.bytes_dropped += HEADER_LEN as u64 + bytes;
     Ok(())

@@ -53,7 +53,7 @@ impl fmt::Display for VerifyReport {
 /// whose end is not known counts 0).
 pub fn verify(inner: &Arc<DbInner>, progress: &mut dyn FnMut(u64, u64)) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
-    let version = inner.state.lock().current.clone();
+    let version = inner.current();
     let head = inner.log_end();
     // What the manifest (or the live head) says each file holds.
     let expected = |meta: &crate::version::LogMeta| match (meta.sealed, head) {
@@ -87,7 +87,7 @@ pub fn verify(inner: &Arc<DbInner>, progress: &mut dyn FnMut(u64, u64)) -> Resul
             Ok(frames) => r.vlog_frames += frames,
             // Dropped meanwhile (a flushed file without values goes as
             // soon as the replay pointer passes it, and GC drops others).
-            Err(_) if !inner.state.lock().current.logs.contains_key(&meta.number) => {}
+            Err(_) if !inner.has_log(meta.number) => {}
             Err(e) => note(&mut r.problems, e),
         }
         done += end.map_or(0, |(size, _)| size);
@@ -132,18 +132,10 @@ fn verify_log(inner: &DbInner, n: u64, expected: Option<(u64, u32)>) -> Result<u
     let len = file
         .len()
         .ctx(|| format!("reading size of {}", path.display()))?;
-    let end = expected.map_or(len, |(size, _)| size);
-    if len < end {
-        let blocks = expected.map_or(0, |(_, b)| b);
-        return Err(Error::corruption(
-            &path,
-            format!("end of file at {len}"),
-            format!(
-                "the manifest records {end} bytes ({blocks} blocks); {} bytes of its tail are missing",
-                end - len
-            ),
-        ));
+    if let Some(expected) = expected {
+        crate::recovery::check_log_len(&path, len, expected)?;
     }
+    let end = expected.map_or(len, |(size, _)| size);
     let start = LogPosition {
         file: n,
         offset: HEADER_LEN as u64,
@@ -191,7 +183,7 @@ pub struct Stats {
 
 pub fn stats(inner: &DbInner) -> Stats {
     let head = inner.log_end();
-    let st = inner.state.lock();
+    let st = inner.lock_state();
     let v = &st.current;
     let vlog_bytes = v
         .logs
@@ -210,7 +202,7 @@ pub fn stats(inner: &DbInner) -> Stats {
         vlog_bytes,
         memtable_bytes: st.mem.approximate_bytes(),
         immutable_memtables: st.imm.len(),
-        last_sequence: inner.visible_seq.load(std::sync::atomic::Ordering::SeqCst),
+        last_sequence: inner.visible_seq(),
         block_cache_bytes: inner.block_cache.used_bytes(),
         live_snapshots: st.snapshots.values().sum(),
     }

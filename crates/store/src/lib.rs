@@ -13,8 +13,8 @@
 //!   there, and the tree holds a [`format::ValuePointer`].
 //! - **Sealing** ([`codec`]): every block of every file goes through one
 //!   [`codec::BlockCodec`], a whole batch at a time (a table, a group
-//!   commit). Today it appends CRC32C over the block's context and payload;
-//!   the encryption issue swaps in AES-256-GCM behind the same trait.
+//!   commit): CRC32C over the block's context and payload, or AES-256-GCM
+//!   in an encrypted store, behind the same trait.
 //! - **Flush and compaction** (`background`, `compaction`): a full
 //!   memtable becomes immutable; the background thread writes it as a
 //!   level-0 table (`table_builder`: data blocks, `bloom` filter,
@@ -69,6 +69,7 @@ mod inspect;
 mod iterator;
 pub mod keys;
 mod level_iterator;
+mod lock_order;
 mod log_reader;
 mod log_writer;
 mod manifest;
@@ -85,7 +86,6 @@ mod table_cache;
 mod table_reader;
 mod version;
 mod vlog;
-mod write;
 mod write_batch;
 
 pub use db::{

@@ -7,7 +7,6 @@
 //! so reads see every acknowledged write.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use crate::db::DbInner;
 use crate::dir_lock::Access;
@@ -43,9 +42,6 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
         Manifest::read_only(manifest),
         lock,
     );
-    inner.read_only_end = Some(replayed.end);
-    inner.state.get_mut().mem = Arc::new(mem);
-    // Gets read the published view, not the state.
-    inner.publish_view(&inner.state.lock());
+    inner.set_read_only(replayed.end, mem);
     Ok(inner)
 }

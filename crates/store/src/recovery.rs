@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::codec::{BlockCodec, BlockKind, Crc32cCodec};
-use crate::db::{DbInner, Immutable};
+use crate::db::DbInner;
 use crate::dir_lock::{self, Access};
 use crate::env::FileLock;
 use crate::error::{Error, IoContext, Result};
@@ -296,13 +296,7 @@ pub fn open(dir: &Path, opts: Options) -> Result<DbInner> {
     if !mem.is_empty() {
         // Flush what was replayed, as LevelDB does, so the next open does not
         // replay it again and value-log files do not pile up.
-        let mut st = inner.state.lock();
-        st.imm.push_back(Immutable {
-            mem: Arc::new(mem),
-            end: head_start,
-        });
-        inner.publish_view(&st);
-        drop(st);
+        inner.push_immutable(mem, head_start);
         crate::background::flush_oldest(&inner)?;
     }
     // Replayed files that held no value frames are now wholly in tables.
@@ -332,24 +326,30 @@ pub(crate) fn check_sealed_size(
     path: &Path,
     meta: &crate::version::LogMeta,
 ) -> Result<()> {
-    let Some((size, blocks)) = meta.sealed else {
+    let Some(sealed) = meta.sealed else {
         return Ok(());
     };
     let len = fs
         .open_read(path)
         .and_then(|f| f.len())
         .ctx(|| format!("reading size of {}", path.display()))?;
-    if len < size {
-        return Err(Error::corruption(
-            path,
-            format!("end of file at {len}"),
-            format!(
-                "value-log file was {size} bytes ({blocks} blocks) when sealed; {} bytes of its tail are missing",
-                size - len
-            ),
-        ));
+    check_log_len(path, len, sealed)
+}
+
+/// A value-log file of `len` bytes that the manifest records as `size`
+/// bytes in `blocks` blocks: shorter, it lost its tail.
+pub(crate) fn check_log_len(path: &Path, len: u64, (size, blocks): (u64, u32)) -> Result<()> {
+    if len >= size {
+        return Ok(());
     }
-    Ok(())
+    Err(Error::corruption(
+        path,
+        format!("end of file at {len}"),
+        format!(
+            "the manifest records {size} bytes ({blocks} blocks); {} bytes of its tail are missing",
+            size - len
+        ),
+    ))
 }
 
 /// File numbers skipped at each open of an encrypted store: more than any

@@ -135,8 +135,8 @@ pub(crate) fn finish_log(inner: &DbInner, w: WrittenLog) -> Result<bool> {
     // GC drops value-log files under the log lock: holding it, the file
     // cannot be dropped between this check and the rename.
     let installed = {
-        let _log = inner.log.lock();
-        let live = inner.state.lock().current.logs.contains_key(&n);
+        let _log = inner.lock_log();
+        let live = inner.has_log(n);
         install(inner, n, &vlog_path(&inner.dir, n), live)
     };
     inner.vlog.forget(n);

@@ -76,14 +76,14 @@ fn header_key(inner: &DbInner, path: &std::path::Path) -> Result<u32> {
 /// key.
 fn live_files(inner: &DbInner) -> Result<Vec<(String, u32)>> {
     let (v, pending_tables, pending_logs) = {
-        let st = inner.state.lock();
+        let st = inner.lock_state();
         (
             st.current.clone(),
             st.obsolete_tables.clone(),
             st.obsolete_logs.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
         )
     };
-    let manifest = inner.manifest.lock().number();
+    let manifest = inner.lock_manifest().number();
     // The pointer file too: it is written just after its manifest and may
     // be under a newer key than the manifest (a rotation in between), which
     // then is in use although no other file names it.
@@ -187,7 +187,7 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
     let ks = key_state(inner)?;
     // One pass at a time; a second caller waits and then finds little or
     // nothing left to do.
-    let _one_pass = inner.reencrypt_lock.lock();
+    let _one_pass = inner.lock_reencrypt();
     // Pinned for the pass, like any writer's key: a rotation during the
     // pass makes it old while re-sealed files are still being written
     // under it.
@@ -199,7 +199,7 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
         bytes: 0,
         rate: rate.max(4096),
     };
-    let stopping = || inner.state.lock().shutting_down;
+    let stopping = || inner.is_shutting_down();
     // An index-only store's value log is under no key: steps 1 and 2 skip
     // it (and `retire_unused` never sees key 0, which is not in the
     // registry).
@@ -208,7 +208,7 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
     // 1. The value-log head is still being appended to: start a new one, so
     //    that every older file is sealed (immutable, its size recorded).
     let head = {
-        let mut guard = inner.log.lock();
+        let mut guard = inner.lock_log();
         let log = guard
             .as_mut()
             .ok_or_else(|| Error::Closed("store is closed".into()))?;
@@ -223,7 +223,7 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
     // 2. Sealed value-log files. Each is synced and installed on a second
     //    thread while the next one is read and sealed.
     let logs: Vec<(u64, Option<(u64, u32)>)> = if seal_value_log {
-        let v = inner.state.lock().current.clone();
+        let v = inner.current();
         v.logs.values().map(|m| (m.number, m.sealed)).collect()
     } else {
         Vec::new()
@@ -259,7 +259,7 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
                 Ok(None) => {}
                 // Value-log GC may drop the file between the snapshot above
                 // and its opening: it needs no re-sealing then.
-                Err(_) if !inner.state.lock().current.logs.contains_key(&n) => {}
+                Err(_) if !inner.has_log(n) => {}
                 Err(e) => {
                     sealing = Err(e);
                     break;
@@ -278,14 +278,14 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
 
     // 3. Tables, every level, one at a time under the compaction lock so
     //    that compactions interleave and none drops a table mid-rewrite.
-    let levels = inner.state.lock().current.levels.clone();
+    let levels = inner.current().levels.clone();
     for (level, files) in levels.iter().enumerate() {
         for f in files {
             if stopping() {
                 return Ok(report);
             }
-            let _guard = inner.compaction_lock.lock();
-            let still_live = inner.state.lock().current.levels[level]
+            let _guard = inner.lock_compaction();
+            let still_live = inner.current().levels[level]
                 .iter()
                 .any(|g| g.number == f.number);
             if !still_live {
@@ -306,9 +306,9 @@ pub fn reencrypt(inner: &DbInner, rate: u64) -> Result<ReencryptReport> {
 
     // 4. The manifest (and with it the pointer file).
     {
-        let mut m = inner.manifest.lock();
+        let mut m = inner.lock_manifest();
         if header_key(inner, &manifest_path(&inner.dir, m.number()))? != current {
-            let v = inner.state.lock().current.clone();
+            let v = inner.current();
             inner.rewrite_manifest(&mut m, &v)?;
             report.manifests_rewritten += 1;
         }

@@ -291,8 +291,15 @@ fn table_list(
     }
 }
 
+/// A sealed value-log file's size and block count, as the manifest
+/// records them.
+type Sealed = (u64, u32);
+
 /// Value-log files to replay: (number, start, sealed size), oldest first.
-fn log_list(names: &[String], version: Option<&Version>) -> Vec<(u64, LogPosition, Option<u64>)> {
+fn log_list(
+    names: &[String],
+    version: Option<&Version>,
+) -> Vec<(u64, LogPosition, Option<Sealed>)> {
     let from_start = |n: u64| LogPosition {
         file: n,
         offset: HEADER_LEN as u64,
@@ -308,7 +315,7 @@ fn log_list(names: &[String], version: Option<&Version>) -> Vec<(u64, LogPositio
                 } else {
                     from_start(*n)
                 };
-                (*n, start, m.sealed.map(|(size, _)| size))
+                (*n, start, m.sealed)
             })
             .collect(),
         None => {
@@ -414,7 +421,7 @@ fn annotate(e: Error, path: &Path, held: &str) -> Error {
 impl Reader<'_> {
     /// Every readable commit frame of value-log file `number` from
     /// `start`, up to its sealed size if it has one.
-    fn read_log(&mut self, number: u64, start: LogPosition, sealed: Option<u64>) -> Result<()> {
+    fn read_log(&mut self, number: u64, start: LogPosition, sealed: Option<Sealed>) -> Result<()> {
         let (fs, dir, codec) = (self.fs, self.dir, self.vlog_codec.clone());
         let (entries, report) = (&mut self.entries, &mut self.report);
         let path: PathBuf = vlog_path(dir, number);
@@ -422,18 +429,10 @@ impl Reader<'_> {
         let len = file
             .len()
             .ctx(|| format!("reading size of {}", path.display()))?;
-        if let Some(size) = sealed {
-            if len < size {
-                report.problems.push(Error::corruption(
-                    &path,
-                    format!("end of file at {len}"),
-                    format!(
-                        "the manifest records {size} bytes; records in the missing tail are lost"
-                    ),
-                ));
-            }
+        if let Some(Err(e)) = sealed.map(|s| crate::recovery::check_log_len(&path, len, s)) {
+            report.problems.push(e);
         }
-        let end = sealed.map_or(len, |s| s.min(len));
+        let end = sealed.map_or(len, |(size, _)| size.min(len));
         let mut reader = LogReader::new(file, &path, start, end, codec);
         loop {
             match reader.next()? {

@@ -10,21 +10,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
 
 use crate::cache::BlockCache;
 use crate::codec::BlockCodec;
 use crate::env::FileSystem;
 use crate::error::{Error, Result};
 use crate::format::table_path;
+use crate::lock_order::{Rank, RankedMutex};
 use crate::table_reader::Table;
 use crate::version::FileMeta;
 
 /// One shard: the published map, and the lock its writers take.
-#[derive(Default)]
 struct Shard {
     map: ArcSwap<HashMap<u64, Arc<Table>>>,
-    writer: Mutex<()>,
+    writer: RankedMutex<()>,
+}
+
+impl Default for Shard {
+    fn default() -> Shard {
+        Shard {
+            map: ArcSwap::default(),
+            writer: RankedMutex::new(Rank::TableCache, ()),
+        }
+    }
 }
 
 /// Table numbers are consecutive, so `number % SHARDS` spreads them evenly.

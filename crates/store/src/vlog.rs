@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
 
 use crate::codec::{BlockCodec, BlockContext, BlockKind, OpenError, OpenSlot};
 use crate::env::FileSystem;
 use crate::error::{Error, Result};
 use crate::format::{vlog_path, FileKind, ValuePointer};
+use crate::lock_order::{Rank, RankedMutex};
 use crate::log_reader::{open_log_file, LogFile};
 use crate::log_writer::FRAME_HEADER_LEN;
 use crate::write_batch::decode_value_frame;
@@ -27,7 +27,7 @@ pub struct ValueLog {
     /// lock word or reference count written per read); opening and
     /// forgetting replace the map under `open_writer`.
     open: ArcSwap<HashMap<u64, LogFile>>,
-    open_writer: Mutex<()>,
+    open_writer: RankedMutex<()>,
     /// Files forgotten so far: a file opened while one was forgotten is
     /// used but not cached (see `TableCache`'s `evictions`).
     forgotten: AtomicU64,
@@ -40,7 +40,7 @@ impl ValueLog {
             dir,
             codec,
             open: ArcSwap::default(),
-            open_writer: Mutex::new(()),
+            open_writer: RankedMutex::new(Rank::ValueLogFiles, ()),
             forgotten: AtomicU64::new(0),
         }
     }
@@ -84,9 +84,8 @@ impl ValueLog {
     ///
     /// One buffer per read, one copy of the value: the frame is read into
     /// the buffer that is returned, opened where it lies, and the value is
-    /// moved to the front (it used to be moved twice: the sealed block to
-    /// the front, then the value over the key). Error texts are only built
-    /// on error: formatting them cost ~0.2 µs per read.
+    /// moved to the front once. Error texts are only built on error:
+    /// formatting them costs ~0.2 µs per read.
     pub fn read(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Vec<u8>> {
         let mut buf = Vec::new();
         self.read_into(ptr, key, &mut buf)?;

@@ -8,12 +8,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::codec::BlockKind;
 use crate::db::{DbInner, Immutable, State, MAX_BATCH_BYTES, MAX_KEY_LEN};
 use crate::error::{Error, IoContext, Result};
 use crate::format::{vlog_path, FileKind, LogPosition, ValuePointer, ValueType};
+use crate::lock_order::{Rank, RankedMutex};
 use crate::log_writer::{LogWriter, FRAME_HEADER_LEN};
 use crate::memtable::MemTable;
 use crate::options::WriteOptions;
@@ -29,12 +28,12 @@ const MAX_GROUP_BYTES: usize = 4 << 20;
 pub(crate) struct PendingWrite {
     batch: WriteBatch,
     sync: bool,
-    result: Mutex<Option<Result<()>>>,
+    result: RankedMutex<Option<Result<()>>>,
 }
 
 impl DbInner {
     fn check_writable(&self) -> Result<()> {
-        match &self.state.lock().bg_error {
+        match self.bg_error() {
             Some(e) => Err(Error::Closed(e.to_string())),
             None => Ok(()),
         }
@@ -63,7 +62,7 @@ impl DbInner {
         let me = Arc::new(PendingWrite {
             batch,
             sync: opts.sync,
-            result: Mutex::new(None),
+            result: RankedMutex::new(Rank::WriteResult, None),
         });
         let mut queue = self.writers.lock();
         queue.push_back(me.clone());
