@@ -21,6 +21,7 @@ pub mod job;
 pub mod rsa_key;
 pub mod seed001;
 pub mod sysinfo;
+pub mod tuning;
 pub mod types;
 
 pub use auto::{AutoBackend, CpuThreads};

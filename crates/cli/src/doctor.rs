@@ -10,11 +10,18 @@ pub struct DoctorArgs {
     /// Only compile every kernel for sm_90 with NVRTC (works without a GPU).
     #[arg(long)]
     kernels: bool,
+    /// Only list every GVAULT_* setting (docs/tuning.md), with the values set here.
+    #[arg(long, conflicts_with = "kernels")]
+    settings: bool,
 }
 
 pub fn run(args: DoctorArgs) -> Result<(), String> {
     if args.kernels {
         return compile_kernels("sm_90");
+    }
+    if args.settings {
+        print_settings();
+        return Ok(());
     }
     let cpu = cpu_info();
     println!("gvault {}", env!("CARGO_PKG_VERSION"));
@@ -73,4 +80,30 @@ fn compile_kernels(arch: &'static str) -> Result<(), String> {
         return Err(format!("{failed} kernel(s) failed to compile"));
     }
     Ok(())
+}
+
+fn print_settings() {
+    use gvault_accel::tuning::{current_value, SettingKind, SETTINGS};
+    println!(
+        "{:<28} {:<7} {:<24} what it does (values)",
+        "setting", "kind", "set here"
+    );
+    for s in SETTINGS {
+        let kind = match s.kind {
+            SettingKind::User => "user",
+            SettingKind::Tuning => "tuning",
+            SettingKind::Test => "test",
+        };
+        // Key material is never echoed.
+        let shown = match current_value(s.name) {
+            None => "-".to_string(),
+            Some(_) if matches!(s.name, "GVAULT_KEY" | "GVAULT_PASSPHRASE") => "(set)".to_string(),
+            Some(v) => v,
+        };
+        println!(
+            "{:<28} {:<7} {:<24} {} ({})",
+            s.name, kind, shown, s.what, s.values
+        );
+    }
+    println!("\ndocs/tuning.md explains each; tuning settings are read once per process.");
 }
