@@ -17,6 +17,8 @@ mod defaults;
 mod file;
 mod gcm_split;
 #[cfg(test)]
+mod golden;
+#[cfg(test)]
 mod h100;
 mod inspect;
 mod model;
