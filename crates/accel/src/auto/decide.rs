@@ -8,7 +8,6 @@
 //! inside a segment, where the op allows), by one walk over the lengths,
 //! and priced again exactly.
 
-use super::gcm_split;
 use super::model::{
     gpu_line_kind, gpu_line_ns, gpu_serial, gpu_stage_ns, CostModel, CpuCost, GpuLine, HostMemory,
     LinearCost, DIRECT_MIN,
@@ -73,7 +72,8 @@ fn margin_override() -> Option<f64> {
 
 /// `SPLIT_MARGIN`, or `GVAULT_SPLIT_MARGIN` (0 to 0.9) for measurements of
 /// where splits pay on a host. Read once.
-pub fn split_margin() -> f64 {
+#[cfg(test)]
+fn split_margin() -> f64 {
     margin_override().unwrap_or(SPLIT_MARGIN)
 }
 
@@ -156,10 +156,6 @@ pub enum Plan {
     Cpu,
     Gpu,
     Split(SplitPoint),
-    /// AES-GCM of few large page-locked segments split inside: the GPU
-    /// runs AES-CTR over the bytes before the point, the CPU the cut GCM
-    /// path over the rest plus the GHASH of the GPU's bytes (`gcm_split`).
-    GcmSplit(SplitPoint),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -653,54 +649,10 @@ fn cut_points(
     out
 }
 
-/// Whether the planner weighs splits inside GCM segments (`gcm_split.rs`).
-/// Off: on the H100 host they ran at 0.79-1.01x the better backend (4 x
-/// 256 MiB and 4 x 1 GiB, seal and open, session 7 calls 4 and 6) where the
-/// model promised ~1.4x. A GCM job on host data reads and writes every
-/// byte, and host memory caps that: the all-core copy runs at 58 GB/s
-/// there, while the CPU alone (34-46) and the pinned GPU alone (44-48)
-/// each already move most of it; read-only BLAKE3 splits reach 1.65-1.88x
-/// against a 108 GB/s read bound. The split stays runnable
-/// (`AutoBackend::run_plan`) and tested, for hosts with more memory
-/// bandwidth per link.
-pub const PLAN_GCM_SPLITS: bool = false;
-
-/// Chooses CPU, GPU or a split for one job, by predicted finish time.
-/// `lengths` is walked only when a split is worth placing. `ctr` is AES-CTR's
-/// costs: the GPU's side of a GCM split inside segments.
+/// Chooses CPU, GPU or a split on segment boundaries (or inside CTR
+/// segments) for one job, by predicted finish time. `lengths` is walked
+/// only when a split is worth placing.
 pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
-    c: &OpCosts,
-    ctr: &OpCosts,
-    stats: &JobStats,
-    sides: &Sides,
-    lengths: impl Fn() -> I,
-) -> Decision {
-    let d = decide_whole_or_split(c, stats, sides, &lengths);
-    if !PLAN_GCM_SPLITS || !gcm_split::applies(c.op, stats, sides) {
-        return d;
-    }
-    let single = d
-        .cpu_finish_ns
-        .min(d.gpu_finish_ns.unwrap_or(f64::INFINITY));
-    let lengths: Vec<u64> = lengths().collect();
-    match gcm_split::best(c, ctr, stats, sides, &lengths) {
-        Some((at, price))
-            if price.finish_ns < single * (1.0 - split_margin())
-                && price.finish_ns < d.plan_finish_ns =>
-        {
-            Decision {
-                plan: Plan::GcmSplit(at),
-                plan_finish_ns: price.finish_ns,
-                split_cpu_threads: price.cpu_threads,
-                ..d
-            }
-        }
-        _ => d,
-    }
-}
-
-/// CPU, GPU or a split on segment boundaries (or inside CTR segments).
-fn decide_whole_or_split<I: Iterator<Item = u64>>(
     c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
@@ -732,8 +684,7 @@ fn decide_whole_or_split<I: Iterator<Item = u64>>(
 /// Chooses CPU, GPU or a split for one job, by predicted finish time.
 pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decision {
     let stats = JobStats::of_lengths(shape.lengths, shape.mem);
-    let ctr = OpCosts::of(model, OpKind::AesCtr);
-    decide_stats(&OpCosts::of(model, shape.op), &ctr, &stats, sides, || {
+    decide_stats(&OpCosts::of(model, shape.op), &stats, sides, || {
         shape.lengths.iter().copied()
     })
 }

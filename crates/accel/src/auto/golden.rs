@@ -165,7 +165,6 @@ fn plan(d: &Decision) -> String {
         Plan::Cpu => "C".into(),
         Plan::Gpu => "G".into(),
         Plan::Split(p) => format!("S{}+{}/{}", p.segment, p.offset, d.split_cpu_threads),
-        Plan::GcmSplit(p) => format!("X{}+{}/{}", p.segment, p.offset, d.split_cpu_threads),
     }
 }
 
@@ -177,7 +176,6 @@ fn table() -> String {
     for (name, model) in models() {
         let _ = writeln!(out, "# {name}");
         let costs = OpCosts::all(&model);
-        let ctr = OpCosts::of(&model, OpKind::AesCtr);
         for (op, c) in OpKind::ALL.iter().zip(&costs) {
             for (shape, lengths) in &shapes {
                 let mut line = format!("{op} {shape}");
@@ -186,7 +184,7 @@ fn table() -> String {
                     line.push_str(&format!(" | {}", mem.name()));
                     let stats = JobStats::of_lengths(lengths, mem);
                     for s in &sides {
-                        let d = decide_stats(c, &ctr, &stats, s, || lengths.iter().copied());
+                        let d = decide_stats(c, &stats, s, || lengths.iter().copied());
                         line.push(' ');
                         line.push_str(&plan(&d));
                         let screened = mem != HostMemory::Device

@@ -93,7 +93,7 @@ fn h100_cells_pick_the_measured_best_backend() {
                 // Not measured with this model: a split may only be taken
                 // where both sides are fast (BLAKE3 1 MiB x 64), and must
                 // not be priced beyond the measured rates added up.
-                Plan::Split(_) | Plan::GcmSplit(_) => {
+                Plan::Split(_) => {
                     let ideal_ns = (size * n as u64) as f64 / (cpu + gpu);
                     if d.plan_finish_ns >= 0.9 * ideal_ns && size >= 1 << 20 {
                         cpu.max(gpu)

@@ -8,14 +8,12 @@
 //! - `decide`: the choice itself, pure functions of model, job and queues.
 //! - `inspect`: a job's totals, lengths and host-memory kind.
 //! - `split`: cutting a job in two and merging the results.
-//! - `gcm_split`: AES-GCM segments split inside, GPU CTR + CPU GHASH.
 //! - `backend`: [`AutoBackend`], with queue accounting.
 
 mod backend;
 mod decide;
 mod defaults;
 mod file;
-mod gcm_split;
 #[cfg(test)]
 mod golden;
 #[cfg(test)]
@@ -35,7 +33,6 @@ pub use defaults::shipped;
 pub use file::{
     default_path, load, load_before_gpu, read, warn_once, write, ModelSource, UNOPENED_GPU,
 };
-pub use gcm_split::GMAC_SPEEDUP;
 pub use model::{
     fit_linear, fit_ramp, fit_stages, gpu_line_kind, gpu_line_ns, gpu_serial, gpu_stage_ns,
     CostModel, CpuCost, GpuCost, GpuLine, HostMemory, Identity, LinearCost, LinkCost, OpModel,

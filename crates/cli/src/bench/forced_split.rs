@@ -40,7 +40,6 @@ pub(super) fn describe(plan: Plan, segments: usize) -> String {
         Plan::Gpu => "gpu".into(),
         Plan::Split(at) if at.offset == 0 => column(at.segment, segments),
         Plan::Split(at) => format!("split at segment {} + {} B", at.segment, at.offset),
-        Plan::GcmSplit(at) => format!("gcm-split at segment {} + {} B", at.segment, at.offset),
     }
 }
 

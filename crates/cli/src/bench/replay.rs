@@ -339,7 +339,7 @@ fn measured_split(
     auto_col: Option<f64>,
     recorded: Option<&str>,
 ) -> Option<MeasuredSplit> {
-    if !matches!(plan, Plan::Split(_) | Plan::GcmSplit(_)) {
+    if !matches!(plan, Plan::Split(_)) {
         return None;
     }
     let forced = match plan {
@@ -407,7 +407,7 @@ impl Cell {
         let chosen = match d.plan {
             Plan::Cpu => self.cpu,
             Plan::Gpu => self.gpu,
-            Plan::Split(_) | Plan::GcmSplit(_) => {
+            Plan::Split(_) => {
                 return Verdict::Split {
                     ratio: self.split.map(|s| s.gbps / best),
                     checked: self.split.is_some_and(|s| s.checked),
