@@ -9,11 +9,16 @@
 //! - `inspect`: a job's totals, lengths and host-memory kind.
 //! - `split`: cutting a job in two and merging the results.
 //! - `backend`: [`AutoBackend`], with queue accounting.
+//! - `calibrate`: timing this machine and fitting its model.
+//! - `replay`: a recorded sweep's decisions under a model, offline.
+//! - `forced_split`: the auto backend with its split forced, for sweeps.
 
 mod backend;
+pub mod calibrate;
 mod decide;
 mod defaults;
 mod file;
+pub mod forced_split;
 #[cfg(test)]
 mod golden;
 #[cfg(test)]
@@ -22,6 +27,7 @@ mod inspect;
 mod model;
 #[cfg(test)]
 mod overhead;
+pub mod replay;
 mod split;
 
 pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter};
