@@ -200,17 +200,8 @@ pub fn machine_identity(gpu: Option<&GpuBackend>) -> Identity {
         gvault_version: env!("CARGO_PKG_VERSION").to_string(),
         cpu_cores: crate::sysinfo::cpu_info().logical_cores,
         gpu_name: (!names.is_empty()).then(|| names.join(" + ")),
-        driver_version: gpu.and_then(|_| driver_version()),
+        driver_version: gpu.and_then(GpuBackend::driver_version),
     }
-}
-
-/// The CUDA driver's version (e.g. 13000), once a GPU has been opened.
-fn driver_version() -> Option<i32> {
-    let mut v: std::ffi::c_int = 0;
-    // SAFETY: only called after GpuBackend::probe succeeded, so libcuda is
-    // loaded; the call writes one int through a valid pointer.
-    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
-    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(v)
 }
 
 /// The model to decide with until the GPU is open: checked against the

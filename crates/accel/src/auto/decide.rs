@@ -17,9 +17,9 @@ use crate::job::{OpKind, MAX_SEGMENT_LEN};
 
 /// Jobs below this many bytes are never split: a thread start and a second
 /// fixed cost would eat the gain.
-pub const MIN_SPLIT_BYTES: u64 = 1 << 20;
+pub(crate) const MIN_SPLIT_BYTES: u64 = 1 << 20;
 /// What a split costs beyond its two parts (starting the GPU thread).
-pub const SPLIT_OVERHEAD_NS: f64 = 30_000.0;
+pub(crate) const SPLIT_OVERHEAD_NS: f64 = 30_000.0;
 /// A split must beat the better single backend by this fraction. The
 /// model prices each side alone; run together on the H100 host they slowed
 /// each other (host memory, cores) so that splits predicted 5-10% ahead ran
@@ -27,12 +27,12 @@ pub const SPLIT_OVERHEAD_NS: f64 = 30_000.0;
 /// jobs are no longer split at all; for page-locked pieces under
 /// `LARGE_SPLIT_SEGMENT` the GPU side is still priced high (64 x 1 MiB
 /// GCM: ~35 GB/s priced, 17.8 measured in session 9), so the margin stays.
-pub const SPLIT_MARGIN: f64 = 0.25;
+pub(crate) const SPLIT_MARGIN: f64 = 0.25;
 
 /// Average segment size from which a page-locked job's split needs only
 /// `LARGE_SPLIT_MARGIN`: the shape `bench calibrate` measures the GPU's
 /// large-job line on (4 x 16 MiB and 4 x 256 MiB).
-pub const LARGE_SPLIT_SEGMENT: u64 = 16 << 20;
+pub(crate) const LARGE_SPLIT_SEGMENT: u64 = 16 << 20;
 
 /// The margin for page-locked jobs of `LARGE_SPLIT_SEGMENT` segments and up.
 /// Their GPU part is DMA'd straight from and back to the caller's memory
@@ -43,7 +43,7 @@ pub const LARGE_SPLIT_SEGMENT: u64 = 16 << 20;
 /// balanced split of 4 pinned 16 MiB-1 GiB segments ran at 1.21-1.86x the
 /// better backend there (GCM and BLAKE3, calls 2 and 5), while 0.25 kept 4
 /// x 16 and 4 x 64 MiB seals, 1.21-1.34x when split, on the CPU (call 5).
-pub const LARGE_SPLIT_MARGIN: f64 = 0.10;
+pub(crate) const LARGE_SPLIT_MARGIN: f64 = 0.10;
 
 /// The margin a split of the job `stats` describes must clear:
 /// `LARGE_SPLIT_MARGIN` for page-locked jobs of large segments, else
@@ -82,7 +82,7 @@ fn split_margin() -> f64 {
 /// to run than the CPU's (the link, pinned staging, host memory traffic),
 /// and a near tie lost there (H100, session 6 call 5: BLAKE3 64 KiB x 1024
 /// pinned, GPU predicted 8% ahead, ran at 0.74x the CPU).
-pub const GPU_MARGIN: f64 = 0.1;
+pub(crate) const GPU_MARGIN: f64 = 0.1;
 /// Pageable host jobs are never split: the GPU part's staging copy runs on
 /// the CPU's cores and memory bandwidth, next to the CPU part (H100,
 /// session 6 call 5: BLAKE3 1 MiB x 64 pageable, a split predicted 34%
@@ -90,7 +90,7 @@ pub const GPU_MARGIN: f64 = 0.1;
 /// 1.1-1.7x the better backend).
 /// Segments are cut inside only at multiples of this (an AES block; two
 /// blocks of the 64-bit ciphers), with the counter advanced to match.
-pub const CUT_ALIGN: u64 = 16;
+pub(crate) const CUT_ALIGN: u64 = 16;
 /// GPU shares of the bytes priced besides the balance point: a split's
 /// finish time is not linear in the share (CPU parallelism is a step
 /// function of the segments left), so the grid catches what the balance
@@ -99,7 +99,7 @@ const SHARE_GRID: usize = 16;
 
 /// What the decision needs to know about a job: totals, one pass to gather.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct JobStats {
+pub(crate) struct JobStats {
     pub bytes: u64,
     pub segments: usize,
     /// Length of the longest segment.
@@ -120,7 +120,7 @@ impl JobStats {
 
 /// A job as the pure decision sees it.
 #[derive(Clone, Copy, Debug)]
-pub struct JobShape<'a> {
+pub(crate) struct JobShape<'a> {
     pub op: OpKind,
     /// Length of every segment, in order.
     pub lengths: &'a [u64],
@@ -130,7 +130,7 @@ pub struct JobShape<'a> {
 
 /// The two sides as they stand now.
 #[derive(Clone, Copy, Debug)]
-pub struct Sides {
+pub(crate) struct Sides {
     /// Threads the CPU side may use.
     pub cpu_threads: usize,
     /// Logical cores of the host: the GPU backend's staging copies run on
@@ -174,7 +174,7 @@ pub struct Decision {
 
 /// Ops whose segments the auto backend may cut inside: CTR modes, which
 /// carry no state across blocks.
-pub fn cuttable(op: OpKind) -> bool {
+pub(crate) fn cuttable(op: OpKind) -> bool {
     matches!(op, OpKind::AesCtr | OpKind::TeaCtr | OpKind::BlowfishCtr)
 }
 
@@ -266,7 +266,7 @@ pub(super) fn cpu_time(
 
 /// Largest job (bytes) that `gvault bench calibrate` times (16 MiB x 2):
 /// beyond it the pinned end-to-end line is extrapolated.
-pub const CALIBRATED_JOB_BYTES: u64 = 32 << 20;
+pub(crate) const CALIBRATED_JOB_BYTES: u64 = 32 << 20;
 
 /// GPU time of `segments` segments, `bytes` in all, the longest `largest`.
 pub(super) fn gpu_time(
@@ -682,7 +682,7 @@ pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
 }
 
 /// Chooses CPU, GPU or a split for one job, by predicted finish time.
-pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decision {
+pub(crate) fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decision {
     let stats = JobStats::of_lengths(shape.lengths, shape.mem);
     decide_stats(&OpCosts::of(model, shape.op), &stats, sides, || {
         shape.lengths.iter().copied()
@@ -691,7 +691,7 @@ pub fn decide(model: &CostModel, shape: &JobShape<'_>, sides: &Sides) -> Decisio
 
 /// Crossing point of CPU and GPU for one op, jobs of `segments` segments.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Crossover {
+pub(crate) enum Crossover {
     NoGpu,
     GpuNeverFaster,
     GpuAlwaysFaster,
@@ -701,7 +701,7 @@ pub enum Crossover {
 
 /// Smallest segment size (512 B to 1 GiB) at which the GPU's predicted
 /// time beats the CPU's, for idle backends and data in `mem`.
-pub fn crossover(
+pub(crate) fn crossover(
     model: &CostModel,
     op: OpKind,
     segments: usize,

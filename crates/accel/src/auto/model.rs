@@ -21,11 +21,11 @@ pub const FORMAT_VERSION: u32 = 3;
 /// Page-locked pieces at least this long are DMA'd straight from the
 /// caller's memory; shorter ones are packed into pinned slots by a CPU copy,
 /// like pageable data (mirrors `DIRECT_MIN` in gpu/stage.rs and gpu/ctr.rs).
-pub const DIRECT_MIN: u64 = 256 << 10;
+pub(crate) const DIRECT_MIN: u64 = 256 << 10;
 
 /// Ops the GPU runs one thread per segment (sequential hashes): a job
 /// takes at least its longest segment at one thread's rate.
-pub fn gpu_serial(op: OpKind) -> bool {
+pub(crate) fn gpu_serial(op: OpKind) -> bool {
     matches!(
         op,
         OpKind::Sha256 | OpKind::Md5 | OpKind::Crc32 | OpKind::Crc32c
@@ -77,9 +77,9 @@ pub struct CpuCost {
 }
 
 /// Segments a thread of the shape `CpuCost::speedup` is measured on.
-pub const SPEEDUP_UNITS_PER_THREAD: usize = 4;
+pub(crate) const SPEEDUP_UNITS_PER_THREAD: usize = 4;
 /// Segments a thread of the shape `CpuCost::small_speedup` is measured on.
-pub const SMALL_SPEEDUP_UNITS_PER_THREAD: usize = 1024;
+pub(crate) const SMALL_SPEEDUP_UNITS_PER_THREAD: usize = 1024;
 
 impl CpuCost {
     /// Speed-up with `t` threads: a roofline, t× until the measured
@@ -217,7 +217,7 @@ pub struct GpuCost {
 /// BLAKE3 4 KiB jobs to a GPU 1.7x slower than priced (0.80x of the CPU).
 /// The serial hashes' byte stage is the kernel's saturated rate, which
 /// does overlap the packing: there the sum overpriced SHA-256 by 1.4-1.5x.
-pub fn gpu_line_ns(
+pub(crate) fn gpu_line_ns(
     op: OpKind,
     kind: GpuLine,
     line: &LinearCost,
@@ -234,7 +234,7 @@ pub fn gpu_line_ns(
 /// A GPU line's time as stages: fixed + the slowest of the byte, segment
 /// and thread stages (they overlap), the byte and segment stages summed
 /// first where `add` (see [`gpu_line_ns`]).
-pub fn gpu_stage_ns(
+pub(crate) fn gpu_stage_ns(
     line: &LinearCost,
     thread_ns_per_byte: Option<f64>,
     bytes: u64,
@@ -257,7 +257,7 @@ pub fn gpu_stage_ns(
 
 /// Where a job's data lives, as far as the GPU's cost is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HostMemory {
+pub(crate) enum HostMemory {
     /// In device memory: no byte crosses the link.
     Device,
     /// Page-locked host memory (the link's DMA engines read it directly).
@@ -268,7 +268,7 @@ pub enum HostMemory {
 
 /// Which of an op's GPU lines prices a job: its memory, and for pinned
 /// memory whether its pieces are DMA'd or packed.
-pub fn gpu_line_kind(mem: HostMemory, bytes: u64, segments: usize) -> GpuLine {
+pub(crate) fn gpu_line_kind(mem: HostMemory, bytes: u64, segments: usize) -> GpuLine {
     match mem {
         HostMemory::Device => GpuLine::Kernel,
         HostMemory::Pageable => GpuLine::Pageable,
@@ -279,7 +279,7 @@ pub fn gpu_line_kind(mem: HostMemory, bytes: u64, segments: usize) -> GpuLine {
 
 /// An op's GPU cost lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GpuLine {
+pub(crate) enum GpuLine {
     Kernel,
     Pinned,
     PinnedPacked,
@@ -387,30 +387,9 @@ impl CostModel {
         self.ops.get(op.name())
     }
 
-    /// CPU time for a job of `bytes` in `segments` that the CPU can cut
-    /// into `units` independent pieces (the largest `largest_unit` bytes),
-    /// on `threads` threads.
-    pub fn cpu_ns(
-        &self,
-        op: OpKind,
-        bytes: u64,
-        segments: usize,
-        units: usize,
-        largest_unit: u64,
-        threads: usize,
-    ) -> f64 {
-        match self.op(op) {
-            Some(m) => m
-                .cpu
-                .predict_ns(bytes, segments, units, largest_unit, threads),
-            // An op the model does not know: assume the CPU, which runs everything.
-            None => 0.0,
-        }
-    }
-
     /// The GPU's cost line for `op` on data in `mem` (pinned: DMA'd
     /// pieces), or `None` where the model has no GPU figures for `op`.
-    pub fn gpu_cost(&self, op: OpKind, mem: HostMemory) -> Option<LinearCost> {
+    pub(crate) fn gpu_cost(&self, op: OpKind, mem: HostMemory) -> Option<LinearCost> {
         self.gpu_line(
             op,
             match mem {
@@ -422,7 +401,7 @@ impl CostModel {
     }
 
     /// One of `op`'s GPU lines, filled in where calibration left it out.
-    pub fn gpu_line(&self, op: OpKind, kind: GpuLine) -> Option<LinearCost> {
+    pub(crate) fn gpu_line(&self, op: OpKind, kind: GpuLine) -> Option<LinearCost> {
         let g = self.op(op)?.gpu?;
         let pinned = || {
             g.pinned.or_else(|| {
@@ -448,7 +427,8 @@ impl CostModel {
 
     /// GPU time of `segments` segments of `bytes` in all, the longest
     /// `largest`, or `None` where the model has no GPU figures for `op`.
-    pub fn gpu_ns(
+    #[cfg(test)]
+    pub(crate) fn gpu_ns(
         &self,
         op: OpKind,
         bytes: u64,
@@ -506,7 +486,7 @@ impl CostModel {
 
     /// Fills ops missing from `self` from `defaults` (a file written before
     /// an op existed, or a quick calibration of a subset).
-    pub fn fill_from(&mut self, defaults: &CostModel) {
+    pub(crate) fn fill_from(&mut self, defaults: &CostModel) {
         for (name, m) in &defaults.ops {
             self.ops.entry(name.clone()).or_insert(*m);
         }
@@ -519,7 +499,7 @@ impl CostModel {
 /// Least-squares fit of fixed + per-byte + per-segment costs to samples of
 /// (bytes, segments, nanoseconds), minimising relative error (so small jobs
 /// count as much as large ones) with every coefficient kept non-negative.
-pub fn fit_linear(samples: &[(u64, usize, f64)]) -> Option<LinearCost> {
+pub(crate) fn fit_linear(samples: &[(u64, usize, f64)]) -> Option<LinearCost> {
     let rows: Vec<([f64; 3], f64)> = samples
         .iter()
         .filter(|(_, _, ns)| ns.is_finite() && *ns > 0.0)
@@ -566,7 +546,7 @@ pub fn fit_linear(samples: &[(u64, usize, f64)]) -> Option<LinearCost> {
 /// [`fit_linear`]; the segment term is left out, the jobs cannot tell it
 /// from the fixed cost). Two timings give the line through both when it
 /// has no negative coefficient.
-pub fn fit_ramp(samples: &[(u64, f64)]) -> Option<LinearCost> {
+pub(crate) fn fit_ramp(samples: &[(u64, f64)]) -> Option<LinearCost> {
     // Zero segments: the segment column is all zeros, and every subset of
     // terms holding it is singular and skipped.
     let samples: Vec<(u64, usize, f64)> = samples.iter().map(|&(b, ns)| (b, 0, ns)).collect();
@@ -575,7 +555,7 @@ pub fn fit_ramp(samples: &[(u64, f64)]) -> Option<LinearCost> {
 }
 
 /// A GPU timing: total bytes, segments, longest segment, nanoseconds.
-pub type StageSample = (u64, usize, u64, f64);
+pub(crate) type StageSample = (u64, usize, u64, f64);
 
 /// Fits a stage line (and, with `serial`, a per-thread rate) to GPU
 /// timings, read as in [`gpu_stage_ns`]. Each stage's rate is the fastest
@@ -584,7 +564,10 @@ pub type StageSample = (u64, usize, u64, f64);
 /// charge of at least one sample (many tiny segments: the segment stage;
 /// many mid-sized: bytes; a few long ones: the thread). Samples of under
 /// four times the fixed cost (the smallest job) only set that cost.
-pub fn fit_stages(samples: &[StageSample], serial: bool) -> Option<(LinearCost, Option<f64>)> {
+pub(crate) fn fit_stages(
+    samples: &[StageSample],
+    serial: bool,
+) -> Option<(LinearCost, Option<f64>)> {
     let samples: Vec<StageSample> = samples
         .iter()
         .copied()

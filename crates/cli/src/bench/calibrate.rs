@@ -113,13 +113,16 @@ mod tests {
         })
         .expect("calibration runs");
         let identity = machine_identity(GpuBackend::probe().ok().as_ref());
-        let model = auto::read(&path, &identity).expect("the written model loads");
-        for op in OpKind::ALL {
-            let m = model.op(op).expect("every op calibrated");
-            assert!(m.cpu.one_thread.predict_ns(1 << 20, 1) > 0.0, "{op}");
-        }
-        let (_, source) = auto::load(Some(&path), &identity);
+        let (model, source) = auto::load(Some(&path), &identity);
         assert_eq!(source, auto::ModelSource::File(path.clone()));
+        let written: CostModel =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("the model file reads"))
+                .expect("the written model parses");
+        for op in OpKind::ALL {
+            let m = written.op(op).expect("every op calibrated");
+            assert!(m.cpu.one_thread.predict_ns(1 << 20, 1) > 0.0, "{op}");
+            assert_eq!(model.op(op), Some(m), "{op}: loaded as written");
+        }
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }
