@@ -38,40 +38,40 @@ const GOLDEN: &str = include_str!("testdata/decisions.golden");
 fn models() -> Vec<(String, CostModel)> {
     let fixtures: [(&str, &str); 9] = [
         (
-            "h100-cost-model-s5.json",
-            include_str!("testdata/h100-cost-model-s5.json"),
+            "h100-derived-stage-lines.json",
+            include_str!("testdata/h100-derived-stage-lines.json"),
         ),
         (
-            "h100-cost-model-s6.json",
-            include_str!("testdata/h100-cost-model-s6.json"),
+            "h100-gcm-speedup-5.json",
+            include_str!("testdata/h100-gcm-speedup-5.json"),
         ),
         (
-            "h100-cost-model-s6b.json",
-            include_str!("testdata/h100-cost-model-s6b.json"),
+            "h100-blake3-near-ties.json",
+            include_str!("testdata/h100-blake3-near-ties.json"),
         ),
         (
-            "h100-cost-model-s7.json",
-            include_str!("testdata/h100-cost-model-s7.json"),
+            "h100-without-large-pinned-line.json",
+            include_str!("testdata/h100-without-large-pinned-line.json"),
         ),
         (
-            "h100-cost-model-s8.json",
-            include_str!("testdata/h100-cost-model-s8.json"),
+            "h100-warm-large-pinned-lines.json",
+            include_str!("testdata/h100-warm-large-pinned-lines.json"),
         ),
         (
-            "h100-cost-model-s9.json",
-            include_str!("testdata/h100-cost-model-s9.json"),
+            "h100-fast-core-large-pinned-lines.json",
+            include_str!("testdata/h100-fast-core-large-pinned-lines.json"),
         ),
         (
-            "h100-cost-model-s10.json",
-            include_str!("testdata/h100-cost-model-s10.json"),
+            "h100-packed-blake3-stages.json",
+            include_str!("testdata/h100-packed-blake3-stages.json"),
         ),
         (
-            "h100-cost-model-s11.json",
-            include_str!("testdata/h100-cost-model-s11.json"),
+            "h100-small-piece-speedup.json",
+            include_str!("testdata/h100-small-piece-speedup.json"),
         ),
         (
-            "h100-cost-model-s11a.json",
-            include_str!("testdata/h100-cost-model-s11a.json"),
+            "h100-one-cpu-speedup.json",
+            include_str!("testdata/h100-one-cpu-speedup.json"),
         ),
     ];
     let mut out = vec![(

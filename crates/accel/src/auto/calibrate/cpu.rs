@@ -20,7 +20,7 @@ use crate::rsa_key::RsaPrivateKey;
 /// 1 MiB): the median of three rounds, each timing one thread (printed, to
 /// show how far the shape runs below the line) and then all threads. One
 /// all-core timing on 2 segments a thread swung the H100 host's GCM figure
-/// from 59 to 108 GB/s between calls (session 6). Segments shrink for slow
+/// from 59 to 108 GB/s between calls. Segments shrink for slow
 /// ops (`one_thread`: TEA) so one thread's pass stays near 40 ms. Each
 /// round's figure is [`line_speedup`]: predictions divide the line, not a
 /// measured one-thread time.
@@ -132,7 +132,7 @@ fn all_core_speedup(
 /// compute-bound hashes calibrated as usual: host memory was taken for the
 /// seconds the first ops took. The CPU was then priced at 35 GB/s on 64 x
 /// 1 MiB GCM seals that ran at 92, and auto split them with the GPU at
-/// 0.63x of the CPU alone (session 11, call 9).
+/// 0.63x of the CPU alone.
 pub(super) fn second_pass(
     model: &mut CostModel,
     bench: &dyn Bench,
@@ -315,7 +315,7 @@ mod tests {
             cut_cost: Some(5.2),
             small_speedup: Some(4.1),
         };
-        // A disturbed first pass (H100, session 11 call 9) is lifted...
+        // A disturbed first pass is lifted...
         keep_the_better(&mut c, 10.8, 7.4, Some(3.9));
         assert_eq!(
             (c.speedup, c.small_speedup, c.cut_cost),

@@ -135,7 +135,7 @@ fn cpu_shapes(op: OpKind, quick: bool) -> &'static [(usize, usize)] {
 /// (512 B x 131072: the per-segment stage; 4 KiB x 16384 and 64 KiB x
 /// 1024: the packing copy, and the serial hashes' saturated rate): the
 /// pageable and packed-pinned lines. On the H100 host the earlier shapes,
-/// <= 32 MiB and <= 256 segments, missed all three (session 5).
+/// <= 32 MiB and <= 256 segments, missed all three.
 const GPU_SHAPES: [(usize, usize); 7] = [
     (4096, 1),
     (256 << 10, 4),
@@ -183,7 +183,7 @@ const PINNED_LARGE_OPS: [OpKind; 5] = [
 
 /// The two large page-locked jobs (segment size, segments) that line runs
 /// through, past `CALIBRATED_JOB_BYTES`. Through the H100 host's GCM
-/// figures at these shapes (session 7 call 9: 26.8 and 44.7 GB/s sealing)
+/// figures at these shapes (26.8 and 44.7 GB/s sealing)
 /// the line lands within 7% of the measured 4 x 64 MiB and 4 x 1 GiB; a
 /// line through 4 x 64 MiB and 4 x 256 MiB misses 4 x 16 MiB by 20%.
 const PINNED_LARGE_SHAPES: [(usize, usize); 2] = [(16 << 20, 4), (256 << 20, 4)];
@@ -332,7 +332,7 @@ fn calibrate_op(
 /// calibrated used to pay for idle clocks: on a warm H100 host left idle
 /// for minutes, AES-GCM seal calibrated at a 74 GB/s kernel (190 after)
 /// and a cut-segment cost of 6.6 (2.9), and `auto` then sent 4 x 64 MiB
-/// pageable seals to the GPU at 0.3x the CPU (session 8, call 5).
+/// pageable seals to the GPU at 0.3x the CPU.
 fn warm_up(all: &CpuBackend, gpu: Option<&GpuBackend>, bench: &dyn Bench) {
     let until = Instant::now() + Duration::from_millis(500);
     let mut bufs: Vec<Vec<u8>> = (0..all.threads().max(1) * 2)

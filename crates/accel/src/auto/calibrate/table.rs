@@ -129,9 +129,10 @@ mod tests {
 
     #[test]
     fn the_model_table_shows_large_pinned_lines_where_present() {
-        let mut m: CostModel =
-            serde_json::from_str(include_str!("../testdata/h100-cost-model-s7.json"))
-                .expect("parses");
+        let mut m: CostModel = serde_json::from_str(include_str!(
+            "../testdata/h100-without-large-pinned-line.json"
+        ))
+        .expect("parses");
         let gpu = m.ops.get_mut("aes256gcm-seal").and_then(|o| o.gpu.as_mut());
         gpu.expect("a GPU").pinned_large = Some(LinearCost {
             fixed_ns: 1.9e6,

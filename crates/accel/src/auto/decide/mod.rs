@@ -23,10 +23,10 @@ pub(crate) const SPLIT_OVERHEAD_NS: f64 = 30_000.0;
 /// A split must beat the better single backend by this fraction. The
 /// model prices each side alone; run together on the H100 host they slowed
 /// each other (host memory, cores) so that splits predicted 5-10% ahead ran
-/// at 0.1-0.7x the better backend (sessions 3 and 4). Pageable and packed
+/// at 0.1-0.7x the better backend. Pageable and packed
 /// jobs are no longer split at all; for page-locked pieces under
 /// `LARGE_SPLIT_SEGMENT` the GPU side is still priced high (64 x 1 MiB
-/// GCM: ~35 GB/s priced, 17.8 measured in session 9), so the margin stays.
+/// GCM: ~35 GB/s priced, 17.8 measured on the H100 host), so the margin stays.
 pub(crate) const SPLIT_MARGIN: f64 = 0.25;
 
 /// Average segment size from which a page-locked job's split needs only
@@ -37,12 +37,12 @@ pub(crate) const LARGE_SPLIT_SEGMENT: u64 = 16 << 20;
 /// The margin for page-locked jobs of `LARGE_SPLIT_SEGMENT` segments and up.
 /// Their GPU part is DMA'd straight from and back to the caller's memory
 /// (no cores taken) and priced from a measured line. Both sides' prices are
-/// optimistic where host memory is the limit (session 9: 2-of-4-segment
+/// optimistic where host memory is the limit (2-of-4-segment
 /// GCM splits priced at 80-92 GB/s ran at 68-77; the CPU alone priced at
 /// 62.6, measured 47-52), so the gain comes out about as predicted. Every
 /// balanced split of 4 pinned 16 MiB-1 GiB segments ran at 1.21-1.86x the
-/// better backend there (GCM and BLAKE3, calls 2 and 5), while 0.25 kept 4
-/// x 16 and 4 x 64 MiB seals, 1.21-1.34x when split, on the CPU (call 5).
+/// better backend there (GCM and BLAKE3), while 0.25 kept 4
+/// x 16 and 4 x 64 MiB seals, 1.21-1.34x when split, on the CPU.
 pub(crate) const LARGE_SPLIT_MARGIN: f64 = 0.10;
 
 /// The margin a split of the job `stats` describes must clear:
@@ -80,12 +80,12 @@ fn split_margin() -> f64 {
 /// Host data goes to the GPU only when it is predicted this much sooner
 /// done than on the CPU: the GPU's end-to-end figures swing more from run
 /// to run than the CPU's (the link, pinned staging, host memory traffic),
-/// and a near tie lost there (H100, session 6 call 5: BLAKE3 64 KiB x 1024
+/// and a near tie lost there (H100: BLAKE3 64 KiB x 1024
 /// pinned, GPU predicted 8% ahead, ran at 0.74x the CPU).
 pub(crate) const GPU_MARGIN: f64 = 0.1;
 /// Pageable host jobs are never split: the GPU part's staging copy runs on
 /// the CPU's cores and memory bandwidth, next to the CPU part (H100,
-/// session 6 call 5: BLAKE3 1 MiB x 64 pageable, a split predicted 34%
+/// BLAKE3 1 MiB x 64 pageable, a split predicted 34%
 /// ahead ran at 0.65x the CPU alone; pinned splits of the same op ran at
 /// 1.1-1.7x the better backend).
 /// Segments are cut inside only at multiples of this (an AES block; two
@@ -188,7 +188,7 @@ const STAGE_NS_PER_BYTE: f64 = 0.1;
 /// writes), with copies that run on the same cores as the CPU part. Larger
 /// page-locked pieces are DMA'd straight from and back to the caller's
 /// memory (`gpu/ctr.rs`, `gpu/stage.rs`), and device-resident data is not
-/// copied at all: no copies. (Until session 9 in-place outputs of direct
+/// copied at all: no copies. (Once in-place outputs of direct
 /// pieces were priced as staged, so a pinned GCM split left 4-5 of 16
 /// cores idle for copies that never ran.)
 fn staging_copies(op: OpKind, line: GpuLine) -> f64 {
@@ -465,12 +465,12 @@ fn split_finish(
 
 /// Whether the GPU would pack the job's pieces (under `DIRECT_MIN` on
 /// average) through its pinned slots. Such jobs are never split: packing
-/// is bound by host memory bandwidth on every core (H100 host, session 5:
+/// is bound by host memory bandwidth on every core (H100 host:
 /// ~50 GB/s on all 16 cores, bench/JOURNAL.md), so a GPU part of small
 /// pieces takes the cores its CPU part would run on. Priced with a copy at
 /// one core's speed, BLAKE3 splits of 512 B to 64 KiB pieces came out
 /// 25-40% ahead of the CPU; such splits ran at 0.64x the best (512 B
-/// pinned, session 5) and 0.1-0.7x in sessions 3-4.
+/// pinned) and 0.1-0.7x in earlier runs.
 fn packed(stats: &JobStats) -> bool {
     stats.mem != HostMemory::Device && stats.bytes < DIRECT_MIN * stats.segments as u64
 }

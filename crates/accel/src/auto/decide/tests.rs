@@ -303,7 +303,7 @@ fn a_split_leaves_cores_to_the_gpu_parts_staging_copies() {
     let blake3 = OpCosts::of(&m, OpKind::Blake3);
     assert_eq!(split_threads(&blake3, &pinned, &idle(16), part, g).0, 15);
     // So is a GCM seal's output, written back by DMA in place (H100,
-    // session 9: pinned 4 x 1 GiB seal splits ran at 1.40x the better
+    // H100 host: pinned 4 x 1 GiB seal splits ran at 1.40x the better
     // backend on 15 threads, 1.22x on the 11 the staged price left).
     let pinned_large = JobStats {
         segments: 4,
@@ -345,8 +345,8 @@ fn large_pinned_segments_split_on_a_smaller_margin() {
     assert_eq!(margin_for(&small), SPLIT_MARGIN);
     let pageable = stats(4 * LARGE_SPLIT_SEGMENT, 4, HostMemory::Pageable);
     assert_eq!(margin_for(&pageable), SPLIT_MARGIN);
-    // (Where it decides: h100::session9_large_pinned_gcm_splits_and_
-    // small_pieces_stay_on_the_cpu, whose 4 x 16 and 4 x 64 MiB seals
+    // (Where it decides: h100::large_pinned_gcm_splits_and_small_
+    // pieces_stay_on_the_cpu, whose 4 x 16 and 4 x 64 MiB seals
     // the 0.25 margin kept on the CPU.)
 }
 

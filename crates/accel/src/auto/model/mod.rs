@@ -71,7 +71,7 @@ pub struct CpuCost {
     /// the whole job up. On the H100 host SHA-256 calibrated 9.5-12.7 on
     /// 64 x 792 KiB while 16384 x 4 KiB ran at 13.7x the line, so the CPU
     /// was priced 19-21% slow there and auto sent the job to a GPU that
-    /// lost (sessions 10, 11). Absent (older files): `speedup` throughout.
+    /// lost. Absent (older files): `speedup` throughout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub small_speedup: Option<f64>,
 }
@@ -87,7 +87,7 @@ impl CpuCost {
     /// straight line from 1× to the measured figure priced 4 threads at
     /// 1.9x for AES-GCM on the H100 host (speed-up 5.7 on 16): 4 x 16 MiB
     /// predicted at 12 GB/s against 20.5 measured, so auto sent such jobs
-    /// to a pageable GPU path that ran at 6-13 (session 6).
+    /// to a pageable GPU path that ran at 6-13.
     pub fn speedup_at(&self, t: usize) -> f64 {
         if self.threads <= 1 {
             return 1.0;
@@ -211,7 +211,7 @@ pub struct GpuCost {
 /// their byte and segment stages one after the other: both are the host
 /// thread's packing work (a copy into the staging slots, then each
 /// segment's bookkeeping), which the kernel's speed hides from neither.
-/// On the H100 host (session 10, call 1) the sum priced GCM and BLAKE3 at
+/// On the H100 host the sum priced GCM and BLAKE3 at
 /// 4 KiB x 16384 within 0.96-1.11 of the measured time, where the slower
 /// stage alone priced them at 0.51-0.67: auto then sent page-locked
 /// BLAKE3 4 KiB jobs to a GPU 1.7x slower than priced (0.80x of the CPU).
