@@ -19,7 +19,7 @@ use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
 use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 
 /// Calibrated on the H100 host in session 6 (call 5).
-const H100_MODEL: &str = include_str!("../../accel/src/auto/testdata/h100-cost-model-s6b.json");
+const H100_MODEL: &str = include_str!("../../accel/src/auto/testdata/h100-blake3-near-ties.json");
 
 fn auto(model: CostModel, name: &str) -> AutoBackend {
     let stand_in: Box<dyn Backend> = Box::new(CpuBackend::with_threads(1));

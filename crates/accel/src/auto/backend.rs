@@ -15,7 +15,6 @@ use super::decide::{
     SPLIT_OVERHEAD_NS,
 };
 use super::file::{self, ModelSource};
-use super::gcm_split;
 use super::inspect;
 use super::model::{CostModel, HostMemory, Identity};
 use super::split::{merge, split};
@@ -176,8 +175,6 @@ pub struct AutoBackend {
     /// staging copies, by thread count (a few sizes: one per op and memory
     /// kind at most), built by the first split that needs each.
     split_pools: Mutex<Vec<Arc<CpuBackend>>>,
-    /// Rayon pools for the CPU parts of GCM splits, likewise by size.
-    gcm_pools: Mutex<Vec<Arc<rayon::ThreadPool>>>,
     /// Its thread pool is built by the first job.
     cpu: OnceLock<CpuBackend>,
     /// Loaded by the first job (`new` only records what to load).
@@ -203,17 +200,8 @@ pub fn machine_identity(gpu: Option<&GpuBackend>) -> Identity {
         gvault_version: env!("CARGO_PKG_VERSION").to_string(),
         cpu_cores: crate::sysinfo::cpu_info().logical_cores,
         gpu_name: (!names.is_empty()).then(|| names.join(" + ")),
-        driver_version: gpu.and_then(|_| driver_version()),
+        driver_version: gpu.and_then(GpuBackend::driver_version),
     }
-}
-
-/// The CUDA driver's version (e.g. 13000), once a GPU has been opened.
-fn driver_version() -> Option<i32> {
-    let mut v: std::ffi::c_int = 0;
-    // SAFETY: only called after GpuBackend::probe succeeded, so libcuda is
-    // loaded; the call writes one int through a valid pointer.
-    let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
-    (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(v)
 }
 
 /// The model to decide with until the GPU is open: checked against the
@@ -327,7 +315,6 @@ impl AutoBackend {
             cpu_threads,
             cores: crate::sysinfo::cpu_info().logical_cores,
             split_pools: Mutex::new(Vec::new()),
-            gcm_pools: Mutex::new(Vec::new()),
             cpu,
             setup,
             gpu: OnceLock::new(),
@@ -452,7 +439,6 @@ impl AutoBackend {
         let op = job.op();
         let all = &self.loaded().costs;
         let costs = &all[Self::op_index(op)];
-        let ctr = &all[Self::op_index(OpKind::AesCtr)];
         let sides = Sides {
             cpu_threads: self.cpu_threads,
             cores: self.cores,
@@ -466,14 +452,7 @@ impl AutoBackend {
             // GPU could win from some kind of host memory.
             let screen = |mem| sketch(costs, &JobStats { mem, ..stats }, &sides);
             let (pageable, decision) = screen(HostMemory::Pageable);
-            let pinned = JobStats {
-                mem: HostMemory::Pinned,
-                ..stats
-            };
-            if pageable == Sketch::Cpu
-                && screen(HostMemory::Pinned).0 == Sketch::Cpu
-                && !gcm_split::applies(op, &pinned, &sides)
-            {
+            if pageable == Sketch::Cpu && screen(HostMemory::Pinned).0 == Sketch::Cpu {
                 return decision;
             }
             if self
@@ -483,7 +462,7 @@ impl AutoBackend {
                 stats.mem = HostMemory::Pinned;
             }
         }
-        decide_stats(costs, ctr, &stats, &sides, || inspect::lengths(job))
+        decide_stats(costs, &stats, &sides, || inspect::lengths(job))
     }
 
     /// Runs `job` by `plan` whatever the model says: for tests and
@@ -524,18 +503,6 @@ impl AutoBackend {
                 let _qg = self.gpu_queue.enqueue(finish - gpu_q.0 as f64, bytes / 2);
                 self.run_split(job, at, d.split_cpu_threads)
             }
-            Plan::GcmSplit(at) => {
-                let bytes = survey.bytes;
-                let finish = d.plan_finish_ns - SPLIT_OVERHEAD_NS;
-                let _qc = self.cpu_queue.enqueue(finish - cpu_q.0 as f64, bytes / 2);
-                let _qg = self.gpu_queue.enqueue(finish - gpu_q.0 as f64, bytes / 2);
-                if !gcm_split::runnable(job) {
-                    // Device or oversized segments: the CPU reports them.
-                    return self.cpu().run_surveyed(job, survey);
-                }
-                let pool = self.gcm_pool(d.split_cpu_threads);
-                gcm_split::run(job, at, &|j| self.on_gpu(j), pool.as_deref())
-            }
         }
     }
 
@@ -570,26 +537,6 @@ impl AutoBackend {
         let pool = Arc::new(CpuBackend::with_own_pool(threads));
         pools.push(Arc::clone(&pool));
         pool
-    }
-
-    /// The rayon pool for a GCM split's CPU part on `threads` threads: the
-    /// process-wide one when it has that many, else one of its own.
-    fn gcm_pool(&self, threads: usize) -> Option<Arc<rayon::ThreadPool>> {
-        if threads == rayon::current_num_threads() {
-            return None;
-        }
-        let mut pools = self.gcm_pools.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = pools.iter().find(|p| p.current_num_threads() == threads) {
-            return Some(Arc::clone(p));
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("gvault-gcm-split-{i}"))
-            .build()
-            .ok()
-            .map(Arc::new)?;
-        pools.push(Arc::clone(&pool));
-        Some(pool)
     }
 
     fn run_split(

@@ -41,7 +41,7 @@ pub fn default_path() -> Option<PathBuf> {
 }
 
 /// Reads and checks a model file against the machine it will run on.
-pub fn read(path: &Path, current: &Identity) -> Result<CostModel, String> {
+pub(crate) fn read(path: &Path, current: &Identity) -> Result<CostModel, String> {
     read_checking(path, current, true)
 }
 
@@ -97,7 +97,7 @@ pub fn load(path: Option<&Path>, current: &Identity) -> (CostModel, ModelSource)
 /// CUDA libraries are present: `host` names no GPU yet, so the file's GPU
 /// is taken on trust (checked by [`load`] once the GPU is open), and the
 /// shipped defaults include their GPU figures.
-pub fn load_before_gpu(path: Option<&Path>, host: &Identity) -> (CostModel, ModelSource) {
+pub(crate) fn load_before_gpu(path: Option<&Path>, host: &Identity) -> (CostModel, ModelSource) {
     let provisional = Identity {
         gpu_name: Some(UNOPENED_GPU.into()),
         ..host.clone()
@@ -106,7 +106,7 @@ pub fn load_before_gpu(path: Option<&Path>, host: &Identity) -> (CostModel, Mode
 }
 
 /// The GPU name of a model chosen before the GPU was opened.
-pub const UNOPENED_GPU: &str = "(not opened yet)";
+pub(crate) const UNOPENED_GPU: &str = "(not opened yet)";
 
 fn load_checking(
     path: Option<&Path>,
@@ -144,7 +144,7 @@ fn load_checking(
 /// Prints one warning line per process about a model not loaded from file.
 /// A missing file on a machine without a GPU is not worth a warning: every
 /// job runs on the CPU whatever the model says.
-pub fn warn_once(source: &ModelSource, has_gpu: bool) {
+pub(crate) fn warn_once(source: &ModelSource, has_gpu: bool) {
     static WARNED: Once = Once::new();
     if let ModelSource::Defaults { reason } = source {
         let missing = reason.starts_with("no calibration");

@@ -1,6 +1,6 @@
 //! Regression tests from the H100 host (one H100, 16 cores) and the
-//! benchmark measured there (issue 5; bench/JOURNAL.md has the runs).
-//! `testdata/h100-cost-model-s5.json` is that host's calibrated model
+//! benchmark measured there (bench/JOURNAL.md has the runs).
+//! `testdata/h100-derived-stage-lines.json` is that host's calibrated model
 //! brought to format 3: its CPU lines,
 //! its GPU fixed costs and its DMA'd-pinned lines as calibrated; the
 //! pageable and packed-pinned lines derived from the measured 512 B x
@@ -33,11 +33,11 @@ fn parsed(json: &str) -> CostModel {
 }
 
 fn h100() -> CostModel {
-    parsed(include_str!("testdata/h100-cost-model-s5.json"))
+    parsed(include_str!("testdata/h100-derived-stage-lines.json"))
 }
 
 /// (op, segment size, segments, GB/s measured: cpu-all, gpu pageable,
-/// gpu pinned), calls 4 (GCM, SHA-256) and 5 (BLAKE3).
+/// gpu pinned) (GCM, SHA-256, BLAKE3).
 const MEASURED: [(OpKind, u64, usize, f64, f64, f64); 17] = [
     (OpKind::AesGcmSeal, 512, 131072, 8.720, 1.116, 1.334),
     (OpKind::AesGcmSeal, 4 << 10, 16384, 37.814, 8.404, 8.794),
@@ -93,7 +93,7 @@ fn h100_cells_pick_the_measured_best_backend() {
                 // Not measured with this model: a split may only be taken
                 // where both sides are fast (BLAKE3 1 MiB x 64), and must
                 // not be priced beyond the measured rates added up.
-                Plan::Split(_) | Plan::GcmSplit(_) => {
+                Plan::Split(_) => {
                     let ideal_ns = (size * n as u64) as f64 / (cpu + gpu);
                     if d.plan_finish_ns >= 0.9 * ideal_ns && size >= 1 << 20 {
                         cpu.max(gpu)
@@ -110,7 +110,7 @@ fn h100_cells_pick_the_measured_best_backend() {
     assert!(misses.is_empty(), "{misses:#?}");
 }
 
-/// Miss 1 of session 5: SHA-256 4 KiB x 16384 ran on the CPU (10.4 GB/s)
+/// A miss of the first sweep: SHA-256 4 KiB x 16384 ran on the CPU (10.4 GB/s)
 /// where the GPU gave 13.4; with one thread per segment and 16384 of them
 /// the GPU is no longer thread-bound.
 #[test]
@@ -139,7 +139,7 @@ fn h100_small_pinned_blake3_pieces_stay_on_the_cpu() {
     let d = decide_h100(&m, OpKind::Blake3, &[64 << 10; 1024], HostMemory::Pinned);
     assert_eq!(d.plan, Plan::Cpu, "{d:?}");
     // Large pinned pieces are DMA'd and go to the GPU (alone, or with the
-    // CPU taking a share since session 9's margin for large segments).
+    // CPU taking a share under the smaller margin for large segments).
     let d = decide_h100(&m, OpKind::Blake3, &[64 << 20; 4], HostMemory::Pinned);
     assert_ne!(d.plan, Plan::Cpu, "{d:?}");
     assert!(d.gpu_finish_ns.expect("gpu") < d.cpu_finish_ns, "{d:?}");
@@ -158,7 +158,7 @@ fn h100_large_pinned_gcm_predicts_the_link_plateau() {
 /// the cut: 4 x 64 MiB at 25.0 GB/s and 4 x 1 GiB at 21.7 on 4 busy
 /// threads, 103 GB/s fused on all 16 with 1 MiB x 64). The cut is priced
 /// at 16 threads x one core / GCM_CUT_COST (~47 GB/s with this model),
-/// under the all-thread fused cap; measured in session 7: 41-50 GB/s
+/// under the all-thread fused cap; measured on the H100 host: 41-50 GB/s
 /// sealing, against 34-48 for the pinned GPU, so pinned jobs of this shape
 /// may go either way or split on segment boundaries; pageable ones stay
 /// on the CPU.
@@ -204,8 +204,8 @@ fn h100_cpu_bound_gcm_cells_skip_the_pinned_query() {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     static QUERIES: AtomicUsize = AtomicUsize::new(0);
-    let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s5.json")).expect("parses");
+    let m: CostModel = serde_json::from_str(include_str!("testdata/h100-derived-stage-lines.json"))
+        .expect("parses");
     let auto = AutoBackend::from_parts(
         CpuBackend::with_threads(16),
         Some(Box::new(CpuBackend::with_threads(1))),
@@ -240,8 +240,8 @@ fn h100_cpu_bound_gcm_cells_skip_the_pinned_query() {
     assert_eq!(QUERIES.load(Ordering::Relaxed), 0);
 }
 
-/// Session 6, call 3: with that call's calibrated model
-/// (`testdata/h100-cost-model-s6.json`), AES-GCM over 4 large pageable
+/// With a calibrated model whose GCM all-core speed-up is 5.7
+/// (`testdata/h100-gcm-speedup-5.json`), AES-GCM over 4 large pageable
 /// segments went to the GPU (predicted ~20 GB/s, ran at 6-13) where all
 /// cores ran 18-21 GB/s: the CPU line priced 4 busy threads on a straight
 /// speed-up line (1.9x). With the roofline speed-up they stay on the CPU;
@@ -250,7 +250,7 @@ fn h100_cpu_bound_gcm_cells_skip_the_pinned_query() {
 #[test]
 fn few_large_pageable_gcm_segments_stay_on_the_cpu() {
     let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s6.json")).expect("parses");
+        serde_json::from_str(include_str!("testdata/h100-gcm-speedup-5.json")).expect("parses");
     m.validate().expect("valid");
     for size in [16u64 << 20, 64 << 20, 256 << 20, 1 << 30] {
         let d = decide_h100(&m, OpKind::AesGcmSeal, &[size; 4], HostMemory::Pageable);
@@ -263,17 +263,17 @@ fn few_large_pageable_gcm_segments_stay_on_the_cpu() {
     }
 }
 
-/// Session 6, call 5 (`testdata/h100-cost-model-s6b.json`, calibrated in
-/// that call): the two cells auto lost there. BLAKE3 1 MiB x 64 pageable
+/// `testdata/h100-blake3-near-ties.json` (calibrated in the run that
+/// measured them): the two cells auto lost there. BLAKE3 1 MiB x 64 pageable
 /// was split (predicted 34% ahead) and ran at 0.65x the CPU alone: pageable
 /// jobs are not split now. BLAKE3 64 KiB x 1024 pinned went to the GPU
 /// (predicted 8% ahead) and ran at 0.74x the CPU: the GPU must now be
 /// GPU_MARGIN ahead. The pinned BLAKE3 splits that ran at 1.1-1.7x the
 /// better backend (1 MiB x 64 and up) are still taken.
 #[test]
-fn session6_auto_misses_are_decided_otherwise() {
+fn near_ties_and_pageable_splits_are_decided_otherwise() {
     let m: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s6b.json")).expect("parses");
+        serde_json::from_str(include_str!("testdata/h100-blake3-near-ties.json")).expect("parses");
     m.validate().expect("valid");
     let d = decide_h100(&m, OpKind::Blake3, &[1 << 20; 64], HostMemory::Pageable);
     assert_eq!(d.plan, Plan::Cpu, "{d:?}");
@@ -314,8 +314,8 @@ fn a_calibrated_gcm_cut_cost_prices_cut_segments() {
     );
 }
 
-/// Session 7 call 9 (`testdata/h100-cost-model-s7.json`, calibrated in
-/// that call): AES-GCM of 4 page-locked segments end to end on the GPU,
+/// `testdata/h100-without-large-pinned-line.json` (calibrated in the run
+/// that measured these): AES-GCM of 4 page-locked segments end to end on the GPU,
 /// (segment MiB, seal GB/s, open GB/s). The ramp (~2 ms that nothing
 /// overlaps) keeps 4 x 64 MiB at 37 GB/s, where the plateau extrapolation
 /// priced 51 and auto sent GCM open there to the GPU (36.4 GB/s) rather
@@ -332,7 +332,8 @@ const PINNED_GCM_S7: [(u64, f64, f64); 4] = [
 fn s7_with_ramp() -> (CostModel, CostModel) {
     use super::model::fit_ramp;
     let s7: CostModel =
-        serde_json::from_str(include_str!("testdata/h100-cost-model-s7.json")).expect("parses");
+        serde_json::from_str(include_str!("testdata/h100-without-large-pinned-line.json"))
+            .expect("parses");
     s7.validate().expect("valid");
     let mut ramp = s7.clone();
     let point = |mib: u64, gbps: f64| ((4 * mib) << 20, ((4 * mib) << 20) as f64 / gbps);
@@ -379,7 +380,7 @@ fn h100_large_pinned_gcm_is_priced_with_its_ramp() {
     }
 }
 
-/// The seal splits call 9 ran at 1.20-1.23x the better backend (4 x 256
+/// The seal splits that run ran at 1.20-1.23x the better backend (4 x 256
 /// MiB and 4 x 1 GiB) are still taken with the ramp. At 4 x 64 MiB (1.32x
 /// measured) the split is now priced at ~68 GB/s, near the 69 measured,
 /// against the CPU's 52.5: under SPLIT_MARGIN, so the CPU (52 measured)
@@ -405,15 +406,15 @@ fn h100_large_pinned_gcm_seal_splits_survive_the_ramp() {
     assert_ne!(d.plan, Plan::Gpu, "{d:?}");
 }
 
-/// Session 8, call 6 (`testdata/h100-cost-model-s8.json`: calibrated after
+/// `testdata/h100-warm-large-pinned-lines.json` (calibrated after
 /// the warm-up, with measured large pinned lines). Measured in the same
 /// call: 4 large page-locked GCM segments split between GPU and CPU at
 /// 1.14-1.38x the better backend (seal 1.31/1.22/1.16, open 1.38/1.17/1.14
 /// at 64 MiB/256 MiB/1 GiB); pageable GCM stayed on the CPU (the GPU's
 /// pageable path ran at 7.7-21.7 GB/s against the CPU's 33-48).
 #[test]
-fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
-    let m = parsed(include_str!("testdata/h100-cost-model-s8.json"));
+fn large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
+    let m = parsed(include_str!("testdata/h100-warm-large-pinned-lines.json"));
     for op in [OpKind::AesGcmSeal, OpKind::AesGcmOpen] {
         for mib in [64u64, 256, 1024] {
             let lengths = [mib << 20; 4];
@@ -422,10 +423,10 @@ fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
                 matches!(pinned.plan, Plan::Split(_)),
                 "{op:?} 4 x {mib} MiB pinned: {pinned:?}"
             );
-            // Session 9: the GPU part's bytes go both ways by DMA, so the
+            // The GPU part's bytes go both ways by DMA, so the
             // CPU part keeps every core but the one driving the GPU, and
-            // the two parts are even (2 of 4 segments each): 1.25-1.57x in
-            // call 2, against 1.18-1.39x on 11-12 threads in call 1.
+            // the two parts are even (2 of 4 segments each): 1.25-1.57x on
+            // 15 threads, against 1.18-1.39x on 11-12.
             assert_eq!(pinned.split_cpu_threads, 15, "{op:?} {mib} MiB");
             assert_eq!(
                 pinned.plan,
@@ -445,7 +446,7 @@ fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
     }
 }
 
-/// Session 9, call 5 (`testdata/h100-cost-model-s9.json`, calibrated on a
+/// `testdata/h100-fast-core-large-pinned-lines.json` (calibrated on a
 /// faster host of the same kind: one core seals at 12 GB/s). Measured in
 /// the same call, 4 page-locked segments, forced splits (first k of 4 on
 /// the GPU) over the better single backend: seal 4 x 16 MiB 1.25 (1/4),
@@ -454,8 +455,10 @@ fn session8_large_gcm_splits_pinned_and_stays_on_the_cpu_pageable() {
 /// (1.00-1.04). 64 x 1 MiB GCM pinned ran at 17.8 GB/s on the GPU against
 /// 104-107 on the CPU, which a split cannot improve.
 #[test]
-fn session9_large_pinned_gcm_splits_and_small_pieces_stay_on_the_cpu() {
-    let m = parsed(include_str!("testdata/h100-cost-model-s9.json"));
+fn large_pinned_gcm_splits_and_small_pieces_stay_on_the_cpu() {
+    let m = parsed(include_str!(
+        "testdata/h100-fast-core-large-pinned-lines.json"
+    ));
     for op in [OpKind::AesGcmSeal, OpKind::AesGcmOpen] {
         for mib in [16u64, 64, 256, 1024] {
             let lengths = [mib << 20; 4];
@@ -476,7 +479,7 @@ fn session9_large_pinned_gcm_splits_and_small_pieces_stay_on_the_cpu() {
     }
 }
 
-/// Session 10, call 1 (`testdata/h100-cost-model-s10.json`): BLAKE3 4 KiB x
+/// `testdata/h100-packed-blake3-stages.json`: BLAKE3 4 KiB x
 /// 16384 in page-locked memory ran at 21.4 GB/s on the GPU and ~25 on the
 /// CPU, but the slower stage alone priced the GPU at 36.7 and auto ran it
 /// there (0.80x of the CPU). Priced as the sum of its stages it stays on
@@ -484,7 +487,7 @@ fn session9_large_pinned_gcm_splits_and_small_pieces_stay_on_the_cpu() {
 /// GB/s), keeps the GPU.
 #[test]
 fn h100_small_packed_pieces_price_both_host_stages() {
-    let m = parsed(include_str!("testdata/h100-cost-model-s10.json"));
+    let m = parsed(include_str!("testdata/h100-packed-blake3-stages.json"));
     let four_k = vec![4u64 << 10; 16384];
     for op in [OpKind::Blake3, OpKind::AesGcmSeal, OpKind::AesGcmOpen] {
         for mem in [HostMemory::Pinned, HostMemory::Pageable] {
@@ -496,27 +499,27 @@ fn h100_small_packed_pieces_price_both_host_stages() {
     assert_eq!(d.plan, Plan::Gpu, "{d:?}");
 }
 
-/// Session 11: SHA-256 4 KiB x 16384 from pageable memory. Call 1's model
-/// (`testdata/h100-cost-model-s11a.json`) had one CPU speed-up, 10.8,
+/// SHA-256 4 KiB x 16384 from pageable memory. An earlier model
+/// (`testdata/h100-one-cpu-speedup.json`) had one CPU speed-up, 10.8,
 /// measured on 64 x 792 KiB, where one slow core holds the job up; the
 /// cell's 16384 pieces balance and ran at 17.0 GB/s, 13.7x the one-thread
 /// line, so the CPU was priced at 13.4 and the job went to the GPU
 /// (auto 0.91x of the CPU). With the speed-up the sweep measured on many
-/// small pieces, the job stays on the CPU; call 4's calibration
-/// (`testdata/h100-cost-model-s11.json`) measures that figure itself, and
+/// small pieces, the job stays on the CPU; a later calibration
+/// (`testdata/h100-small-piece-speedup.json`) measures that figure itself, and
 /// keeps the CPU from pageable memory (15.3 against 13.7 GB/s measured)
 /// and the GPU from page-locked memory (21.9 against 14.4).
 #[test]
 fn h100_many_small_pieces_are_priced_by_their_own_speedup() {
     let four_k = vec![4u64 << 10; 16384];
-    let mut m = parsed(include_str!("testdata/h100-cost-model-s11a.json"));
+    let mut m = parsed(include_str!("testdata/h100-one-cpu-speedup.json"));
     let d = decide_h100(&m, OpKind::Sha256, &four_k, HostMemory::Pageable);
     assert_eq!(d.plan, Plan::Gpu, "{d:?}");
     m.ops.get_mut("sha256").expect("op").cpu.small_speedup = Some(13.7);
     let d = decide_h100(&m, OpKind::Sha256, &four_k, HostMemory::Pageable);
     assert_eq!(d.plan, Plan::Cpu, "{d:?}");
 
-    let m = parsed(include_str!("testdata/h100-cost-model-s11.json"));
+    let m = parsed(include_str!("testdata/h100-small-piece-speedup.json"));
     assert!(m.ops["sha256"].cpu.small_speedup.is_some());
     let d = decide_h100(&m, OpKind::Sha256, &four_k, HostMemory::Pageable);
     assert_eq!(d.plan, Plan::Cpu, "{d:?}");

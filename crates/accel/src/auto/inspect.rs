@@ -16,7 +16,7 @@ const PINNED_SAMPLES: usize = 16;
 /// The decision's view of a job's survey (the CPU backend's one pass over
 /// it): `mem` is `Device` when any segment is in device memory, else
 /// `Pageable` until [`host_is_pinned`] says otherwise.
-pub fn stats(survey: &Survey) -> JobStats {
+pub(crate) fn stats(survey: &Survey) -> JobStats {
     JobStats {
         bytes: survey.bytes,
         segments: survey.segments,
@@ -30,7 +30,7 @@ pub fn stats(survey: &Survey) -> JobStats {
 }
 
 /// Every segment's length, in order.
-pub fn lengths<'j>(job: &'j Job<'_>) -> Box<dyn Iterator<Item = u64> + 'j> {
+pub(crate) fn lengths<'j>(job: &'j Job<'_>) -> Box<dyn Iterator<Item = u64> + 'j> {
     match job {
         Job::Seal { segments, .. } => Box::new(segments.iter().map(|s| s.data.len() as u64)),
         Job::Open { segments, .. } => Box::new(segments.iter().map(|s| s.data.len() as u64)),
@@ -61,7 +61,7 @@ fn host_bytes<'j>(job: &'j Job<'_>, i: usize) -> Option<&'j [u8]> {
 
 /// Whether the sampled non-empty host segments of `job` are all page-locked
 /// by `is_locked` (false when none is sampled).
-pub fn host_is_pinned(job: &Job<'_>, is_locked: fn(&[u8]) -> bool) -> bool {
+pub(crate) fn host_is_pinned(job: &Job<'_>, is_locked: fn(&[u8]) -> bool) -> bool {
     let n = job.len();
     if n == 0 {
         return false;

@@ -8,35 +8,49 @@
 //! - `decide`: the choice itself, pure functions of model, job and queues.
 //! - `inspect`: a job's totals, lengths and host-memory kind.
 //! - `split`: cutting a job in two and merging the results.
-//! - `gcm_split`: AES-GCM segments split inside, GPU CTR + CPU GHASH.
 //! - `backend`: [`AutoBackend`], with queue accounting.
+//! - `calibrate`: timing this machine and fitting its model.
+//! - `replay`: a recorded sweep's decisions under a model, offline.
+//! - `forced_split`: the auto backend with its split forced, for sweeps.
+//!
+//! The public API. [`AutoBackend`] is what callers use; the rest is what
+//! building, inspecting and calibrating one needs:
+//! - `CpuThreads`: how many cores its CPU side may use (`GVAULT_CPU_THREADS`,
+//!   `bench primitive --auto-threads`).
+//! - `GpuStarter`: the argument of `AutoBackend::from_starter` (a stand-in
+//!   GPU for tests and benchmarks).
+//! - `Decision`, `Plan`, `SplitPoint`: what `AutoBackend::decide` returns and
+//!   `run_plan` takes (the forced-split sweep, tests).
+//! - `CostModel` and its parts (`OpModel`, `CpuCost`, `GpuCost`,
+//!   `LinearCost`, `LinkCost`, `Identity`, `FORMAT_VERSION`): the model's
+//!   fields are the model file's, and tests build synthetic models from them.
+//! - `shipped`: the model used until calibration, a base for such models.
+//! - `ModelSource`, `load`, `default_path`, `write`, `machine_identity`: the
+//!   model file, as `gvault doctor` reports it and `bench calibrate` writes it.
+//! - modules `calibrate`, `replay`, `forced_split`: `gvault bench calibrate`,
+//!   `bench replay` and `bench primitive --split-sweep`.
 
 mod backend;
+pub mod calibrate;
 mod decide;
 mod defaults;
 mod file;
-mod gcm_split;
+pub mod forced_split;
+#[cfg(test)]
+mod golden;
 #[cfg(test)]
 mod h100;
 mod inspect;
 mod model;
 #[cfg(test)]
 mod overhead;
+pub mod replay;
 mod split;
 
 pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter};
-pub use decide::{
-    crossover, cuttable, decide, Crossover, Decision, JobShape, JobStats, Plan, Sides, SplitPoint,
-    CALIBRATED_JOB_BYTES, CUT_ALIGN, MIN_SPLIT_BYTES,
-};
+pub use decide::{Decision, Plan, SplitPoint};
 pub use defaults::shipped;
-pub use file::{
-    default_path, load, load_before_gpu, read, warn_once, write, ModelSource, UNOPENED_GPU,
-};
-pub use gcm_split::GMAC_SPEEDUP;
+pub use file::{default_path, load, write, ModelSource};
 pub use model::{
-    fit_linear, fit_ramp, fit_stages, gpu_line_kind, gpu_line_ns, gpu_serial, gpu_stage_ns,
-    CostModel, CpuCost, GpuCost, GpuLine, HostMemory, Identity, LinearCost, LinkCost, OpModel,
-    StageSample, DIRECT_MIN, FORMAT_VERSION, SMALL_SPEEDUP_UNITS_PER_THREAD,
-    SPEEDUP_UNITS_PER_THREAD,
+    CostModel, CpuCost, GpuCost, Identity, LinearCost, LinkCost, OpModel, FORMAT_VERSION,
 };

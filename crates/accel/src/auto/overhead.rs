@@ -1,5 +1,5 @@
 //! Timings (not assertions) of what the auto backend adds to a job of many
-//! tiny segments, where a per-segment pass shows most (issue 5: 512 B x
+//! tiny segments, where a per-segment pass shows most (512 B x
 //! 131072 ran at 0.82-0.94 of the CPU backend on the 16-core H100 host).
 //! A stand-in GPU (a CPU backend) makes every job go through the decision.
 //! Run alone, in release:

@@ -45,7 +45,10 @@ fn halves<'s, T, U>(
 }
 
 /// The GPU part (before `at`) and the CPU part (from `at`) of `job`.
-pub fn split<'s>(job: &'s mut Job<'_>, at: SplitPoint) -> Result<(Job<'s>, Job<'s>), BackendError> {
+pub(crate) fn split<'s>(
+    job: &'s mut Job<'_>,
+    at: SplitPoint,
+) -> Result<(Job<'s>, Job<'s>), BackendError> {
     let n = job.len();
     let bad = |why: &str| Err(BackendError::InvalidJob(format!("split at {at:?}: {why}")));
     if at.segment > n || (at.segment == n && at.offset > 0) {
@@ -206,7 +209,7 @@ pub fn split<'s>(job: &'s mut Job<'_>, at: SplitPoint) -> Result<(Job<'s>, Job<'
 /// The results of the whole job from those of its parts, in order, with
 /// the CPU part's indices shifted back and a cut segment's two halves
 /// joined (the first error wins).
-pub fn merge(
+pub(crate) fn merge(
     at: SplitPoint,
     mut gpu: Vec<SegmentResult>,
     cpu: Vec<SegmentResult>,

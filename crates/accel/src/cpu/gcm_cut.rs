@@ -16,7 +16,7 @@
 //! known mask and length block leaves the range's sum times H, which is all
 //! the join needs (every term of the final GHASH carries a factor H).
 
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce};
 use aws_lc_rs::cipher::{EncryptingKey, EncryptionContext, UnboundCipherKey, AES_256};
 use aws_lc_rs::iv::FixedLength;
 use rayon::prelude::*;
@@ -64,7 +64,7 @@ fn length_block(aad: usize, text: usize) -> u128 {
 }
 
 /// GCM's pre-counter block J0 = nonce || 1 (96-bit nonces).
-pub(crate) fn j0(nonce: &Nonce96) -> u128 {
+fn j0(nonce: &Nonce96) -> u128 {
     let mut b = [0u8; 16];
     b[..12].copy_from_slice(&nonce.0);
     b[15] = 1;
@@ -72,14 +72,6 @@ pub(crate) fn j0(nonce: &Nonce96) -> u128 {
 }
 
 impl<'k> GcmCut<'k> {
-    /// A fresh AES-256-GCM key for [`GcmCut::new`] (callers outside the
-    /// CPU backend, which keeps its own cached one).
-    pub(crate) fn aead_key(key: &Aes256Key) -> LessSafeKey {
-        let unbound = UnboundKey::new(&AES_256_GCM, key.expose())
-            .expect("a 32-byte key is always valid for AES-256-GCM");
-        LessSafeKey::new(unbound)
-    }
-
     /// `aead` must be `key`'s AES-256-GCM key.
     pub fn new(key: &Aes256Key, aead: &'k LessSafeKey) -> Self {
         let unbound = UnboundCipherKey::new(&AES_256, key.expose())
@@ -136,7 +128,7 @@ impl<'k> GcmCut<'k> {
     }
 
     /// `acc` moved past `blocks` more blocks of the hash.
-    pub(crate) fn shift(&self, acc: u128, blocks: u64) -> u128 {
+    fn shift(&self, acc: u128, blocks: u64) -> u128 {
         let factor = if blocks == self.chunk as u64 / 16 {
             self.h_chunk
         } else {
@@ -180,9 +172,9 @@ impl<'k> GcmCut<'k> {
 
     /// Encrypts (or, with `open`, decrypts) `data` from counter block
     /// `counter` in pieces of `piece` bytes (a multiple of 16) on the
-    /// current rayon pool, and returns the hash of its ciphertext (as
-    /// [`GcmCut::hash_sum`] would give for it).
-    pub(crate) fn cut_sum(&self, counter: u128, data: &mut [u8], piece: usize, open: bool) -> u128 {
+    /// current rayon pool, and returns the hash of its ciphertext (the
+    /// GHASH sum of its blocks, from a zero state, times H).
+    fn cut_sum(&self, counter: u128, data: &mut [u8], piece: usize, open: bool) -> u128 {
         debug_assert!(piece > 0 && piece.is_multiple_of(16));
         let step = (piece / 16) as u128;
         let len = data.len();
@@ -194,18 +186,9 @@ impl<'k> GcmCut<'k> {
         self.join(&sums, len, piece)
     }
 
-    /// The hash of `data` (zero-padded to whole blocks, from a zero state,
-    /// times H), in pieces of `piece` bytes (a multiple of 16) on the
-    /// current rayon pool: ranges of a segment join with [`GcmCut::shift`].
-    pub(crate) fn hash_sum(&self, data: &[u8], piece: usize) -> u128 {
-        debug_assert!(piece > 0 && piece.is_multiple_of(16));
-        let sums: Vec<u128> = data.par_chunks(piece).map(|p| self.range_hash(p)).collect();
-        self.join(&sums, data.len(), piece)
-    }
-
     /// The tag of a segment of `len` bytes whose ciphertext hashes to
     /// `text_sum` (its ranges' sums joined).
-    pub(crate) fn tag(&self, nonce: &Nonce96, aad: &[u8], len: usize, text_sum: u128) -> Tag {
+    fn tag(&self, nonce: &Nonce96, aad: &[u8], len: usize, text_sum: u128) -> Tag {
         let aad_sum = if aad.is_empty() {
             0
         } else {
@@ -251,7 +234,7 @@ impl<'k> GcmCut<'k> {
 }
 
 /// Tag equality in time independent of where the tags differ.
-pub(crate) fn tags_equal(a: &Tag, b: &Tag) -> bool {
+fn tags_equal(a: &Tag, b: &Tag) -> bool {
     a.0.iter().zip(&b.0).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -55,6 +55,18 @@ pub fn probe_libraries() -> Result<(), String> {
     Ok(())
 }
 
+impl GpuBackend {
+    /// The CUDA driver's version (e.g. 13000), for matching a calibration
+    /// to the machine.
+    pub(crate) fn driver_version(&self) -> Option<i32> {
+        let mut v: std::ffi::c_int = 0;
+        // SAFETY: a GpuBackend exists only once libcuda is loaded and
+        // initialised; the call writes one int through a valid pointer.
+        let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) };
+        (r == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(v)
+    }
+}
+
 /// Whether `data` lies in page-locked host memory (the auto backend's
 /// pinned-or-pageable cost choice). False where the CUDA driver is absent
 /// or not initialised: memory can only be page-locked through it.

@@ -1,7 +1,6 @@
 //! `gvault bench`: reproductions of the seeds' measurements.
 
 pub mod calibrate;
-mod forced_split;
 mod host_memory;
 pub mod link;
 pub mod lsm;

@@ -12,8 +12,8 @@ use gvault_accel::*;
 use rand::RngCore;
 use serde::Serialize;
 
-use super::forced_split;
 use super::measure::{gbps, parse_nonzero_size, repeat, size_label};
+use gvault_accel::auto::forced_split;
 
 #[derive(clap::Args, Debug)]
 pub struct PrimitiveArgs {

@@ -1,15 +1,18 @@
-//! `bench primitive --split-sweep`: the auto backend with its plan forced
+//! The forced-split sweep (`gvault bench primitive --split-sweep`): the
+//! auto backend with its plan forced
 //! to each segment boundary, timed in turn with the other columns, so that
 //! the split the dispatcher picks can be compared with every split it
 //! could have picked (is a 1.2x miss the planner's or the host's?).
 
-use gvault_accel::auto::{AutoBackend, Plan, SplitPoint};
-use gvault_accel::job::{Job, SegmentResult};
-use gvault_accel::{Backend, BackendError};
+use super::backend::AutoBackend;
+use super::decide::{Plan, SplitPoint};
+use crate::backend::Backend;
+use crate::error::BackendError;
+use crate::job::{Job, OpKind, SegmentResult};
 
 /// The auto backend running every job as a split with the first
 /// `gpu_segments` segments on the GPU and the rest on the CPU.
-pub(super) struct ForcedSplit<'a> {
+pub struct ForcedSplit<'a> {
     pub auto: &'a AutoBackend,
     pub gpu_segments: usize,
 }
@@ -29,29 +32,28 @@ impl Backend for ForcedSplit<'_> {
 }
 
 /// Column name of the split with `g` of `n` segments on the GPU.
-pub(super) fn column(g: usize, n: usize) -> String {
+pub fn column(g: usize, n: usize) -> String {
     format!("split-{g}/{n}")
 }
 
 /// How the auto backend's own plan reads in the sweep's output.
-pub(super) fn describe(plan: Plan, segments: usize) -> String {
+pub fn describe(plan: Plan, segments: usize) -> String {
     match plan {
         Plan::Cpu => "cpu".into(),
         Plan::Gpu => "gpu".into(),
         Plan::Split(at) if at.offset == 0 => column(at.segment, segments),
         Plan::Split(at) => format!("split at segment {} + {} B", at.segment, at.offset),
-        Plan::GcmSplit(at) => format!("gcm-split at segment {} + {} B", at.segment, at.offset),
     }
 }
 
 /// The auto backend, remembering the plan it chose for the last job (the
 /// extra decision costs a survey of the job: microseconds on the large
 /// jobs a sweep is for).
-pub(super) struct Observed<'a> {
+pub struct Observed<'a> {
     pub auto: &'a AutoBackend,
     /// The op whose plan is recorded (an open's column also re-seals its
     /// buffers, untimed, through this backend).
-    pub op: gvault_accel::OpKind,
+    pub op: OpKind,
     pub last: std::sync::Mutex<Option<Plan>>,
 }
 
@@ -72,17 +74,13 @@ impl Backend for Observed<'_> {
 /// Median nanoseconds of one `auto.decide` on a GCM job (`op` seal or
 /// open) over `bufs`: what choosing costs before any work, which the auto
 /// column pays on every job and cpu-all does not.
-pub(super) fn decide_ns<B: AsMut<[u8]>>(
-    auto: &AutoBackend,
-    op: gvault_accel::OpKind,
-    bufs: &mut [B],
-) -> f64 {
-    use gvault_accel::job::{DataMut, OpenSegment, SealSegment};
-    use gvault_accel::{Aes256Key, Nonce96, Tag};
+pub fn decide_ns<B: AsMut<[u8]>>(auto: &AutoBackend, op: OpKind, bufs: &mut [B]) -> f64 {
+    use crate::job::{DataMut, OpenSegment, SealSegment};
+    use crate::types::{Aes256Key, Nonce96, Tag};
     let key = Aes256Key::from_bytes([7; 32]);
     let mut times: Vec<f64> = (0..101)
         .map(|_| {
-            let job = if op == gvault_accel::OpKind::AesGcmOpen {
+            let job = if op == OpKind::AesGcmOpen {
                 Job::Open {
                     key: &key,
                     segments: bufs

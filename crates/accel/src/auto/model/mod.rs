@@ -21,11 +21,11 @@ pub const FORMAT_VERSION: u32 = 3;
 /// Page-locked pieces at least this long are DMA'd straight from the
 /// caller's memory; shorter ones are packed into pinned slots by a CPU copy,
 /// like pageable data (mirrors `DIRECT_MIN` in gpu/stage.rs and gpu/ctr.rs).
-pub const DIRECT_MIN: u64 = 256 << 10;
+pub(crate) const DIRECT_MIN: u64 = 256 << 10;
 
 /// Ops the GPU runs one thread per segment (sequential hashes): a job
 /// takes at least its longest segment at one thread's rate.
-pub fn gpu_serial(op: OpKind) -> bool {
+pub(crate) fn gpu_serial(op: OpKind) -> bool {
     matches!(
         op,
         OpKind::Sha256 | OpKind::Md5 | OpKind::Crc32 | OpKind::Crc32c
@@ -71,15 +71,15 @@ pub struct CpuCost {
     /// the whole job up. On the H100 host SHA-256 calibrated 9.5-12.7 on
     /// 64 x 792 KiB while 16384 x 4 KiB ran at 13.7x the line, so the CPU
     /// was priced 19-21% slow there and auto sent the job to a GPU that
-    /// lost (sessions 10, 11). Absent (older files): `speedup` throughout.
+    /// lost. Absent (older files): `speedup` throughout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub small_speedup: Option<f64>,
 }
 
 /// Segments a thread of the shape `CpuCost::speedup` is measured on.
-pub const SPEEDUP_UNITS_PER_THREAD: usize = 4;
+pub(crate) const SPEEDUP_UNITS_PER_THREAD: usize = 4;
 /// Segments a thread of the shape `CpuCost::small_speedup` is measured on.
-pub const SMALL_SPEEDUP_UNITS_PER_THREAD: usize = 1024;
+pub(crate) const SMALL_SPEEDUP_UNITS_PER_THREAD: usize = 1024;
 
 impl CpuCost {
     /// Speed-up with `t` threads: a roofline, t× until the measured
@@ -87,7 +87,7 @@ impl CpuCost {
     /// straight line from 1× to the measured figure priced 4 threads at
     /// 1.9x for AES-GCM on the H100 host (speed-up 5.7 on 16): 4 x 16 MiB
     /// predicted at 12 GB/s against 20.5 measured, so auto sent such jobs
-    /// to a pageable GPU path that ran at 6-13 (session 6).
+    /// to a pageable GPU path that ran at 6-13.
     pub fn speedup_at(&self, t: usize) -> f64 {
         if self.threads <= 1 {
             return 1.0;
@@ -211,13 +211,13 @@ pub struct GpuCost {
 /// their byte and segment stages one after the other: both are the host
 /// thread's packing work (a copy into the staging slots, then each
 /// segment's bookkeeping), which the kernel's speed hides from neither.
-/// On the H100 host (session 10, call 1) the sum priced GCM and BLAKE3 at
+/// On the H100 host the sum priced GCM and BLAKE3 at
 /// 4 KiB x 16384 within 0.96-1.11 of the measured time, where the slower
 /// stage alone priced them at 0.51-0.67: auto then sent page-locked
 /// BLAKE3 4 KiB jobs to a GPU 1.7x slower than priced (0.80x of the CPU).
 /// The serial hashes' byte stage is the kernel's saturated rate, which
 /// does overlap the packing: there the sum overpriced SHA-256 by 1.4-1.5x.
-pub fn gpu_line_ns(
+pub(crate) fn gpu_line_ns(
     op: OpKind,
     kind: GpuLine,
     line: &LinearCost,
@@ -234,7 +234,7 @@ pub fn gpu_line_ns(
 /// A GPU line's time as stages: fixed + the slowest of the byte, segment
 /// and thread stages (they overlap), the byte and segment stages summed
 /// first where `add` (see [`gpu_line_ns`]).
-pub fn gpu_stage_ns(
+pub(crate) fn gpu_stage_ns(
     line: &LinearCost,
     thread_ns_per_byte: Option<f64>,
     bytes: u64,
@@ -257,7 +257,7 @@ pub fn gpu_stage_ns(
 
 /// Where a job's data lives, as far as the GPU's cost is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HostMemory {
+pub(crate) enum HostMemory {
     /// In device memory: no byte crosses the link.
     Device,
     /// Page-locked host memory (the link's DMA engines read it directly).
@@ -268,7 +268,7 @@ pub enum HostMemory {
 
 /// Which of an op's GPU lines prices a job: its memory, and for pinned
 /// memory whether its pieces are DMA'd or packed.
-pub fn gpu_line_kind(mem: HostMemory, bytes: u64, segments: usize) -> GpuLine {
+pub(crate) fn gpu_line_kind(mem: HostMemory, bytes: u64, segments: usize) -> GpuLine {
     match mem {
         HostMemory::Device => GpuLine::Kernel,
         HostMemory::Pageable => GpuLine::Pageable,
@@ -279,7 +279,7 @@ pub fn gpu_line_kind(mem: HostMemory, bytes: u64, segments: usize) -> GpuLine {
 
 /// An op's GPU cost lines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GpuLine {
+pub(crate) enum GpuLine {
     Kernel,
     Pinned,
     PinnedPacked,
@@ -387,30 +387,9 @@ impl CostModel {
         self.ops.get(op.name())
     }
 
-    /// CPU time for a job of `bytes` in `segments` that the CPU can cut
-    /// into `units` independent pieces (the largest `largest_unit` bytes),
-    /// on `threads` threads.
-    pub fn cpu_ns(
-        &self,
-        op: OpKind,
-        bytes: u64,
-        segments: usize,
-        units: usize,
-        largest_unit: u64,
-        threads: usize,
-    ) -> f64 {
-        match self.op(op) {
-            Some(m) => m
-                .cpu
-                .predict_ns(bytes, segments, units, largest_unit, threads),
-            // An op the model does not know: assume the CPU, which runs everything.
-            None => 0.0,
-        }
-    }
-
     /// The GPU's cost line for `op` on data in `mem` (pinned: DMA'd
     /// pieces), or `None` where the model has no GPU figures for `op`.
-    pub fn gpu_cost(&self, op: OpKind, mem: HostMemory) -> Option<LinearCost> {
+    pub(crate) fn gpu_cost(&self, op: OpKind, mem: HostMemory) -> Option<LinearCost> {
         self.gpu_line(
             op,
             match mem {
@@ -422,7 +401,7 @@ impl CostModel {
     }
 
     /// One of `op`'s GPU lines, filled in where calibration left it out.
-    pub fn gpu_line(&self, op: OpKind, kind: GpuLine) -> Option<LinearCost> {
+    pub(crate) fn gpu_line(&self, op: OpKind, kind: GpuLine) -> Option<LinearCost> {
         let g = self.op(op)?.gpu?;
         let pinned = || {
             g.pinned.or_else(|| {
@@ -448,7 +427,8 @@ impl CostModel {
 
     /// GPU time of `segments` segments of `bytes` in all, the longest
     /// `largest`, or `None` where the model has no GPU figures for `op`.
-    pub fn gpu_ns(
+    #[cfg(test)]
+    pub(crate) fn gpu_ns(
         &self,
         op: OpKind,
         bytes: u64,
@@ -506,7 +486,7 @@ impl CostModel {
 
     /// Fills ops missing from `self` from `defaults` (a file written before
     /// an op existed, or a quick calibration of a subset).
-    pub fn fill_from(&mut self, defaults: &CostModel) {
+    pub(crate) fn fill_from(&mut self, defaults: &CostModel) {
         for (name, m) in &defaults.ops {
             self.ops.entry(name.clone()).or_insert(*m);
         }
@@ -516,256 +496,13 @@ impl CostModel {
     }
 }
 
-/// Least-squares fit of fixed + per-byte + per-segment costs to samples of
-/// (bytes, segments, nanoseconds), minimising relative error (so small jobs
-/// count as much as large ones) with every coefficient kept non-negative.
-pub fn fit_linear(samples: &[(u64, usize, f64)]) -> Option<LinearCost> {
-    let rows: Vec<([f64; 3], f64)> = samples
-        .iter()
-        .filter(|(_, _, ns)| ns.is_finite() && *ns > 0.0)
-        .map(|&(b, s, ns)| ([1.0 / ns, b as f64 / ns, s as f64 / ns], 1.0))
-        .collect();
-    if rows.is_empty() {
-        return None;
-    }
-    // Try every subset of the three terms; keep the best fit whose
-    // coefficients are all non-negative (an active set by enumeration).
-    let mut best: Option<(f64, [f64; 3])> = None;
-    for mask in 1u8..8 {
-        let cols: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
-        let Some(coef) = solve_subset(&rows, &cols) else {
-            continue;
-        };
-        if coef.iter().any(|c| *c < 0.0 || !c.is_finite()) {
-            continue;
-        }
-        let mut full = [0.0; 3];
-        for (c, &i) in coef.iter().zip(&cols) {
-            full[i] = *c;
-        }
-        let residual: f64 = rows
-            .iter()
-            .map(|(x, y)| {
-                let p: f64 = x.iter().zip(&full).map(|(a, b)| a * b).sum();
-                (p - y).powi(2)
-            })
-            .sum();
-        if best.is_none_or(|(r, _)| residual < r * (1.0 - 1e-9)) {
-            best = Some((residual, full));
-        }
-    }
-    best.map(|(_, c)| LinearCost {
-        fixed_ns: c[0],
-        ns_per_byte: c[1],
-        ns_per_segment: c[2],
-    })
-}
+mod fit;
 
-/// The line through timings of large jobs of equally many segments,
-/// (bytes, nanoseconds): fixed + bytes × rate, both non-negative (as
-/// [`fit_linear`]; the segment term is left out, the jobs cannot tell it
-/// from the fixed cost). Two timings give the line through both when it
-/// has no negative coefficient.
-pub fn fit_ramp(samples: &[(u64, f64)]) -> Option<LinearCost> {
-    // Zero segments: the segment column is all zeros, and every subset of
-    // terms holding it is singular and skipped.
-    let samples: Vec<(u64, usize, f64)> = samples.iter().map(|&(b, ns)| (b, 0, ns)).collect();
-    let fit = fit_linear(&samples)?;
-    fit.is_valid().then_some(fit)
-}
-
-/// A GPU timing: total bytes, segments, longest segment, nanoseconds.
-pub type StageSample = (u64, usize, u64, f64);
-
-/// Fits a stage line (and, with `serial`, a per-thread rate) to GPU
-/// timings, read as in [`gpu_stage_ns`]. Each stage's rate is the fastest
-/// that no sample contradicts: a stage takes at most a sample's time less
-/// the fixed cost, and calibration's shapes put every stage that matters in
-/// charge of at least one sample (many tiny segments: the segment stage;
-/// many mid-sized: bytes; a few long ones: the thread). Samples of under
-/// four times the fixed cost (the smallest job) only set that cost.
-pub fn fit_stages(samples: &[StageSample], serial: bool) -> Option<(LinearCost, Option<f64>)> {
-    let samples: Vec<StageSample> = samples
-        .iter()
-        .copied()
-        .filter(|s| s.3.is_finite() && s.3 > 0.0 && s.1 > 0)
-        .collect();
-    let smallest = samples.iter().min_by(|a, b| a.3.total_cmp(&b.3))?;
-    let mut fixed = smallest.3 / 2.0;
-    let mut fit = (LinearCost::default(), None);
-    for _ in 0..3 {
-        let rate = |x: &dyn Fn(&StageSample) -> f64| {
-            samples
-                .iter()
-                .filter(|s| s.3 >= 4.0 * fixed && x(s) > 0.0)
-                .map(|s| (s.3 - fixed) / x(s))
-                .min_by(f64::total_cmp)
-        };
-        let line = LinearCost {
-            fixed_ns: fixed,
-            ns_per_byte: rate(&|s| s.0 as f64).unwrap_or(0.0),
-            ns_per_segment: rate(&|s| s.1 as f64).unwrap_or(0.0),
-        };
-        let thread = if serial { rate(&|s| s.2 as f64) } else { None };
-        fit = (line, thread);
-        // The fixed cost the smallest job leaves once its stages are paid.
-        let (b, n, l, ns) = *smallest;
-        let stages = gpu_stage_ns(
-            &LinearCost {
-                fixed_ns: 0.0,
-                ..line
-            },
-            thread,
-            b,
-            n,
-            l,
-            false,
-        );
-        fixed = (ns - stages).clamp(0.0, ns);
-    }
-    let (line, thread) = fit;
-    let ok = line.is_valid() && thread.is_none_or(|t| t.is_finite());
-    ok.then_some(fit)
-}
-
-/// Normal equations on the chosen columns, scaled for conditioning.
-fn solve_subset(rows: &[([f64; 3], f64)], cols: &[usize]) -> Option<Vec<f64>> {
-    let n = cols.len();
-    let scale: Vec<f64> = cols
-        .iter()
-        .map(|&c| {
-            let s = rows.iter().map(|(x, _)| x[c] * x[c]).sum::<f64>().sqrt();
-            if s > 0.0 {
-                s
-            } else {
-                1.0
-            }
-        })
-        .collect();
-    let mut a = vec![vec![0.0; n + 1]; n];
-    for (x, y) in rows {
-        for i in 0..n {
-            let xi = x[cols[i]] / scale[i];
-            for j in 0..n {
-                a[i][j] += xi * x[cols[j]] / scale[j];
-            }
-            a[i][n] += xi * y;
-        }
-    }
-    // Gaussian elimination with partial pivoting.
-    for col in 0..n {
-        let pivot = (col..n).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
-        if a[pivot][col].abs() < 1e-12 {
-            return None;
-        }
-        a.swap(col, pivot);
-        let pivot_row = a[col].clone();
-        for (r, row) in a.iter_mut().enumerate() {
-            if r != col {
-                let f = row[col] / pivot_row[col];
-                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
-                    *x -= f * p;
-                }
-            }
-        }
-    }
-    Some((0..n).map(|i| a[i][n] / a[i][i] / scale[i]).collect())
-}
+pub(crate) use fit::{fit_linear, fit_ramp, fit_stages, StageSample};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fit_recovers_exact_costs() {
-        let truth = LinearCost {
-            fixed_ns: 5_000.0,
-            ns_per_byte: 0.25,
-            ns_per_segment: 300.0,
-        };
-        let samples: Vec<_> = [
-            (512u64, 256usize),
-            (4096, 64),
-            (65536, 16),
-            (1 << 20, 4),
-            (16 << 20, 1),
-            (512, 1),
-        ]
-        .iter()
-        .map(|&(size, n)| (size * n as u64, n, truth.predict_ns(size * n as u64, n)))
-        .collect();
-        let fit = fit_linear(&samples).expect("fits");
-        assert!((fit.fixed_ns - 5_000.0).abs() < 1.0, "{fit:?}");
-        assert!((fit.ns_per_byte - 0.25).abs() < 1e-6, "{fit:?}");
-        assert!((fit.ns_per_segment - 300.0).abs() < 0.1, "{fit:?}");
-    }
-
-    #[test]
-    fn fit_keeps_coefficients_non_negative() {
-        // Timings that a free fit would explain with a negative fixed cost.
-        let samples = [(1000u64, 1usize, 100.0), (2000, 1, 300.0), (4000, 1, 700.0)];
-        let fit = fit_linear(&samples).expect("fits");
-        assert!(fit.fixed_ns >= 0.0 && fit.ns_per_byte > 0.0 && fit.ns_per_segment >= 0.0);
-    }
-
-    #[test]
-    fn fit_of_nothing_is_none() {
-        assert_eq!(fit_linear(&[]), None);
-        assert_eq!(fit_linear(&[(10, 1, f64::NAN)]), None);
-    }
-
-    #[test]
-    fn ramp_fit_goes_through_two_jobs() {
-        // 2 ms + bytes / 49 GB/s, at 64 MiB and 1 GiB.
-        let line = |b: u64| 2e6 + b as f64 / 49.0;
-        let fit = fit_ramp(&[(64 << 20, line(64 << 20)), (1 << 30, line(1 << 30))]).expect("fits");
-        assert!((fit.fixed_ns - 2e6).abs() < 1.0, "{fit:?}");
-        assert!((fit.ns_per_byte * 49.0 - 1.0).abs() < 1e-9, "{fit:?}");
-        assert_eq!(fit.ns_per_segment, 0.0);
-        // A larger job that ran faster in all: no negative rate.
-        let fit = fit_ramp(&[(64 << 20, 5e6), (1 << 30, 4e6)]).expect("fits");
-        assert!(fit.is_valid(), "{fit:?}");
-        assert_eq!(fit_ramp(&[]), None);
-    }
-
-    #[test]
-    fn stage_fit_recovers_each_stage() {
-        let line = LinearCost {
-            fixed_ns: 100_000.0,
-            ns_per_byte: 0.07,
-            ns_per_segment: 210.0,
-        };
-        let thread = Some(33.0);
-        let shapes = [
-            (4096u64, 1usize),
-            (256 << 10, 4),
-            (1 << 20, 8),
-            (512, 131072),
-            (4096, 16384),
-            (64 << 10, 1024),
-        ];
-        let samples: Vec<StageSample> = shapes
-            .iter()
-            .map(|&(size, n)| {
-                let bytes = size * n as u64;
-                (
-                    bytes,
-                    n,
-                    size,
-                    gpu_stage_ns(&line, thread, bytes, n, size, false),
-                )
-            })
-            .collect();
-        let (fit, t) = fit_stages(&samples, true).expect("fits");
-        let close = |a: f64, b: f64| (a - b).abs() <= 0.02 * b;
-        assert!(close(fit.ns_per_segment, 210.0), "{fit:?}");
-        assert!(close(fit.ns_per_byte, 0.07), "{fit:?}");
-        assert!(close(t.expect("a thread rate"), 33.0), "{t:?}");
-        assert!(close(fit.fixed_ns, 100_000.0), "{fit:?}");
-        // Without the serial flag no thread rate is fitted.
-        assert_eq!(fit_stages(&samples, false).expect("fits").1, None);
-        assert_eq!(fit_stages(&[], true), None);
-    }
 
     #[test]
     fn packed_lines_of_parallel_ops_add_their_host_stages() {
