@@ -69,7 +69,7 @@ struct WorkerStats {
 
 impl WorkerStats {
     fn report(&self) {
-        if std::env::var_os("GVAULT_READ_AHEAD_STATS").is_none() || self.values == 0 {
+        if !gvault_accel::tuning::tuning().read_ahead_stats || self.values == 0 {
             return;
         }
         let per = |d: std::time::Duration| d.as_nanos() as f64 / self.values as f64;

@@ -48,15 +48,15 @@ impl CpuThreads {
     /// `GVAULT_CPU_THREADS`, or all cores when unset; a bad value is
     /// reported once and ignored.
     pub fn from_env() -> CpuThreads {
-        match std::env::var("GVAULT_CPU_THREADS") {
-            Ok(v) if !v.trim().is_empty() => v.parse().unwrap_or_else(|e| {
+        match &crate::tuning::tuning().cpu_threads {
+            Some(v) => v.parse().unwrap_or_else(|e| {
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {
                     eprintln!("gvault: warning: GVAULT_CPU_THREADS: {e}; using all cores")
                 });
                 CpuThreads::All
             }),
-            _ => CpuThreads::All,
+            None => CpuThreads::All,
         }
     }
 }

@@ -30,10 +30,10 @@ impl std::fmt::Display for ModelSource {
 /// The default model file, or `None` when neither the environment nor a
 /// home directory names one.
 pub fn default_path() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(p) = env("GVAULT_COST_MODEL") {
-        return Some(PathBuf::from(p));
+    if let Some(p) = &crate::tuning::tuning().cost_model {
+        return Some(p.clone());
     }
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     let base = env("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".config")))?;

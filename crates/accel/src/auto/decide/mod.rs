@@ -61,13 +61,7 @@ pub(crate) fn margin_for(stats: &JobStats) -> f64 {
 }
 
 fn margin_override() -> Option<f64> {
-    static MARGIN: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
-    *MARGIN.get_or_init(|| {
-        std::env::var("GVAULT_SPLIT_MARGIN")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|m| (0.0..=0.9).contains(m))
-    })
+    crate::tuning::tuning().split_margin
 }
 
 /// `SPLIT_MARGIN`, or `GVAULT_SPLIT_MARGIN` (0 to 0.9) for measurements of

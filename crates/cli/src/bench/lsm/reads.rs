@@ -135,7 +135,7 @@ fn fill_and_compact(
     settle(store)?;
     let compact_secs = t.elapsed().as_secs_f64();
     let st = store.stats();
-    if std::env::var_os("GVAULT_BENCH_SHAPE").is_some() {
+    if gvault_accel::tuning::tuning().bench_shape {
         eprintln!(
             "reads {} B {}: levels {:?}, value log {} files {} bytes",
             case.value_bytes,

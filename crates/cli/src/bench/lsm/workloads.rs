@@ -227,7 +227,7 @@ fn run_in(store: &Store, case: &Case) -> Result<Outcome, String> {
         fill(store, &keys, &mut values, num, &mut rng)?;
         settle(store)?;
     }
-    if std::env::var_os("GVAULT_BENCH_SHAPE").is_some() {
+    if gvault_accel::tuning::tuning().bench_shape {
         let st = store.stats();
         eprintln!(
             "{} {}: levels {:?}, block cache {} bytes",
