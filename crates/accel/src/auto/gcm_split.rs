@@ -266,7 +266,7 @@ fn ctr_on_gpu(
             .map(|r| {
                 let counter = j0(&nonces[r.segment]) + 1 + (r.start / 16) as u128;
                 CtrSegment {
-                    iv: CtrIv::B128(Iv128(counter.to_be_bytes())),
+                    iv: CtrIv::B128(Iv128::from_bytes(counter.to_be_bytes())),
                     data: DataMut::Host(r.data),
                 }
             })
@@ -662,7 +662,7 @@ mod tests {
                     .iter_mut()
                     .enumerate()
                     .map(|(i, b)| SealSegment {
-                        nonce: Nonce96([i as u8; 12]),
+                        nonce: Nonce96::from_bytes([i as u8; 12]),
                         aad: b"x",
                         data: b.into(),
                     })
@@ -690,7 +690,7 @@ mod tests {
                     .zip(&want_tags)
                     .enumerate()
                     .map(|(i, (b, t))| OpenSegment {
-                        nonce: Nonce96([i as u8; 12]),
+                        nonce: Nonce96::from_bytes([i as u8; 12]),
                         aad: b"x",
                         tag: match t {
                             Ok(Output::Tag(t)) => *t,

@@ -4,8 +4,8 @@
 //! could have picked (is a 1.2x miss the planner's or the host's?).
 
 use gvault_accel::auto::{AutoBackend, Plan, SplitPoint};
-use gvault_accel::job::{Job, SegmentResult};
 use gvault_accel::{Backend, BackendError};
+use gvault_accel::{Job, SegmentResult};
 
 /// The auto backend running every job as a split with the first
 /// `gpu_segments` segments on the GPU and the rest on the CPU.
@@ -77,8 +77,8 @@ pub(super) fn decide_ns<B: AsMut<[u8]>>(
     op: gvault_accel::OpKind,
     bufs: &mut [B],
 ) -> f64 {
-    use gvault_accel::job::{DataMut, OpenSegment, SealSegment};
     use gvault_accel::{Aes256Key, Nonce96, Tag};
+    use gvault_accel::{DataMut, OpenSegment, SealSegment};
     let key = Aes256Key::from_bytes([7; 32]);
     let mut times: Vec<f64> = (0..101)
         .map(|_| {
@@ -90,7 +90,7 @@ pub(super) fn decide_ns<B: AsMut<[u8]>>(
                         .map(|b| OpenSegment {
                             nonce: Nonce96::from_parts(1, 0),
                             aad: b"",
-                            tag: Tag([0; 16]),
+                            tag: Tag::from_bytes([0; 16]),
                             data: DataMut::Host(b.as_mut()),
                         })
                         .collect(),
