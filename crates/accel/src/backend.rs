@@ -35,6 +35,20 @@ pub trait Backend: Send + Sync {
         seal_block_as_job(self, key, nonce, aad, data)
     }
 
+    /// Seals `segments` in place as one seal job and puts each one's tag
+    /// in `tags` (as many as segments): a writer's small group of blocks.
+    /// The CPU and auto backends seal a small group on the calling thread
+    /// without a job's allocations; other backends run one [`Job::Seal`].
+    /// The first segment that fails fails the call.
+    fn seal_blocks(
+        &self,
+        key: &Aes256Key,
+        segments: &mut [SealSegment<'_>],
+        tags: &mut [Tag],
+    ) -> Result<(), BlockError> {
+        seal_blocks_as_job(self, key, segments, tags)
+    }
+
     /// Opens one block in place (see [`Backend::seal_block`]); on a bad tag
     /// the block is zeroed and the error says so
     /// ([`BlockError::is_authentication_failure`]).
@@ -84,6 +98,53 @@ pub(crate) fn seal_block_as_job<B: Backend + ?Sized>(
             "a seal job returned no tag".to_string(),
         ))
     })
+}
+
+/// [`Backend::seal_blocks`] as one seal job of `backend`.
+pub(crate) fn seal_blocks_as_job<B: Backend + ?Sized>(
+    backend: &B,
+    key: &Aes256Key,
+    segments: &mut [SealSegment<'_>],
+    tags: &mut [Tag],
+) -> Result<(), BlockError> {
+    if tags.len() != segments.len() {
+        return Err(BlockError::Backend(BackendError::InvalidJob(format!(
+            "{} tags for {} segments",
+            tags.len(),
+            segments.len()
+        ))));
+    }
+    let mut job = Job::Seal {
+        key,
+        segments: segments
+            .iter_mut()
+            .map(|s| SealSegment {
+                nonce: s.nonce,
+                aad: s.aad,
+                data: match &mut s.data {
+                    DataMut::Host(b) => DataMut::Host(b),
+                    DataMut::Device(d) => DataMut::Device(*d),
+                },
+            })
+            .collect(),
+    };
+    let results = backend.run(&mut job)?;
+    if results.len() != tags.len() {
+        return Err(BlockError::Backend(BackendError::Device(format!(
+            "a seal job of {} segments returned {} results",
+            tags.len(),
+            results.len()
+        ))));
+    }
+    for (tag, r) in tags.iter_mut().zip(results) {
+        *tag = r
+            .map_err(|e| BlockError::Block(e.kind))?
+            .tag()
+            .ok_or_else(|| {
+                BlockError::Backend(BackendError::Device("a seal job returned no tag".into()))
+            })?;
+    }
+    Ok(())
 }
 
 /// [`Backend::open_block`] as a one-segment job of `backend`.

@@ -148,6 +148,17 @@ fn small_gcm_work_stays_on_the_caller_under_auto() {
     let refused = auto.open_block(&key, nonce, b"ctx", Tag::from_bytes(bad), &mut block);
     assert!(refused.is_err_and(|e| e.is_authentication_failure()));
     assert!(block.iter().all(|&b| b == 0));
+    // A small group through `seal_blocks`: the job's bytes and tags.
+    let mut group: Vec<Vec<u8>> = vec![data(4126), data(48)];
+    let mut want = group.clone();
+    let want_tags = tags(cpu.run(&mut seal_job(&key, &mut want)).expect("runs"));
+    let mut got_tags = [Tag::default(); 2];
+    let Job::Seal { segments, .. } = &mut seal_job(&key, &mut group) else {
+        unreachable!()
+    };
+    auto.seal_blocks(&key, segments, &mut got_tags)
+        .expect("seals");
+    assert_eq!((got_tags.to_vec(), &group), (want_tags, &want));
     assert_eq!(
         gpu_jobs.load(Ordering::Relaxed),
         0,
@@ -178,6 +189,16 @@ fn a_backend_that_overrides_nothing_gets_every_block_as_a_job() {
         .expect("opens");
     assert_eq!(block, vec![5u8; 100]);
     assert_eq!(jobs.load(Ordering::Relaxed), 2);
+    let mut group = vec![vec![1u8; 10], vec![2u8; 20]];
+    let mut tags = [Tag::default(); 2];
+    let Job::Seal { segments, .. } = &mut seal_job(&key, &mut group) else {
+        unreachable!()
+    };
+    gpu.seal_blocks(&key, segments, &mut tags).expect("seals");
+    assert_eq!(jobs.load(Ordering::Relaxed), 3, "one job for the group");
+    assert!(tags.iter().all(|t| *t != Tag::default()));
+    let mut one_tag = [Tag::default(); 1];
+    assert!(gpu.seal_blocks(&key, segments, &mut one_tag).is_err());
     let mut bad = *tag.as_bytes();
     bad[15] ^= 1;
     let refused = gpu.open_block(&key, nonce, b"", Tag::from_bytes(bad), &mut block);

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use gvault_accel::{Aes256Key, Backend, DataMut, Job, Nonce96, OpenSegment, SealSegment, Tag};
 use parking_lot::Mutex;
+use smallvec::{smallvec, SmallVec};
 
 use crate::codec::{
     BlockCodec, BlockContext, KeyPin, KeyPins, OpenError, OpenSlot, Reseal, ResealError, SealError,
@@ -148,9 +149,9 @@ impl GcmCodec {
         key_id: u32,
         blocks: &mut [SealSlot<'_>],
     ) -> Result<(), SealError> {
-        // A group commit of one put is two blocks: their associated data
-        // stays on the stack, and the tags go straight to their rooms (two
-        // allocations fewer per put).
+        // A group commit of one put is two blocks: their associated data,
+        // segments and tags stay on the stack (a backend that seals them on
+        // this thread allocates nothing).
         let mut few = [[0u8; AAD_LEN]; FEW_BLOCKS];
         let many: Vec<[u8; AAD_LEN]>;
         let aads: &[[u8; AAD_LEN]] = if blocks.len() <= FEW_BLOCKS {
@@ -162,7 +163,9 @@ impl GcmCodec {
             many = blocks.iter().map(|s| self.aad(&s.ctx)).collect();
             &many
         };
-        let mut segments: Vec<SealSegment<'_>> = Vec::with_capacity(blocks.len());
+        let mut tags: SmallVec<[Tag; FEW_BLOCKS]> = smallvec![Tag::default(); blocks.len()];
+        let mut segments: SmallVec<[SealSegment<'_>; FEW_BLOCKS]> =
+            SmallVec::with_capacity(blocks.len());
         for (slot, aad) in blocks.iter_mut().zip(aads) {
             let nonce = Nonce96::from_parts(slot.ctx.file_number, slot.ctx.block_number);
             let (payload, _) = slot.split(TAG_LEN)?;
@@ -175,52 +178,20 @@ impl GcmCodec {
                 data: DataMut::Host(payload),
             });
         }
-        let mut job = Job::Seal { key, segments };
-        let results = self.backend.run(&mut job).map_err(|e| {
-            SealError(format!(
-                "accelerator {} refused a seal job: {e}",
-                self.backend.name()
-            ))
-        })?;
-        drop(job);
-        if results.len() != blocks.len() {
-            return Err(SealError("seal job returned too few results".into()));
-        }
-        for (slot, r) in blocks.iter_mut().zip(results) {
-            let tag = r
-                .map_err(|e| SealError(format!("sealing a block: {}", e.kind)))?
-                .tag()
-                .ok_or_else(|| SealError("seal job returned no tag".into()))?;
+        self.backend
+            .seal_blocks(key, &mut segments, &mut tags)
+            .map_err(|e| {
+                SealError(format!(
+                    "accelerator {} could not seal {} blocks: {e}",
+                    self.backend.name(),
+                    tags.len()
+                ))
+            })?;
+        drop(segments);
+        for (slot, tag) in blocks.iter_mut().zip(&tags) {
             let (_, room) = slot.split(TAG_LEN)?;
             room.copy_from_slice(tag.as_bytes());
         }
-        Ok(())
-    }
-
-    /// Seals one block through the backend's one-block call (no job's
-    /// allocations where the backend seals it on this thread).
-    fn seal_one(
-        &self,
-        key: &Aes256Key,
-        key_id: u32,
-        slot: &mut SealSlot<'_>,
-    ) -> Result<(), SealError> {
-        let aad = self.aad(&slot.ctx);
-        let nonce = Nonce96::from_parts(slot.ctx.file_number, slot.ctx.block_number);
-        if let Some(obs) = &self.observer {
-            obs(key_id, *nonce.as_bytes());
-        }
-        let (payload, room) = slot.split(TAG_LEN)?;
-        let tag = self
-            .backend
-            .seal_block(key, nonce, &aad, payload)
-            .map_err(|e| {
-                SealError(format!(
-                    "accelerator {} could not seal a block: {e}",
-                    self.backend.name()
-                ))
-            })?;
-        room.copy_from_slice(tag.as_bytes());
         Ok(())
     }
 
@@ -263,10 +234,7 @@ impl BlockCodec for GcmCodec {
         let key = self
             .key(key_id)
             .ok_or_else(|| SealError(format!("data key {key_id} is not in the key registry")))?;
-        match blocks {
-            [one] => self.seal_one(&key, key_id, one),
-            _ => self.seal_job(&key, key_id, blocks),
-        }
+        self.seal_job(&key, key_id, blocks)
     }
 
     /// One open job over every block, then one seal job, both in place in

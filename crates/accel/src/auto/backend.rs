@@ -669,6 +669,18 @@ impl Backend for AutoBackend {
         crate::backend::seal_block_as_job(self, key, nonce, aad, data)
     }
 
+    fn seal_blocks(
+        &self,
+        key: &crate::Aes256Key,
+        segments: &mut [crate::SealSegment<'_>],
+        tags: &mut [crate::Tag],
+    ) -> Result<(), crate::BlockError> {
+        match crate::cpu::seal_blocks_on_caller(key, segments, tags) {
+            Some(done) => done,
+            None => crate::backend::seal_blocks_as_job(self, key, segments, tags),
+        }
+    }
+
     fn open_block(
         &self,
         key: &crate::Aes256Key,

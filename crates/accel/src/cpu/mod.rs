@@ -19,9 +19,9 @@ pub mod tea;
 
 use rayon::prelude::*;
 
-use crate::backend::{open_block_as_job, seal_block_as_job, Backend};
+use crate::backend::{open_block_as_job, seal_block_as_job, seal_blocks_as_job, Backend};
 use crate::error::{BackendError, BlockError, SegmentErrorKind};
-use crate::job::{CtrCipher, DataMut, Job, Output, SegmentResult};
+use crate::job::{CtrCipher, DataMut, Job, Output, SealSegment, SegmentResult};
 use crate::types::{Aes256Key, Nonce96, Tag};
 
 pub(crate) use survey::Survey;
@@ -213,6 +213,18 @@ impl Backend for CpuBackend {
         seal_block_as_job(self, key, nonce, aad, data)
     }
 
+    fn seal_blocks(
+        &self,
+        key: &Aes256Key,
+        segments: &mut [SealSegment<'_>],
+        tags: &mut [Tag],
+    ) -> Result<(), BlockError> {
+        match seal_blocks_on_caller(key, segments, tags) {
+            Some(done) => done,
+            None => seal_blocks_as_job(self, key, segments, tags),
+        }
+    }
+
     fn open_block(
         &self,
         key: &Aes256Key,
@@ -226,6 +238,28 @@ impl Backend for CpuBackend {
         }
         open_block_as_job(self, key, nonce, aad, tag, data)
     }
+}
+
+/// Seals `segments` here, each tag into `tags`, if they are a seal job
+/// that [`runs_on_caller`] (and as many tags); otherwise `None`, untouched.
+pub(crate) fn seal_blocks_on_caller(
+    key: &Aes256Key,
+    segments: &mut [SealSegment<'_>],
+    tags: &mut [Tag],
+) -> Option<Result<(), BlockError>> {
+    if tags.len() != segments.len()
+        || !gcm_on_caller(true, segments.len(), segments.iter().map(|s| &s.data))
+    {
+        return None;
+    }
+    let key = aes::GcmKey::new(key);
+    for (s, tag) in segments.iter_mut().zip(tags) {
+        let Some(data) = s.data.host_mut() else {
+            return Some(Err(SegmentErrorKind::DeviceResident.into()));
+        };
+        *tag = key.seal(&s.nonce, s.aad, data);
+    }
+    Some(Ok(()))
 }
 
 /// Whether a one-block seal or open of `len` bytes runs on the calling
