@@ -1,8 +1,17 @@
 //! The one trait every backend implements: CPU, GPU, the dispatcher that
 //! chooses between them, and (later) the client of the shared service.
+//!
+//! Callers never ask which backend they hold: each one runs what is cheap
+//! to run on the calling thread there (the CPU and auto backends run small
+//! AES-GCM jobs and single blocks inline; a GPU backend takes every job).
 
-use crate::error::{BackendError, SegmentErrorKind};
-use crate::job::{Job, SegmentResult, MAX_SEGMENT_LEN};
+use std::sync::{Arc, OnceLock};
+
+use crate::auto::AutoBackend;
+use crate::cpu::CpuBackend;
+use crate::error::{BackendError, BlockError, SegmentErrorKind};
+use crate::job::{DataMut, Job, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN};
+use crate::types::{Aes256Key, Nonce96, Tag};
 
 pub trait Backend: Send + Sync {
     /// A short name for logs and benchmark columns ("cpu", "gpu", "auto").
@@ -11,6 +20,172 @@ pub trait Backend: Send + Sync {
     /// Runs a job. `Err` means the job could not run at all; otherwise there
     /// is one result per segment, in order.
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError>;
+
+    /// Seals one block in place with AES-256-GCM and returns its tag: a
+    /// one-segment seal job, which the CPU and auto backends run on the
+    /// calling thread without a job's allocations (a store's block writes
+    /// and key registry).
+    fn seal_block(
+        &self,
+        key: &Aes256Key,
+        nonce: Nonce96,
+        aad: &[u8],
+        data: &mut [u8],
+    ) -> Result<Tag, BlockError> {
+        seal_block_as_job(self, key, nonce, aad, data)
+    }
+
+    /// Seals `segments` in place as one seal job and puts each one's tag
+    /// in `tags` (as many as segments): a writer's small group of blocks.
+    /// The CPU and auto backends seal a small group on the calling thread
+    /// without a job's allocations; other backends run one [`Job::Seal`].
+    /// The first segment that fails fails the call.
+    fn seal_blocks(
+        &self,
+        key: &Aes256Key,
+        segments: &mut [SealSegment<'_>],
+        tags: &mut [Tag],
+    ) -> Result<(), BlockError> {
+        seal_blocks_as_job(self, key, segments, tags)
+    }
+
+    /// Opens one block in place (see [`Backend::seal_block`]); on a bad tag
+    /// the block is zeroed and the error says so
+    /// ([`BlockError::is_authentication_failure`]).
+    fn open_block(
+        &self,
+        key: &Aes256Key,
+        nonce: Nonce96,
+        aad: &[u8],
+        tag: Tag,
+        data: &mut [u8],
+    ) -> Result<(), BlockError> {
+        open_block_as_job(self, key, nonce, aad, tag, data)
+    }
+}
+
+/// The one result of a one-segment job.
+fn only_result(results: Vec<SegmentResult>) -> Result<Output, BlockError> {
+    let n = results.len();
+    let mut it = results.into_iter();
+    match (it.next(), n) {
+        (Some(r), 1) => r.map_err(|e| BlockError::Block(e.kind)),
+        _ => Err(BlockError::Backend(BackendError::Device(format!(
+            "a one-segment job returned {n} results"
+        )))),
+    }
+}
+
+/// [`Backend::seal_block`] as a one-segment job of `backend`.
+pub(crate) fn seal_block_as_job<B: Backend + ?Sized>(
+    backend: &B,
+    key: &Aes256Key,
+    nonce: Nonce96,
+    aad: &[u8],
+    data: &mut [u8],
+) -> Result<Tag, BlockError> {
+    let mut job = Job::Seal {
+        key,
+        segments: vec![SealSegment {
+            nonce,
+            aad,
+            data: DataMut::Host(data),
+        }],
+    };
+    let out = only_result(backend.run(&mut job)?)?;
+    out.tag().ok_or_else(|| {
+        BlockError::Backend(BackendError::Device(
+            "a seal job returned no tag".to_string(),
+        ))
+    })
+}
+
+/// [`Backend::seal_blocks`] as one seal job of `backend`.
+pub(crate) fn seal_blocks_as_job<B: Backend + ?Sized>(
+    backend: &B,
+    key: &Aes256Key,
+    segments: &mut [SealSegment<'_>],
+    tags: &mut [Tag],
+) -> Result<(), BlockError> {
+    if tags.len() != segments.len() {
+        return Err(BlockError::Backend(BackendError::InvalidJob(format!(
+            "{} tags for {} segments",
+            tags.len(),
+            segments.len()
+        ))));
+    }
+    let mut job = Job::Seal {
+        key,
+        segments: segments
+            .iter_mut()
+            .map(|s| SealSegment {
+                nonce: s.nonce,
+                aad: s.aad,
+                data: match &mut s.data {
+                    DataMut::Host(b) => DataMut::Host(b),
+                    DataMut::Device(d) => DataMut::Device(*d),
+                },
+            })
+            .collect(),
+    };
+    let results = backend.run(&mut job)?;
+    if results.len() != tags.len() {
+        return Err(BlockError::Backend(BackendError::Device(format!(
+            "a seal job of {} segments returned {} results",
+            tags.len(),
+            results.len()
+        ))));
+    }
+    for (tag, r) in tags.iter_mut().zip(results) {
+        *tag = r
+            .map_err(|e| BlockError::Block(e.kind))?
+            .tag()
+            .ok_or_else(|| {
+                BlockError::Backend(BackendError::Device("a seal job returned no tag".into()))
+            })?;
+    }
+    Ok(())
+}
+
+/// [`Backend::open_block`] as a one-segment job of `backend`.
+pub(crate) fn open_block_as_job<B: Backend + ?Sized>(
+    backend: &B,
+    key: &Aes256Key,
+    nonce: Nonce96,
+    aad: &[u8],
+    tag: Tag,
+    data: &mut [u8],
+) -> Result<(), BlockError> {
+    let mut job = Job::Open {
+        key,
+        segments: vec![OpenSegment {
+            nonce,
+            aad,
+            tag,
+            data: DataMut::Host(data),
+        }],
+    };
+    only_result(backend.run(&mut job)?).map(|_| ())
+}
+
+impl CpuBackend {
+    /// One CPU backend on every core, shared by the process: what callers
+    /// that want the CPU alone use (its thread pool is not free to build).
+    pub fn shared() -> Arc<CpuBackend> {
+        static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
+        CPU.get_or_init(|| Arc::new(CpuBackend::new())).clone()
+    }
+}
+
+impl AutoBackend {
+    /// The default backend, one per process ([`AutoBackend::new`]): every
+    /// caller shares its CPU pool, its GPU and its queues, so that its
+    /// choices see all the work in flight. Building it opens nothing (no
+    /// thread pool, no GPU, no model file) until the first job.
+    pub fn shared() -> Arc<AutoBackend> {
+        static AUTO: OnceLock<Arc<AutoBackend>> = OnceLock::new();
+        AUTO.get_or_init(|| Arc::new(AutoBackend::new())).clone()
+    }
 }
 
 /// Checks that every backend applies before touching data, so that all of

@@ -68,3 +68,24 @@ pub enum BackendError {
     #[error("device error: {0}")]
     Device(String),
 }
+
+/// Why a one-block seal or open ([`crate::Backend::seal_block`],
+/// [`crate::Backend::open_block`]) failed: the backend refused the work, or
+/// the block itself failed (a bad tag, a block too large).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum BlockError {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Block(#[from] SegmentErrorKind),
+}
+
+impl BlockError {
+    /// Whether the block did not authenticate (the buffer has been zeroed).
+    pub fn is_authentication_failure(&self) -> bool {
+        matches!(
+            self,
+            BlockError::Block(SegmentErrorKind::AuthenticationFailed)
+        )
+    }
+}

@@ -101,15 +101,21 @@ impl fmt::Debug for BlowfishKey {
     }
 }
 
-/// Defines a public fixed-size value (nonce, IV, tag): no secrecy, but its own type.
+/// Defines a public fixed-size value (nonce, IV, tag): no secrecy, but its
+/// own type, built only through its constructors (so a layout such as
+/// [`Nonce96::from_parts`] has one place) and read through `as_bytes`.
 macro_rules! public_bytes {
     ($(#[$doc:meta])* $name:ident, $len:expr) => {
         $(#[$doc])*
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
-        pub struct $name(pub [u8; $len]);
+        pub struct $name([u8; $len]);
 
         impl $name {
             pub const LEN: usize = $len;
+
+            pub const fn from_bytes(bytes: [u8; $len]) -> Self {
+                Self(bytes)
+            }
 
             pub fn try_from_slice(bytes: &[u8]) -> Result<Self, KeyError> {
                 let arr: [u8; $len] = bytes.try_into().map_err(|_| KeyError::Length {

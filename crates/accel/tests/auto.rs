@@ -14,7 +14,7 @@ use gvault_accel::auto::{
     CostModel, CpuCost, GpuCost, Identity, LinearCost, ModelSource, OpModel, Plan, SplitPoint,
     FORMAT_VERSION,
 };
-use gvault_accel::cpu::CpuBackend;
+use gvault_accel::CpuBackend;
 use gvault_accel::*;
 
 /// CPU at 1 GB/s a core (2× on 2 threads); GPU at `gpu_ns_per_byte` from
@@ -125,9 +125,9 @@ fn ctr_iv(cipher: &CtrCipher<'_>, i: usize) -> CtrIv {
     let wide = if i == 6 { !wide } else { wide };
     let fill = if i == 7 { 0xff } else { i as u8 };
     if wide {
-        CtrIv::B128(Iv128([fill; 16]))
+        CtrIv::B128(Iv128::from_bytes([fill; 16]))
     } else {
-        CtrIv::B64(Iv64([fill; 8]))
+        CtrIv::B64(Iv64::from_bytes([fill; 8]))
     }
 }
 
@@ -180,7 +180,11 @@ fn run_op(
                 .into_iter()
                 .map(|r| r.unwrap().tag().unwrap())
                 .collect();
-            tags[3].0[0] ^= 1;
+            tags[3] = {
+                let mut b = *tags[3].as_bytes();
+                b[0] ^= 1;
+                Tag::from_bytes(b)
+            };
             run(&mut Job::Open {
                 key: &keys.aes,
                 segments: bufs
@@ -379,7 +383,7 @@ fn invalid_split_points_are_refused_before_touching_data() {
         let mut job = Job::Ctr {
             cipher: CtrCipher::Aes256(&keys.aes),
             segments: vec![CtrSegment {
-                iv: CtrIv::B128(Iv128([0; 16])),
+                iv: CtrIv::B128(Iv128::from_bytes([0; 16])),
                 data: (&mut buf).into(),
             }],
         };
@@ -434,7 +438,7 @@ fn ctr_job<'a>(key: &'a Aes256Key, buf: &'a mut Vec<u8>) -> Job<'a> {
     Job::Ctr {
         cipher: CtrCipher::Aes256(key),
         segments: vec![CtrSegment {
-            iv: CtrIv::B128(Iv128([0; 16])),
+            iv: CtrIv::B128(Iv128::from_bytes([0; 16])),
             data: buf.into(),
         }],
     }
@@ -478,7 +482,7 @@ fn an_op_the_gpu_refuses_runs_on_the_cpu_and_is_not_offered_again() {
     let mut ctr = Job::Ctr {
         cipher: CtrCipher::Aes256(&key),
         segments: vec![CtrSegment {
-            iv: CtrIv::B128(Iv128([0; 16])),
+            iv: CtrIv::B128(Iv128::from_bytes([0; 16])),
             data: (&mut buf).into(),
         }],
     };

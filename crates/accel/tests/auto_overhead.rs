@@ -14,7 +14,7 @@ use common::random_bytes;
 use gvault_accel::auto::{
     CostModel, CpuCost, GpuCost, Identity, LinearCost, ModelSource, OpModel, Plan, FORMAT_VERSION,
 };
-use gvault_accel::cpu::CpuBackend;
+use gvault_accel::CpuBackend;
 use gvault_accel::*;
 
 /// SHA-256 about as calibrated on the H200 host (1.7 GB/s a core; GPU 45

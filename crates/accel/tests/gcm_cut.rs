@@ -123,7 +123,7 @@ proptest! {
         let mut aads = aads;
         match which {
             0 => { let i = bit as usize % (len * 8); data[0][i / 8] ^= 1 << (i % 8); }
-            1 => { let i = bit as usize % 128; tags[0].0[i / 8] ^= 1 << (i % 8); }
+            1 => { let i = bit as usize % 128; tags[0] = { let mut b = *tags[0].as_bytes(); b[i / 8] ^= 1 << (i % 8); Tag::from_bytes(b) }; }
             _ => aads[0].push(0),
         }
         let results = open_all(&cut, &key, &aads, &tags, &mut data);

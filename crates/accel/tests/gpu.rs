@@ -8,8 +8,8 @@
 mod common;
 
 use common::*;
-use gvault_accel::cpu::CpuBackend;
-use gvault_accel::gpu::GpuBackend;
+use gvault_accel::CpuBackend;
+use gvault_accel::GpuBackend;
 use gvault_accel::*;
 use std::sync::OnceLock;
 
@@ -58,14 +58,14 @@ fn ctr_equal(gpu: &GpuBackend, cipher: CtrCipher<'_>, sizes: &[usize], seed: u64
                 if i.is_multiple_of(8) {
                     b = [0xff; 16];
                 }
-                CtrIv::B128(Iv128(b))
+                CtrIv::B128(Iv128::from_bytes(b))
             }
             _ => {
                 let mut b: [u8; 8] = r[..8].try_into().unwrap();
                 if i.is_multiple_of(4) {
                     b = (u64::MAX - 1).to_be_bytes();
                 }
-                CtrIv::B64(Iv64(b))
+                CtrIv::B64(Iv64::from_bytes(b))
             }
         }
     };
@@ -117,7 +117,7 @@ fn tea_ctr_awkward_sizes_and_many_mixed_segments() {
     let mut job = Job::Ctr {
         cipher: CtrCipher::Tea(&key),
         segments: vec![CtrSegment {
-            iv: CtrIv::B64(Iv64([0; 8])),
+            iv: CtrIv::B64(Iv64::from_bytes([0; 8])),
             data: (&mut probe[..]).into(),
         }],
     };
@@ -160,7 +160,7 @@ fn device_resident_input_needs_no_host_round_trip() {
         .map(|v| stream.clone_htod(v).unwrap())
         .collect();
     stream.synchronize().unwrap();
-    let iv = CtrIv::B128(Iv128([3; 16]));
+    let iv = CtrIv::B128(Iv128::from_bytes([3; 16]));
     let mut job = Job::Ctr {
         cipher: CtrCipher::Aes256(&key),
         segments: dev
@@ -358,10 +358,18 @@ fn gcm_open_rejects_every_tampering_and_wipes_only_those() {
     let (mut ct, mut tags) = case.seal(g, &key);
     let mut aads = case.aads.clone();
     ct[0][500] ^= 1; // ciphertext bit
-    tags[1].0[0] ^= 0x80; // tag of an empty segment
+    tags[1] = {
+        let mut b = *tags[1].as_bytes();
+        b[0] ^= 0x80;
+        Tag::from_bytes(b)
+    }; // tag of an empty segment
     aads[2].push(0); // associated data
     ct[3][(1 << 20) + 2] ^= 4; // last byte of a long segment
-    tags[5].0[15] ^= 1;
+    tags[5] = {
+        let mut b = *tags[5].as_bytes();
+        b[15] ^= 1;
+        Tag::from_bytes(b)
+    };
     let (res, pt) = case.open(g, &key, ct, &tags, &aads);
     let bad = [0usize, 1, 2, 3, 5];
     for (i, r) in res.iter().enumerate() {
@@ -430,7 +438,11 @@ fn gcm_device_resident_seal_and_open() {
         );
     }
     let mut tags = tags_cpu.clone();
-    tags[0].0[3] ^= 1;
+    tags[0] = {
+        let mut b = *tags[0].as_bytes();
+        b[3] ^= 1;
+        Tag::from_bytes(b)
+    };
     let mut job = Job::Open {
         key: &key,
         segments: (0..sizes.len())
@@ -489,7 +501,7 @@ fn pinned_host_buffers_move_by_dma_and_give_the_same_bytes() {
     let mut pageable = random_bytes(2 << 20, 80);
     let mut want: Vec<Vec<u8>> = plain.clone();
     want.push(pageable.clone());
-    let iv = |i: usize| CtrIv::B128(Iv128([i as u8; 16]));
+    let iv = |i: usize| CtrIv::B128(Iv128::from_bytes([i as u8; 16]));
     for (i, w) in want.iter_mut().enumerate() {
         ctr(&cpu, CtrCipher::Aes256(&key), iv(i), w).unwrap();
     }
@@ -540,7 +552,7 @@ fn concurrent_jobs_spread_over_every_gpu() {
             s.spawn(move || {
                 let mut gpu_buf = random_bytes(256 << 20, 90 + t as u64);
                 let mut want = gpu_buf.clone();
-                let iv = CtrIv::B128(Iv128([t as u8; 16]));
+                let iv = CtrIv::B128(Iv128::from_bytes([t as u8; 16]));
                 ctr(g, CtrCipher::Aes256(key), iv, &mut gpu_buf).unwrap();
                 ctr(cpu, CtrCipher::Aes256(key), iv, &mut want).unwrap();
                 assert!(gpu_buf == want, "thread {t}: GPU result differs");

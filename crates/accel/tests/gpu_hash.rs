@@ -8,8 +8,8 @@
 mod common;
 
 use common::*;
-use gvault_accel::cpu::CpuBackend;
 use gvault_accel::gpu::{DeviceAllocation, GpuBackend};
+use gvault_accel::CpuBackend;
 use gvault_accel::*;
 use std::sync::OnceLock;
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use gvault_accel::cpu::CpuBackend;
+use gvault_accel::CpuBackend;
 use gvault_accel::*;
 use proptest::prelude::*;
 
@@ -41,8 +41,8 @@ proptest! {
         let (mut nonce2, mut tag2, mut aad2) = (nonce, tag, aad.clone());
         match which {
             0 => { let i = bit as usize % (len * 8); data[i / 8] ^= 1 << (i % 8); }
-            1 => { let i = bit as usize % 128; tag2.0[i / 8] ^= 1 << (i % 8); }
-            2 => { let i = bit as usize % 96; nonce2.0[i / 8] ^= 1 << (i % 8); }
+            1 => { let i = bit as usize % 128; tag2 = { let mut b = *tag2.as_bytes(); b[i / 8] ^= 1 << (i % 8); Tag::from_bytes(b) }; }
+            2 => { let i = bit as usize % 96; nonce2 = { let mut b = *nonce2.as_bytes(); b[i / 8] ^= 1 << (i % 8); Nonce96::from_bytes(b) }; }
             _ => { let i = bit as usize % 160; aad2[i / 8] ^= 1 << (i % 8); }
         }
         let err = open(&b, &key(3), nonce2, &aad2, tag2, &mut data).unwrap_err();
@@ -55,11 +55,11 @@ proptest! {
         use ctr::cipher::{KeyIvInit, StreamCipher};
         // Counters close to 2^64 and 2^128 boundaries exercise the carry.
         let counter = ((hi as u128) << 64) | (u64::MAX - lo_back) as u128;
-        let iv = Iv128(counter.to_be_bytes());
+        let iv = Iv128::from_bytes(counter.to_be_bytes());
         let k = key(9);
         let plain = random_bytes(len, seed);
         let mut want = plain.clone();
-        ctr::Ctr128BE::<aes::Aes256>::new(k.expose().into(), (&iv.0).into()).apply_keystream(&mut want);
+        ctr::Ctr128BE::<aes::Aes256>::new(k.expose().into(), iv.as_bytes().into()).apply_keystream(&mut want);
         for b in [CpuBackend::with_threads(1), CpuBackend::with_config(2, 64)] {
             let mut got = plain.clone();
             ctr(&b, CtrCipher::Aes256(&k), CtrIv::B128(iv), &mut got).unwrap();
@@ -119,9 +119,18 @@ fn multi_core_equals_single_core_for_every_op() {
     }
 
     for (cipher, iv) in [
-        (CtrCipher::Aes256(&aes), CtrIv::B128(Iv128([0xfe; 16]))),
-        (CtrCipher::Tea(&tea), CtrIv::B64(Iv64([0xff; 8]))),
-        (CtrCipher::Blowfish(&bf), CtrIv::B64(Iv64([1; 8]))),
+        (
+            CtrCipher::Aes256(&aes),
+            CtrIv::B128(Iv128::from_bytes([0xfe; 16])),
+        ),
+        (
+            CtrCipher::Tea(&tea),
+            CtrIv::B64(Iv64::from_bytes([0xff; 8])),
+        ),
+        (
+            CtrCipher::Blowfish(&bf),
+            CtrIv::B64(Iv64::from_bytes([1; 8])),
+        ),
     ] {
         let run = |b: &CpuBackend| {
             let mut bufs = inputs.clone();

@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use gvault_accel::cpu::CpuBackend;
 use gvault_accel::seed001::*;
+use gvault_accel::CpuBackend;
 use gvault_accel::*;
 
 fn plain(hash: PmdHash, data: &[u8]) -> Vec<u8> {

@@ -2,8 +2,8 @@
 //! every kernel with NVRTC (no GPU needed) and fails if any fails.
 
 use gvault_accel::auto::{self, machine_identity, CpuThreads};
-use gvault_accel::gpu::{kernels, GpuBackend};
-use gvault_accel::sysinfo::cpu_info;
+use gvault_accel::cpu_info;
+use gvault_accel::{compile_kernel, nvrtc_version, GpuBackend, KERNEL_SOURCES};
 
 #[derive(clap::Args, Debug)]
 pub struct DoctorArgs {
@@ -29,7 +29,7 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
     for (name, present) in &cpu.features {
         println!("  {:<44} {}", name, if *present { "yes" } else { "no" });
     }
-    match kernels::nvrtc_version() {
+    match nvrtc_version() {
         Some((a, b)) => println!("nvrtc: {a}.{b}"),
         None => println!("nvrtc: not found"),
     }
@@ -58,12 +58,12 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
 }
 
 fn compile_kernels(arch: &'static str) -> Result<(), String> {
-    let (a, b) = kernels::nvrtc_version()
+    let (a, b) = nvrtc_version()
         .ok_or("NVRTC (libnvrtc.so.13) not found: install nvidia-cuda-nvrtc==13.0.88")?;
     println!("nvrtc {a}.{b}, target {arch}");
     let mut failed = 0;
-    for src in kernels::SOURCES {
-        match kernels::compile(src, arch) {
+    for src in KERNEL_SOURCES {
+        match compile_kernel(src, arch) {
             Ok(ptx) => println!(
                 "ok   {}.cu ({} bytes of PTX; {})",
                 src.name,

@@ -276,7 +276,7 @@ fn rotate_reencrypt_status_and_verify() {
     // --accel gpu on a machine without a GPU fails clearly; auto works.
     let o = gvault_env(&d, &["get", "--accel", "auto", "k001"], &env);
     assert_eq!(code(&o), 0, "{o:?}");
-    if gvault_accel::gpu::GpuBackend::probe().is_err() {
+    if gvault_accel::GpuBackend::probe().is_err() {
         let o = gvault_env(&d, &["get", "--accel", "gpu", "k001"], &env);
         assert_eq!(code(&o), 2);
         assert!(stderr(&o).contains("no usable GPU"), "{o:?}");

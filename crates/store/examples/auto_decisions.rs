@@ -14,9 +14,9 @@
 use std::time::Instant;
 
 use gvault_accel::auto::{shipped, AutoBackend, CostModel, Identity, ModelSource};
-use gvault_accel::cpu::CpuBackend;
-use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
+use gvault_accel::CpuBackend;
 use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
+use gvault_accel::{DataMut, Job, OpenSegment, SealSegment};
 
 /// Calibrated on the H100 host in session 6 (call 5).
 const H100_MODEL: &str = include_str!("../../accel/src/auto/testdata/h100-blake3-near-ties.json");
@@ -87,7 +87,7 @@ fn open_job<'a>(key: &'a Aes256Key, bufs: &'a mut [Vec<u8>]) -> Job<'a> {
             .map(|(i, b)| OpenSegment {
                 nonce: Nonce96::from_parts(1, i as u32),
                 aad: &[],
-                tag: Tag([0; 16]),
+                tag: Tag::from_bytes([0; 16]),
                 data: DataMut::Host(b),
             })
             .collect(),

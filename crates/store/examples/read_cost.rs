@@ -110,7 +110,7 @@ fn encrypted(dir: &std::path::Path, read_ahead: bool) -> Store {
         dir,
         Options {
             encryption: Some(Encryption::with_key(gvault_store::keys::generate_key())),
-            crypto_backend: Some(std::sync::Arc::new(gvault_accel::cpu::CpuBackend::new())),
+            crypto_backend: Some(std::sync::Arc::new(gvault_accel::CpuBackend::new())),
             read_ahead: Some(read_ahead),
             ..Options::default()
         },

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 mod cpu_clock;
 
 use cpu_clock::{process_cpu, thread_cpu};
+use gvault_accel::{Backend, CpuBackend};
 use gvault_store::codec::{BlockCodec, BlockContext, BlockKind, Crc32cCodec};
-use gvault_store::crypto::{shared_cpu_backend, GcmCodec};
+use gvault_store::crypto::GcmCodec;
 use gvault_store::{Encryption, Options, Store};
 
 fn value(i: u64, len: usize) -> Vec<u8> {
@@ -120,9 +121,9 @@ fn seal_group_raw(len: usize) -> f64 {
 
 /// The same two seals as one job of the CPU backend (no codec).
 fn seal_group_backend(len: usize) -> f64 {
-    use gvault_accel::job::{DataMut, Job, SealSegment};
     use gvault_accel::Nonce96;
-    let backend = shared_cpu_backend();
+    use gvault_accel::{DataMut, Job, SealSegment};
+    let backend = CpuBackend::shared();
     let key = gvault_accel::Aes256Key::from_bytes([5; 32]);
     let mut frame = vec![7u8; len + 30];
     let mut commit = vec![3u8; 48];
@@ -156,7 +157,7 @@ fn main() {
     let values: Vec<Vec<u8>> = (0..num).map(|i| value(i, len)).collect();
     let enc_opts = || Options {
         encryption: Some(Encryption::with_key(gvault_store::keys::generate_key())),
-        crypto_backend: Some(std::sync::Arc::new(gvault_accel::cpu::CpuBackend::new())),
+        crypto_backend: Some(std::sync::Arc::new(gvault_accel::CpuBackend::new())),
         ..Options::default()
     };
     let (mut plain, mut enc) = (Vec::new(), Vec::new());
@@ -212,7 +213,7 @@ fn main() {
         [1; 16],
         1,
         vec![(1, gvault_accel::Aes256Key::from_bytes([5; 32]))],
-        shared_cpu_backend(),
+        CpuBackend::shared(),
         None,
     );
     // Seven rounds, the four variants in a rotating order (a variant

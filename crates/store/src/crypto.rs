@@ -7,15 +7,18 @@
 //! (format version, block kind, file number, block number, offset) followed
 //! by the store id, so a block moved, swapped, replayed from another file or
 //! copied from another store fails to open.
+//!
+//! The codec only builds jobs and hands them to its backend, whichever it
+//! is: what runs on the calling thread and what is spread over threads or
+//! sent to a GPU is the backend's choice (`gvault_accel::Backend`).
 
 use std::fmt;
-use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
-use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
+use gvault_accel::{Aes256Key, Backend, DataMut, Job, Nonce96, OpenSegment, SealSegment, Tag};
 use parking_lot::Mutex;
+use smallvec::{smallvec, SmallVec};
 
 use crate::codec::{
     BlockCodec, BlockContext, KeyPin, KeyPins, OpenError, OpenSlot, Reseal, ResealError, SealError,
@@ -30,55 +33,9 @@ const AAD_LEN: usize = CONTEXT_LEN + STORE_ID_LEN;
 /// and for the test that no pair is ever used twice.
 pub type SealObserver = Arc<dyn Fn(u32, [u8; 12]) + Send + Sync>;
 
-/// The accelerator used when the options name none: one CPU backend shared
-/// by every store of the process (its thread pool is not free to build).
-pub fn shared_cpu_backend() -> Arc<dyn Backend> {
-    static CPU: OnceLock<Arc<gvault_accel::cpu::CpuBackend>> = OnceLock::new();
-    CPU.get_or_init(|| Arc::new(gvault_accel::cpu::CpuBackend::new()))
-        .clone()
-}
-
-/// A seal batch up to this many bytes is cut into jobs of at most
-/// `SMALL_JOB_BYTES` (a larger block alone): a job that small runs on the
-/// calling thread, and handing a small batch to a thread pool costs more in
-/// wake-ups than its threads save (a group commit of one 64 KiB value and
-/// its commit record spent longer in the hand-off than in AES-GCM). Larger
-/// batches (tables, big groups) stay one job, to be spread over threads.
-const SMALL_BATCH_BYTES: usize = 256 << 10;
-const SMALL_JOB_BYTES: usize = 64 << 10;
 /// Seal jobs of up to this many blocks keep their associated data on the
 /// stack.
 const FEW_BLOCKS: usize = 4;
-
-/// How a batch of blocks of these lengths is cut into seal jobs: ranges of
-/// consecutive blocks, covering all of them in order.
-fn seal_job_ranges(lens: &[usize]) -> Vec<Range<usize>> {
-    let total: usize = lens.iter().sum();
-    let mut ranges = Vec::new();
-    if total > SMALL_BATCH_BYTES || lens.len() <= 1 {
-        ranges.push(0..lens.len());
-        return ranges;
-    }
-    let (mut start, mut bytes) = (0, 0);
-    for (i, &len) in lens.iter().enumerate() {
-        if i > start && bytes + len > SMALL_JOB_BYTES {
-            ranges.push(start..i);
-            (start, bytes) = (i, 0);
-        }
-        bytes += len;
-    }
-    ranges.push(start..lens.len());
-    ranges
-}
-
-/// A one-block open up to this size, or a seal job cut from a small batch,
-/// bypasses the auto dispatcher and runs inline on the CPU backend: the
-/// CPU backend runs such a job on the calling thread anyway, the GPU's
-/// fixed cost (~40-100 us per job in the H100 host's model) is many times
-/// the CPU's 1-8 us, and deciding cost ~0.3 us per 4 KiB read (4-KiB
-/// reads take ~1.3 us to decrypt). A backend chosen explicitly (cpu,
-/// gpu) gets every job.
-const DIRECT_OPEN_BYTES: usize = 1 << 20;
 
 /// The data keys by id: a few (the current one, and older ones until
 /// re-encryption retires them), so a list beats a hash map's lookup,
@@ -103,12 +60,6 @@ pub struct GcmCodec {
     keys: ArcSwap<KeySet>,
     keys_writer: Mutex<()>,
     backend: Arc<dyn Backend>,
-    /// Small jobs go here instead when `backend` is the auto dispatcher.
-    direct: Arc<dyn Backend>,
-    /// Whether small jobs go to the CPU (auto or cpu backends): then they
-    /// are sealed and opened block by block on the calling thread, without
-    /// a job's allocations.
-    inline_cpu: bool,
     observer: Option<SealObserver>,
     pins: Arc<KeyPins>,
 }
@@ -141,12 +92,6 @@ impl GcmCodec {
                 keys: keys.into_iter().map(|(i, k)| (i, Arc::new(k))).collect(),
             }),
             keys_writer: Mutex::new(()),
-            inline_cpu: matches!(backend.name(), "auto" | "cpu"),
-            direct: if backend.name() == "auto" {
-                shared_cpu_backend()
-            } else {
-                backend.clone()
-            },
             backend,
             observer,
             pins: Arc::default(),
@@ -203,13 +148,10 @@ impl GcmCodec {
         key: &Aes256Key,
         key_id: u32,
         blocks: &mut [SealSlot<'_>],
-        backend: &dyn Backend,
     ) -> Result<(), SealError> {
-        // A group commit of one put is two blocks: their associated data
-        // stays on the stack, and the tags go straight to their rooms
-        // (with the small-batch path of `seal_slots`, four allocations
-        // fewer per put: one 4 KiB put's seal went from ~2.0 to ~1.7 us on
-        // the development machine, median of 6 alternating runs).
+        // A group commit of one put is two blocks: their associated data,
+        // segments and tags stay on the stack (a backend that seals them on
+        // this thread allocates nothing).
         let mut few = [[0u8; AAD_LEN]; FEW_BLOCKS];
         let many: Vec<[u8; AAD_LEN]>;
         let aads: &[[u8; AAD_LEN]] = if blocks.len() <= FEW_BLOCKS {
@@ -221,12 +163,14 @@ impl GcmCodec {
             many = blocks.iter().map(|s| self.aad(&s.ctx)).collect();
             &many
         };
-        let mut segments: Vec<SealSegment<'_>> = Vec::with_capacity(blocks.len());
+        let mut tags: SmallVec<[Tag; FEW_BLOCKS]> = smallvec![Tag::default(); blocks.len()];
+        let mut segments: SmallVec<[SealSegment<'_>; FEW_BLOCKS]> =
+            SmallVec::with_capacity(blocks.len());
         for (slot, aad) in blocks.iter_mut().zip(aads) {
             let nonce = Nonce96::from_parts(slot.ctx.file_number, slot.ctx.block_number);
             let (payload, _) = slot.split(TAG_LEN)?;
             if let Some(obs) = &self.observer {
-                obs(key_id, nonce.0);
+                obs(key_id, *nonce.as_bytes());
             }
             segments.push(SealSegment {
                 nonce,
@@ -234,45 +178,19 @@ impl GcmCodec {
                 data: DataMut::Host(payload),
             });
         }
-        let mut job = Job::Seal { key, segments };
-        let results = backend.run(&mut job).map_err(|e| {
-            SealError(format!(
-                "accelerator {} refused a seal job: {e}",
-                backend.name()
-            ))
-        })?;
-        drop(job);
-        if results.len() != blocks.len() {
-            return Err(SealError("seal job returned too few results".into()));
-        }
-        for (slot, r) in blocks.iter_mut().zip(results) {
-            let tag = r
-                .map_err(|e| SealError(format!("sealing a block: {}", e.kind)))?
-                .tag()
-                .ok_or_else(|| SealError("seal job returned no tag".into()))?;
+        self.backend
+            .seal_blocks(key, &mut segments, &mut tags)
+            .map_err(|e| {
+                SealError(format!(
+                    "accelerator {} could not seal {} blocks: {e}",
+                    self.backend.name(),
+                    tags.len()
+                ))
+            })?;
+        drop(segments);
+        for (slot, tag) in blocks.iter_mut().zip(&tags) {
             let (_, room) = slot.split(TAG_LEN)?;
-            room.copy_from_slice(&tag.0);
-        }
-        Ok(())
-    }
-
-    /// Seals `blocks` one by one on this thread with the CPU (a small
-    /// group commit: see `inline_cpu`), each tag to the room at its end.
-    fn seal_inline(
-        &self,
-        key: &Aes256Key,
-        key_id: u32,
-        blocks: &mut [SealSlot<'_>],
-    ) -> Result<(), SealError> {
-        for slot in blocks.iter_mut() {
-            let aad = self.aad(&slot.ctx);
-            let nonce = Nonce96::from_parts(slot.ctx.file_number, slot.ctx.block_number);
-            if let Some(obs) = &self.observer {
-                obs(key_id, nonce.0);
-            }
-            let (payload, room) = slot.split(TAG_LEN)?;
-            let tag = gvault_accel::cpu::seal_block(key, &nonce, &aad, payload);
-            room.copy_from_slice(&tag.0);
+            room.copy_from_slice(tag.as_bytes());
         }
         Ok(())
     }
@@ -316,26 +234,7 @@ impl BlockCodec for GcmCodec {
         let key = self
             .key(key_id)
             .ok_or_else(|| SealError(format!("data key {key_id} is not in the key registry")))?;
-        let total: usize = blocks.iter().map(|s| s.block.len()).sum();
-        if total <= SMALL_JOB_BYTES {
-            // One small job, sealed on this thread (see `seal_job_ranges`).
-            if self.inline_cpu {
-                return self.seal_inline(&key, key_id, blocks);
-            }
-            return self.seal_job(&key, key_id, blocks, &*self.direct);
-        }
-        let lens: Vec<usize> = blocks.iter().map(|s| s.block.len()).collect();
-        let ranges = seal_job_ranges(&lens);
-        // A batch cut into small jobs is meant to be sealed on this thread.
-        let backend = if ranges.len() > 1 {
-            &*self.direct
-        } else {
-            &*self.backend
-        };
-        for range in ranges {
-            self.seal_job(&key, key_id, &mut blocks[range], backend)?;
-        }
-        Ok(())
+        self.seal_job(&key, key_id, blocks)
     }
 
     /// One open job over every block, then one seal job, both in place in
@@ -399,7 +298,7 @@ impl BlockCodec for GcmCodec {
             .map(|(b, aad)| {
                 let nonce = Nonce96::from_parts(b.to.file_number, b.to.block_number);
                 if let Some(obs) = &self.observer {
-                    obs(b.to.key_id, nonce.0);
+                    obs(b.to.key_id, *nonce.as_bytes());
                 }
                 let n = b.sealed.len() - TAG_LEN;
                 SealSegment {
@@ -421,7 +320,7 @@ impl BlockCodec for GcmCodec {
                 .tag()
                 .ok_or_else(|| seal_err("seal job returned no tag".into()))?;
             let n = b.sealed.len() - TAG_LEN;
-            b.sealed[n..].copy_from_slice(&tag.0);
+            b.sealed[n..].copy_from_slice(tag.as_bytes());
         }
         Ok(())
     }
@@ -522,35 +421,13 @@ impl BlockCodec for GcmCodec {
         })?;
         let aad = self.aad(ctx);
         let nonce = Nonce96::from_parts(ctx.file_number, ctx.block_number);
-        if self.inline_cpu && n <= DIRECT_OPEN_BYTES {
-            return gvault_accel::cpu::open_block(key, &nonce, &aad, &tag, data)
-                .map(|()| n)
-                .map_err(|_| auth_failed(ctx.kind));
-        }
-        let mut job = Job::Open {
-            key,
-            segments: vec![OpenSegment {
-                nonce,
-                aad: &aad,
-                tag,
-                data: DataMut::Host(data),
-            }],
-        };
-        let backend = if n <= DIRECT_OPEN_BYTES {
-            &self.direct
-        } else {
-            &self.backend
-        };
-        let results = backend.run(&mut job).map_err(|e| {
-            OpenError(format!(
-                "accelerator {} refused an open job: {e}",
-                backend.name()
-            ))
-        })?;
-        match results.into_iter().next() {
-            Some(Ok(_)) => Ok(n),
-            Some(Err(_)) => Err(auth_failed(ctx.kind)),
-            None => Err(OpenError("open job returned no result".into())),
+        match self.backend.open_block(key, nonce, &aad, tag, data) {
+            Ok(()) => Ok(n),
+            Err(e) if e.is_authentication_failure() => Err(auth_failed(ctx.kind)),
+            Err(e) => Err(OpenError(format!(
+                "accelerator {} could not open a block: {e}",
+                self.backend.name()
+            ))),
         }
     }
 }
@@ -590,7 +467,7 @@ mod tests {
             [store; 16],
             1,
             vec![(1, Aes256Key::from_bytes([key; 32]))],
-            shared_cpu_backend(),
+            gvault_accel::CpuBackend::shared(),
             None,
         )
     }
@@ -637,56 +514,42 @@ mod tests {
         assert!(c.open_in_place(&ctx(3), &mut [0u8; TAG_LEN - 1]).is_err());
     }
 
-    /// One job over `n` blocks.
-    fn whole(n: usize) -> Vec<Range<usize>> {
-        std::iter::once(0..n).collect()
+    /// Counts what reaches the backend it wraps; it is named "auto" and
+    /// overrides neither one-block call (they become jobs), so a codec that
+    /// picked a path by the backend's name would go around it.
+    #[derive(Default)]
+    struct Counted {
+        cpu: gvault_accel::CpuBackend,
+        jobs: std::sync::atomic::AtomicUsize,
     }
 
-    #[test]
-    fn small_batches_are_cut_into_small_jobs() {
-        assert_eq!(seal_job_ranges(&[]), whole(0));
-        assert_eq!(seal_job_ranges(&[70_000]), whole(1));
-        // One 64 KiB value frame and its commit record: two jobs.
-        assert_eq!(seal_job_ranges(&[65_560, 120]), [0..1, 1..2]);
-        assert_eq!(seal_job_ranges(&[100, 200, 300]), whole(3));
-        assert_eq!(
-            seal_job_ranges(&[40_000, 40_000, 10_000, 70_000, 5]),
-            [0..1, 1..3, 3..4, 4..5]
-        );
-        // Large batches stay one job, to spread over threads.
-        assert_eq!(seal_job_ranges(&[4096; 100]), whole(100));
-    }
-
-    /// A CPU backend under another name: the codec sends its small jobs
-    /// through the job API instead of sealing them inline.
-    struct Renamed(gvault_accel::cpu::CpuBackend);
-
-    impl Backend for Renamed {
+    impl Backend for Counted {
         fn name(&self) -> &'static str {
-            "renamed-cpu"
+            "auto"
         }
         fn run(
             &self,
             job: &mut Job<'_>,
         ) -> Result<Vec<gvault_accel::SegmentResult>, gvault_accel::BackendError> {
-            self.0.run(job)
+            self.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.cpu.run(job)
         }
     }
 
-    /// Small group commits and block reads sealed and opened inline (auto
-    /// and cpu backends) give the bytes the job API gives, and fail alike.
+    /// Every seal and open goes to the codec's backend, whatever its name,
+    /// and gives the bytes a CPU backend's calling-thread path gives
+    /// (small group commits, single blocks), failing alike.
     #[test]
-    fn inline_small_seals_and_opens_match_the_job_path() {
-        let inline = codec(3, 4);
-        assert!(inline.inline_cpu);
+    fn every_seal_and_open_goes_to_the_backend() {
+        let counted = Arc::new(Counted::default());
         let jobs = GcmCodec::new(
             [3; 16],
             1,
             vec![(1, Aes256Key::from_bytes([4; 32]))],
-            Arc::new(Renamed(gvault_accel::cpu::CpuBackend::with_threads(1))),
+            counted.clone(),
             None,
         );
-        assert!(!jobs.inline_cpu);
+        let inline = codec(3, 4);
         let payloads: Vec<Vec<u8>> = [4126usize, 48, 0, 9000]
             .iter()
             .enumerate()
@@ -696,6 +559,11 @@ mod tests {
         inline.seal_batch(&mut a).unwrap();
         jobs.seal_batch(&mut b).unwrap();
         assert_eq!(a, b);
+        let mut one = numbered(&payloads[..1]);
+        jobs.seal_batch(&mut one).unwrap();
+        assert_eq!(one[0], a[0]);
+        let count = || counted.jobs.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(count(), 2);
         for (i, (ctx, sealed)) in a.iter().enumerate() {
             assert_eq!(inline.open(ctx, sealed.clone()).unwrap(), payloads[i]);
             assert_eq!(jobs.open(ctx, sealed.clone()).unwrap(), payloads[i]);
@@ -704,6 +572,7 @@ mod tests {
             assert!(inline.open(ctx, bad.clone()).is_err());
             assert!(jobs.open(ctx, bad).is_err());
         }
+        assert_eq!(count(), 2 + 2 * payloads.len());
     }
 
     #[test]
@@ -735,7 +604,7 @@ mod tests {
                 (1, Aes256Key::from_bytes([9; 32])),
                 (2, Aes256Key::from_bytes([7; 32])),
             ],
-            shared_cpu_backend(),
+            gvault_accel::CpuBackend::shared(),
             None,
         );
         let payloads: Vec<Vec<u8>> = vec![b"one".to_vec(), vec![5; 70_000], Vec::new()];

@@ -259,7 +259,8 @@ pub fn block_extents_with(
     let codec: Box<dyn BlockCodec> = match encryption {
         Some(enc) if header.key_id != 0 => {
             let dir = path.parent().unwrap_or(std::path::Path::new("."));
-            let backend = crate::crypto::shared_cpu_backend();
+            let backend: std::sync::Arc<dyn gvault_accel::Backend> =
+                gvault_accel::CpuBackend::shared();
             let r = crate::keys::Registry::load(&crate::env::OsFs, dir, enc, &*backend)?;
             Box::new(r.codec(backend, None))
         }

@@ -11,8 +11,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gvault_accel::job::{DataMut, Job, OpenSegment, SealSegment};
-use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
+use gvault_accel::{Aes256Key, Backend, CpuBackend, Nonce96, Tag};
 use rand::RngCore;
 use zeroize::Zeroizing;
 
@@ -338,23 +337,19 @@ impl Registry {
         let (body, tag) = rest.split_at(rest.len() - TAG_LEN);
         let mut body = Zeroizing::new(body.to_vec());
         let tag = Tag::try_from_slice(tag).expect("16 bytes");
-        let mut job = Job::Open {
-            key: &master,
-            segments: vec![OpenSegment {
-                nonce,
-                aad: head,
-                tag,
-                data: DataMut::Host(body.as_mut_slice()),
-            }],
-        };
-        let r = backend
-            .run(&mut job)
-            .map_err(|e| Error::InvalidArgument(format!("opening the key registry: {e}")))?;
-        if !matches!(r.first(), Some(Ok(_))) {
-            return Err(Error::WrongKey {
-                path,
-                reason: "the master key does not open it (wrong key or passphrase, or the file was altered)".into(),
-            });
+        match backend.open_block(&master, nonce, head, tag, body.as_mut_slice()) {
+            Ok(()) => {}
+            Err(e) if e.is_authentication_failure() => {
+                return Err(Error::WrongKey {
+                    path,
+                    reason: "the master key does not open it (wrong key or passphrase, or the file was altered)".into(),
+                })
+            }
+            Err(e) => {
+                return Err(Error::InvalidArgument(format!(
+                    "opening the key registry: {e}"
+                )))
+            }
         }
         let bad = |why: &str| Error::corruption(&path, "sealed body", why.to_string());
         let mut d = Decoder::new(&body);
@@ -419,7 +414,7 @@ impl Registry {
         backend: &dyn Backend,
         version: u16,
     ) -> Result<()> {
-        let nonce = Nonce96(random_bytes());
+        let nonce = Nonce96::from_bytes(random_bytes());
         let mut head = Vec::with_capacity(HEADER_LEN);
         head.extend_from_slice(&MAGIC);
         head.extend_from_slice(&version.to_le_bytes());
@@ -429,7 +424,7 @@ impl Registry {
         put_u32(&mut head, self.kdf.params.t_cost);
         put_u32(&mut head, self.kdf.params.p_cost);
         head.extend_from_slice(&self.kdf.salt);
-        head.extend_from_slice(&nonce.0);
+        head.extend_from_slice(nonce.as_bytes());
         debug_assert_eq!(head.len(), HEADER_LEN);
         let mut body = Zeroizing::new(Vec::with_capacity(32 + self.keys.len() * 36));
         body.extend_from_slice(&self.store_id);
@@ -448,27 +443,12 @@ impl Registry {
         if version >= 2 {
             put_u32(&mut body, flags);
         }
-        let tag = {
-            let mut job = Job::Seal {
-                key: &self.master,
-                segments: vec![SealSegment {
-                    nonce,
-                    aad: &head,
-                    data: DataMut::Host(body.as_mut_slice()),
-                }],
-            };
-            let r = backend
-                .run(&mut job)
-                .map_err(|e| Error::InvalidArgument(format!("sealing the key registry: {e}")))?;
-            match r.into_iter().next() {
-                Some(Ok(out)) => out.tag(),
-                _ => None,
-            }
-            .ok_or_else(|| Error::InvalidArgument("sealing the key registry failed".into()))?
-        };
+        let tag = backend
+            .seal_block(&self.master, nonce, &head, body.as_mut_slice())
+            .map_err(|e| Error::InvalidArgument(format!("sealing the key registry: {e}")))?;
         let mut bytes = head;
         bytes.extend_from_slice(&body);
-        bytes.extend_from_slice(&tag.0);
+        bytes.extend_from_slice(tag.as_bytes());
         let tmp = dir.join(KEYS_TEMP);
         let mut f = fs
             .create(&tmp)
@@ -539,7 +519,7 @@ impl KeyState {
         let backend = opts
             .crypto_backend
             .clone()
-            .unwrap_or_else(crate::crypto::shared_cpu_backend);
+            .unwrap_or_else(|| CpuBackend::shared() as Arc<dyn Backend>);
         let codec = Arc::new(registry.codec(backend.clone(), opts.seal_observer.clone()));
         let vlog_codec: Arc<dyn BlockCodec> = if registry.seal_value_log {
             codec.clone()
@@ -570,7 +550,7 @@ impl KeyState {
         let backend = opts
             .crypto_backend
             .clone()
-            .unwrap_or_else(crate::crypto::shared_cpu_backend);
+            .unwrap_or_else(|| CpuBackend::shared() as Arc<dyn Backend>);
         let registry = Registry::load(fs, dir, enc, &*backend)?;
         if let Some(want) = enc.seal_value_log {
             if want != registry.seal_value_log {
@@ -607,7 +587,7 @@ mod tests {
     #[test]
     fn registry_flags_round_trip_and_version_1_reads_as_fully_sealed() {
         let d = tempfile::tempdir().unwrap();
-        let backend = crate::crypto::shared_cpu_backend();
+        let backend = CpuBackend::shared();
         let enc = Encryption {
             seal_value_log: Some(false),
             ..Encryption::with_key(generate_key())

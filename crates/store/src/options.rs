@@ -2,10 +2,10 @@
 //! machine; tests shrink the sizes to exercise flushes and compactions.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use gvault_accel::Backend;
+use gvault_accel::{AutoBackend, Backend};
 
 use crate::crypto::SealObserver;
 use crate::env::{FileSystem, OsFs};
@@ -72,10 +72,12 @@ pub struct Options {
     /// Encryption at rest: required to open an encrypted store, and creates
     /// one when the store does not exist yet. `None`: CRC32C only.
     pub encryption: Option<Encryption>,
-    /// The accelerator that seals and opens blocks. Default: an auto
-    /// backend shared by the process (CPU or GPU per job; the GPU opens only
-    /// for a job worth it). `None`: a CPU backend shared by the process.
-    /// Seals go one job per group commit or table.
+    /// The accelerator that seals and opens blocks. Default: the auto
+    /// backend shared by the process ([`AutoBackend::shared`]: CPU or GPU
+    /// per job; the GPU opens only for a job worth it). `None`: the CPU
+    /// backend shared by the process (`CpuBackend::shared`). Seals go one
+    /// job per group commit or table, opens one call per block read (one
+    /// job per batch a read-ahead opens).
     pub crypto_backend: Option<Arc<dyn Backend>>,
     /// Sees every (data-key id, nonce) pair before it seals a block.
     pub seal_observer: Option<SealObserver>,
@@ -138,20 +140,12 @@ impl Default for Options {
             fs: Arc::new(OsFs),
             warning_sink: Arc::new(|msg: &str| eprintln!("gvault-store warning: {msg}")),
             encryption: None,
-            crypto_backend: Some(shared_auto_backend()),
+            crypto_backend: Some(AutoBackend::shared()),
             seal_observer: None,
             reencrypt_bytes_per_sec: 32 << 20,
             read_ahead: None,
         }
     }
-}
-
-/// The default accelerator, one per process. Building it opens nothing
-/// (no thread pool, no GPU, no model file) until a store seals a block.
-fn shared_auto_backend() -> Arc<dyn Backend> {
-    static AUTO: OnceLock<Arc<gvault_accel::AutoBackend>> = OnceLock::new();
-    AUTO.get_or_init(|| Arc::new(gvault_accel::AutoBackend::new()))
-        .clone()
 }
 
 impl fmt::Debug for Options {

@@ -88,7 +88,7 @@ pub fn decide_ns<B: AsMut<[u8]>>(auto: &AutoBackend, op: OpKind, bufs: &mut [B])
                         .map(|b| OpenSegment {
                             nonce: Nonce96::from_parts(1, 0),
                             aad: b"",
-                            tag: Tag([0; 16]),
+                            tag: Tag::from_bytes([0; 16]),
                             data: DataMut::Host(b.as_mut()),
                         })
                         .collect(),

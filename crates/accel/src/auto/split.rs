@@ -21,13 +21,15 @@ fn reborrow<'s>(d: &'s mut DataMut<'_>) -> DataMut<'s> {
 /// kernels do (128-bit and 64-bit big-endian integers).
 fn advance(iv: CtrIv, blocks: u64) -> CtrIv {
     match iv {
-        CtrIv::B128(Iv128(b)) => CtrIv::B128(Iv128(
-            u128::from_be_bytes(b)
+        CtrIv::B128(b) => CtrIv::B128(Iv128::from_bytes(
+            u128::from_be_bytes(*b.as_bytes())
                 .wrapping_add(blocks as u128)
                 .to_be_bytes(),
         )),
-        CtrIv::B64(Iv64(b)) => CtrIv::B64(Iv64(
-            u64::from_be_bytes(b).wrapping_add(blocks).to_be_bytes(),
+        CtrIv::B64(b) => CtrIv::B64(Iv64::from_bytes(
+            u64::from_be_bytes(*b.as_bytes())
+                .wrapping_add(blocks)
+                .to_be_bytes(),
         )),
     }
 }
@@ -242,10 +244,13 @@ mod tests {
 
     #[test]
     fn counters_advance_and_wrap_like_the_kernels() {
-        let iv = CtrIv::B128(Iv128([0xff; 16]));
-        assert_eq!(advance(iv, 1), CtrIv::B128(Iv128([0; 16])));
-        let iv = CtrIv::B64(Iv64([0, 0, 0, 0, 0, 0, 0, 0xff]));
-        assert_eq!(advance(iv, 2), CtrIv::B64(Iv64([0, 0, 0, 0, 0, 0, 1, 1])));
+        let iv = CtrIv::B128(Iv128::from_bytes([0xff; 16]));
+        assert_eq!(advance(iv, 1), CtrIv::B128(Iv128::from_bytes([0; 16])));
+        let iv = CtrIv::B64(Iv64::from_bytes([0, 0, 0, 0, 0, 0, 0, 0xff]));
+        assert_eq!(
+            advance(iv, 2),
+            CtrIv::B64(Iv64::from_bytes([0, 0, 0, 0, 0, 0, 1, 1]))
+        );
     }
 
     #[test]

@@ -55,14 +55,14 @@ impl GcmKey {
     }
 
     pub fn seal(&self, nonce: &Nonce96, aad: &[u8], data: &mut [u8]) -> Tag {
-        let nonce = aead::Nonce::assume_unique_for_key(nonce.0);
+        let nonce = aead::Nonce::assume_unique_for_key(*nonce.as_bytes());
         let tag = self
             .0
             .seal_in_place_separate_tag(nonce, Aad::from(aad), data)
             .expect("sealing fails only past GCM's 64 GiB limit, above MAX_SEGMENT_LEN");
         let mut out = [0u8; 16];
         out.copy_from_slice(tag.as_ref());
-        Tag(out)
+        Tag::from_bytes(out)
     }
 
     /// Decrypts in place; on a bad tag the buffer is zeroed so no plaintext
@@ -74,10 +74,10 @@ impl GcmKey {
         tag: &Tag,
         data: &mut [u8],
     ) -> Result<(), SegmentErrorKind> {
-        let nonce = aead::Nonce::assume_unique_for_key(nonce.0);
+        let nonce = aead::Nonce::assume_unique_for_key(*nonce.as_bytes());
         match self
             .0
-            .open_in_place_separate_tag(nonce, Aad::from(aad), &tag.0, data)
+            .open_in_place_separate_tag(nonce, Aad::from(aad), tag.as_bytes(), data)
         {
             Ok(_) => Ok(()),
             Err(_) => {
@@ -100,7 +100,7 @@ impl CtrKey {
         if data.is_empty() {
             return;
         }
-        let start = u128::from_be_bytes(iv.0).wrapping_add(skip as u128);
+        let start = u128::from_be_bytes(*iv.as_bytes()).wrapping_add(skip as u128);
         let unbound = UnboundCipherKey::new(&AES_256, self.0.expose())
             .expect("a 32-byte key is always valid for AES-256");
         let key = EncryptingKey::ctr(unbound).expect("CTR is a valid mode for AES-256");
@@ -121,7 +121,7 @@ mod tests {
         let mut k2b = [1u8; 32];
         k2b[31] = 2;
         let k2 = Aes256Key::from_bytes(k2b);
-        let nonce = Nonce96([5; 12]);
+        let nonce = Nonce96::from_bytes([5; 12]);
         let tag = |k: &Aes256Key| {
             let mut d = *b"sixteen byte msg";
             (GcmKey::new(k).seal(&nonce, b"ad", &mut d), d)
@@ -131,12 +131,12 @@ mod tests {
             let mut d = *b"sixteen byte msg";
             let t = key
                 .seal_in_place_separate_tag(
-                    aead::Nonce::assume_unique_for_key(nonce.0),
+                    aead::Nonce::assume_unique_for_key(*nonce.as_bytes()),
                     Aad::from(b"ad"),
                     &mut d,
                 )
                 .unwrap();
-            (Tag(t.as_ref().try_into().unwrap()), d)
+            (Tag::from_bytes(t.as_ref().try_into().unwrap()), d)
         };
         for k in [&k1, &k1, &k2, &k1, &k2, &k2] {
             assert_eq!(tag(k), fresh(k));

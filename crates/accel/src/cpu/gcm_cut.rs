@@ -66,7 +66,7 @@ fn length_block(aad: usize, text: usize) -> u128 {
 /// GCM's pre-counter block J0 = nonce || 1 (96-bit nonces).
 fn j0(nonce: &Nonce96) -> u128 {
     let mut b = [0u8; 16];
-    b[..12].copy_from_slice(&nonce.0);
+    b[..12].copy_from_slice(nonce.as_bytes());
     b[15] = 1;
     from_block(&b)
 }
@@ -86,7 +86,7 @@ impl<'k> GcmCut<'k> {
             h_chunk: 0,
         };
         cut.h = cut.block(0);
-        cut.gmac_mask = cut.block(j0(&Nonce96(GMAC_NONCE)));
+        cut.gmac_mask = cut.block(j0(&Nonce96::from_bytes(GMAC_NONCE)));
         cut.with_chunk(CHUNK)
     }
 
@@ -196,7 +196,7 @@ impl<'k> GcmCut<'k> {
         };
         let t =
             aad_sum ^ text_sum ^ mul(length_block(aad.len(), len), self.h) ^ self.block(j0(nonce));
-        Tag(t.to_be_bytes())
+        Tag::from_bytes(t.to_be_bytes())
     }
 
     /// Runs every piece of `data` (pieces of `piece` bytes, a multiple of
@@ -234,8 +234,12 @@ impl<'k> GcmCut<'k> {
 }
 
 /// Tag equality in time independent of where the tags differ.
-fn tags_equal(a: &Tag, b: &Tag) -> bool {
-    a.0.iter().zip(&b.0).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+pub(crate) fn tags_equal(a: &Tag, b: &Tag) -> bool {
+    a.as_bytes()
+        .iter()
+        .zip(b.as_bytes())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 #[cfg(test)]
@@ -280,7 +284,7 @@ mod tests {
         for (i, (len, aad_len, piece)) in cases.into_iter().enumerate() {
             let plain = bytes(10 + i as u64, len);
             let aad = bytes(100 + i as u64, aad_len);
-            let nonce = Nonce96(bytes(1000 + i as u64, 12).try_into().unwrap());
+            let nonce = Nonce96::from_bytes(bytes(1000 + i as u64, 12).try_into().unwrap());
             let mut expect = plain.clone();
             let expect_tag = whole.seal(&nonce, &aad, &mut expect);
             let mut got = plain.clone();
@@ -300,7 +304,7 @@ mod tests {
         let key = Aes256Key::from_bytes([9; 32]);
         let whole = GcmKey::new(&key);
         let cut = GcmCut::new(&key, whole.aead());
-        let nonce = Nonce96([3; 12]);
+        let nonce = Nonce96::from_bytes([3; 12]);
         let plain = bytes(5, 1000);
         let aad = b"header".to_vec();
         let mut sealed = plain.clone();
@@ -310,7 +314,11 @@ mod tests {
             match which {
                 0 => data[777] ^= 0x10,
                 1 => aad[2] ^= 1,
-                _ => tag.0[15] ^= 0x80,
+                _ => {
+                    let mut b = *tag.as_bytes();
+                    b[15] ^= 0x80;
+                    tag = Tag::from_bytes(b);
+                }
             }
             let r = cut.open(&nonce, &aad, &tag, &mut data, 64);
             assert_eq!(r, Err(SegmentErrorKind::AuthenticationFailed), "{which}");
@@ -334,7 +342,7 @@ mod speed {
     fn gcm_cut_speed() {
         let key = Aes256Key::from_bytes([4; 32]);
         let whole = GcmKey::new(&key);
-        let nonce = Nonce96([1; 12]);
+        let nonce = Nonce96::from_bytes([1; 12]);
         let len = 64 << 20;
         let mut data = vec![7u8; len];
         let pool = |n| {

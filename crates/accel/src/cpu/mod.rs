@@ -3,9 +3,9 @@
 //! crates; TEA by hand), parallel across segments and, for operations that
 //! can be cut (CTR modes, BLAKE3, CRCs, and AES-GCM when a job has fewer
 //! segments than threads), within large segments, on a rayon pool of its
-//! own. Small jobs run on the calling thread; `seal_block` / `open_block`
-//! seal and open one AES-GCM block there without a job at all (a store's
-//! group commits and block reads).
+//! own. Small jobs run on the calling thread, and so do one-block seals
+//! and opens ([`Backend::seal_block`], [`Backend::open_block`]), without a
+//! job's allocations (a store's group commits and block reads).
 
 mod aes;
 pub mod blowfish;
@@ -19,9 +19,9 @@ pub mod tea;
 
 use rayon::prelude::*;
 
-use crate::backend::Backend;
-use crate::error::{BackendError, SegmentErrorKind};
-use crate::job::{CtrCipher, DataMut, Job, Output, SegmentResult};
+use crate::backend::{open_block_as_job, seal_block_as_job, seal_blocks_as_job, Backend};
+use crate::error::{BackendError, BlockError, SegmentErrorKind};
+use crate::job::{CtrCipher, DataMut, Job, Output, SealSegment, SegmentResult};
 use crate::types::{Aes256Key, Nonce96, Tag};
 
 pub(crate) use survey::Survey;
@@ -193,42 +193,112 @@ impl Backend for CpuBackend {
     }
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
-        if let Some(results) = small_gcm(job) {
+        if let Some(results) = run_on_caller(job) {
             return Ok(results);
         }
         let survey = self.survey(job);
         self.run_surveyed(job, &survey)
     }
+
+    fn seal_block(
+        &self,
+        key: &Aes256Key,
+        nonce: Nonce96,
+        aad: &[u8],
+        data: &mut [u8],
+    ) -> Result<Tag, BlockError> {
+        if block_runs_on_caller(data.len()) {
+            return Ok(seal_on_caller(key, nonce, aad, data));
+        }
+        seal_block_as_job(self, key, nonce, aad, data)
+    }
+
+    fn seal_blocks(
+        &self,
+        key: &Aes256Key,
+        segments: &mut [SealSegment<'_>],
+        tags: &mut [Tag],
+    ) -> Result<(), BlockError> {
+        match seal_blocks_on_caller(key, segments, tags) {
+            Some(done) => done,
+            None => seal_blocks_as_job(self, key, segments, tags),
+        }
+    }
+
+    fn open_block(
+        &self,
+        key: &Aes256Key,
+        nonce: Nonce96,
+        aad: &[u8],
+        tag: Tag,
+        data: &mut [u8],
+    ) -> Result<(), BlockError> {
+        if block_runs_on_caller(data.len()) {
+            return Ok(open_on_caller(key, nonce, aad, tag, data)?);
+        }
+        open_block_as_job(self, key, nonce, aad, tag, data)
+    }
 }
 
-/// Seals one block on the calling thread, outside the job API: what a
-/// store's small group commit needs, without a job's allocations (a
-/// segment list and a result list, ~0.1-0.2 us against ~0.5 us of AES-GCM
-/// for 4 KiB on the H100 host). The key schedule is the thread's cached
-/// one (see `aes::GcmKey::new`).
-pub fn seal_block(key: &Aes256Key, nonce: &Nonce96, aad: &[u8], data: &mut [u8]) -> Tag {
-    aes::GcmKey::new(key).seal(nonce, aad, data)
-}
-
-/// Opens one block in place on the calling thread (see [`seal_block`]); on
-/// a bad tag the block is zeroed and `AuthenticationFailed` returned.
-pub fn open_block(
+/// Seals `segments` here, each tag into `tags`, if they are a seal job
+/// that [`runs_on_caller`] (and as many tags); otherwise `None`, untouched.
+pub(crate) fn seal_blocks_on_caller(
     key: &Aes256Key,
-    nonce: &Nonce96,
+    segments: &mut [SealSegment<'_>],
+    tags: &mut [Tag],
+) -> Option<Result<(), BlockError>> {
+    if tags.len() != segments.len()
+        || !gcm_on_caller(true, segments.len(), segments.iter().map(|s| &s.data))
+    {
+        return None;
+    }
+    let key = aes::GcmKey::new(key);
+    for (s, tag) in segments.iter_mut().zip(tags) {
+        let Some(data) = s.data.host_mut() else {
+            return Some(Err(SegmentErrorKind::DeviceResident.into()));
+        };
+        *tag = key.seal(&s.nonce, s.aad, data);
+    }
+    Some(Ok(()))
+}
+
+/// Whether a one-block seal or open of `len` bytes runs on the calling
+/// thread (the CPU and auto backends): a single segment cannot be spread
+/// over threads below the GCM cut, and up to this size the GPU's fixed
+/// cost (~40-100 us a job in the H100 host's model) is many times the
+/// CPU's 1-8 us per 4-64 KiB, while asking the auto backend's model would
+/// cost ~0.3 us of a 4 KiB read's ~1.3 us.
+pub(crate) fn block_runs_on_caller(len: usize) -> bool {
+    len as u64 <= INLINE_ONE_CIPHER_SEGMENT_BYTES
+}
+
+/// Seals one block on the calling thread, outside the job API: no job's
+/// allocations (a segment list and a result list, ~0.1-0.2 us against
+/// ~0.5 us of AES-GCM for 4 KiB on the H100 host). The key schedule is the
+/// thread's cached one (see `aes::GcmKey::new`).
+pub(crate) fn seal_on_caller(key: &Aes256Key, nonce: Nonce96, aad: &[u8], data: &mut [u8]) -> Tag {
+    aes::GcmKey::new(key).seal(&nonce, aad, data)
+}
+
+/// Opens one block in place on the calling thread (see [`seal_on_caller`]);
+/// on a bad tag the block is zeroed and `AuthenticationFailed` returned.
+pub(crate) fn open_on_caller(
+    key: &Aes256Key,
+    nonce: Nonce96,
     aad: &[u8],
-    tag: &Tag,
+    tag: Tag,
     data: &mut [u8],
 ) -> Result<(), SegmentErrorKind> {
-    aes::GcmKey::new(key).open(nonce, aad, tag, data)
+    aes::GcmKey::new(key).open(&nonce, aad, &tag, data)
 }
 
-/// A GCM job of at most this many segments and `INLINE_MAX_BYTES` runs
-/// on the calling thread without a survey: a store's group commit (a value
-/// frame and its commit record) or block read. The general path's survey,
-/// inline flag and per-segment closure cost ~0.18 us on top of aws-lc's
-/// ~1.1 us for one 4 KiB group commit on the development machine, ~2% of
-/// an encrypted 4 KiB put.
-const SMALL_GCM_SEGMENTS: usize = 4;
+/// A seal job of at most this many bytes runs on the calling thread, block
+/// by block, whatever its number of segments: handing a batch this small
+/// to a thread pool costs more in wake-ups than its threads save (a group
+/// commit of one 64 KiB value and its commit record spent longer in the
+/// hand-off than in AES-GCM). Larger seals (tables, big groups) are spread
+/// over threads.
+const CALLER_SEAL_BYTES: u64 = 256 << 10;
 
 /// `f` on each segment in order, on this thread; errors carry their index.
 fn each_host_segment<S>(
@@ -242,27 +312,58 @@ fn each_host_segment<S>(
         .collect()
 }
 
-/// Runs `job` here if it is a small GCM job of host segments (every check
+/// Whether host segments of these lengths, in a GCM job (a seal when
+/// `seal`), run on the calling thread without a survey: one segment that
+/// `block_runs_on_caller`, a seal of at most `CALLER_SEAL_BYTES`, an open
+/// of at most `INLINE_MAX_BYTES`. O(1) for a large job: the sum
+/// stops once past the bound. The general path's survey, inline flag and
+/// per-segment closure cost ~0.18 us on top of aws-lc's ~1.1 us for one
+/// 4 KiB group commit on the development machine, ~2% of an encrypted
+/// 4 KiB put.
+fn gcm_on_caller<'s>(seal: bool, n: usize, data: impl Iterator<Item = &'s DataMut<'s>>) -> bool {
+    let limit = match n {
+        1 => INLINE_ONE_CIPHER_SEGMENT_BYTES,
+        _ if seal => CALLER_SEAL_BYTES,
+        _ => INLINE_MAX_BYTES,
+    };
+    let mut bytes = 0u64;
+    let mut data = data;
+    data.all(|d| {
+        bytes += d.len() as u64;
+        matches!(d, DataMut::Host(_)) && bytes <= limit
+    })
+}
+
+/// Whether `job` runs on the calling thread without a survey (see
+/// `gcm_on_caller`): the auto backend asks before deciding.
+pub(crate) fn runs_on_caller(job: &Job<'_>) -> bool {
+    match job {
+        Job::Seal { segments, .. } => {
+            gcm_on_caller(true, segments.len(), segments.iter().map(|s| &s.data))
+        }
+        Job::Open { segments, .. } => {
+            gcm_on_caller(false, segments.len(), segments.iter().map(|s| &s.data))
+        }
+        _ => false,
+    }
+}
+
+/// Runs `job` here if it is a GCM job that [`runs_on_caller`] (every check
 /// the survey would make holds for it: no segment is on the device or
 /// over `MAX_SEGMENT_LEN`); otherwise `None`, untouched.
-fn small_gcm(job: &mut Job<'_>) -> Option<Vec<SegmentResult>> {
-    fn small<'s, I: Iterator<Item = &'s DataMut<'s>>>(mut data: I, n: usize) -> bool {
-        let mut bytes = 0u64;
-        n <= SMALL_GCM_SEGMENTS
-            && data.all(|d| {
-                bytes += d.len() as u64;
-                matches!(d, DataMut::Host(_)) && bytes <= INLINE_MAX_BYTES
-            })
+pub(crate) fn run_on_caller(job: &mut Job<'_>) -> Option<Vec<SegmentResult>> {
+    if !runs_on_caller(job) {
+        return None;
     }
     match job {
-        Job::Seal { key, segments } if small(segments.iter().map(|s| &s.data), segments.len()) => {
+        Job::Seal { key, segments } => {
             let key = aes::GcmKey::new(key);
             Some(each_host_segment(segments, |s| {
                 let data = s.data.host_mut().ok_or(SegmentErrorKind::DeviceResident)?;
                 Ok(Output::Tag(key.seal(&s.nonce, s.aad, data)))
             }))
         }
-        Job::Open { key, segments } if small(segments.iter().map(|s| &s.data), segments.len()) => {
+        Job::Open { key, segments } => {
             let key = aes::GcmKey::new(key);
             Some(each_host_segment(segments, |s| {
                 let data = s.data.host_mut().ok_or(SegmentErrorKind::DeviceResident)?;
@@ -466,7 +567,7 @@ mod gcm_cut_tests {
 
 #[cfg(test)]
 mod inline_tests {
-    use crate::{Aes256Key, Job, Nonce96, SealSegment};
+    use crate::{Aes256Key, Backend, Job, Nonce96, SealSegment, Tag};
 
     fn runs_inline(job: &Job<'_>) -> bool {
         let s = super::Survey::of(job);
@@ -531,19 +632,25 @@ mod inline_tests {
         }
     }
 
-    /// The small-job path gives what the general path gives, bit for bit:
-    /// the same ciphertexts and tags, the same opens, the same failures.
+    /// The calling-thread path gives what the general path gives, bit for
+    /// bit: the same ciphertexts and tags, the same opens, the same failures.
     #[test]
-    fn small_gcm_jobs_match_the_general_path() {
+    fn gcm_jobs_on_the_caller_match_the_general_path() {
         use crate::job::{OpenSegment, Output};
         use crate::SegmentErrorKind;
         let cpu = super::CpuBackend::with_threads(2);
         let key = Aes256Key::from_bytes([3; 32]);
         let aads = [[1u8; 5], [2; 5], [3; 5], [4; 5]];
-        for lens in [&[4126usize, 48][..], &[0], &[1, 17, 4096, 60000], &[65536]] {
+        for lens in [
+            &[4126usize, 48][..],
+            &[0],
+            &[1, 17, 4096, 60000],
+            &[65536],
+            &[(1 << 20) - 16],
+        ] {
             let (mut fast, mut slow) = (segments(lens), segments(lens));
             let mut job = seal_each(&key, &mut fast, &aads);
-            let tags = super::small_gcm(&mut job).expect("a small job");
+            let tags = super::run_on_caller(&mut job).expect("a small job");
             drop(job);
             let survey = cpu.survey(&seal_each(&key, &mut slow, &aads));
             let want = cpu
@@ -575,7 +682,7 @@ mod inline_tests {
                     })
                     .collect(),
             };
-            let opened = super::small_gcm(&mut open).expect("a small job");
+            let opened = super::run_on_caller(&mut open).expect("a small job");
             drop(open);
             for (i, r) in opened.iter().enumerate() {
                 if i == 0 && lens[0] > 0 {
@@ -594,27 +701,66 @@ mod inline_tests {
         // back, and a flipped byte refused with the block zeroed.
         let mut job_buf = segments(&[4126]);
         let mut job = seal_each(&key, &mut job_buf, &aads);
-        let want = super::small_gcm(&mut job).expect("a small job");
+        let want = super::run_on_caller(&mut job).expect("a small job");
         drop(job);
         let mut block = segments(&[4126]).remove(0);
         let nonce = Nonce96::from_parts(9, 0);
-        let tag = super::seal_block(&key, &nonce, &aads[0], &mut block);
+        let tag = cpu
+            .seal_block(&key, nonce, &aads[0], &mut block)
+            .expect("seals");
         assert!(matches!(&want[0], Ok(Output::Tag(t)) if *t == tag));
         assert_eq!(block, job_buf[0]);
         let mut opened = block.clone();
-        super::open_block(&key, &nonce, &aads[0], &tag, &mut opened).expect("opens");
+        cpu.open_block(&key, nonce, &aads[0], tag, &mut opened)
+            .expect("opens");
         assert_eq!(opened, segments(&[4126])[0]);
         block[100] ^= 0x80;
-        assert_eq!(
-            super::open_block(&key, &nonce, &aads[0], &tag, &mut block),
-            Err(SegmentErrorKind::AuthenticationFailed)
-        );
+        let refused = cpu.open_block(&key, nonce, &aads[0], tag, &mut block);
+        assert!(refused.is_err_and(|e| e.is_authentication_failure()));
         assert!(block.iter().all(|&b| b == 0));
-        // Larger or longer jobs take the general path.
-        let mut big = segments(&[40 << 10, 40 << 10]);
-        assert!(super::small_gcm(&mut seal_each(&key, &mut big, &aads)).is_none());
-        let mut many = segments(&[10; 5]);
+        // A seal batch of up to 256 KiB runs here whatever its segment
+        // count (a store's small group commits); an open of several
+        // segments only up to 64 KiB.
         let five = [[0u8; 5]; 5];
-        assert!(super::small_gcm(&mut seal_each(&key, &mut many, &five)).is_none());
+        let mut three = segments(&[40 << 10; 3]);
+        let (mut slow, three_aads) = (segments(&[40 << 10; 3]), [[0u8; 5]; 3]);
+        let tags = super::run_on_caller(&mut seal_each(&key, &mut three, &three_aads))
+            .expect("a small seal");
+        let survey = cpu.survey(&seal_each(&key, &mut slow, &three_aads));
+        let want = cpu
+            .run_surveyed(&mut seal_each(&key, &mut slow, &three_aads), &survey)
+            .expect("runs");
+        assert_eq!((tags, &three), (want, &slow));
+        let mut many = segments(&[10; 5]);
+        assert!(super::run_on_caller(&mut seal_each(&key, &mut many, &five)).is_some());
+        let mut big = segments(&[200 << 10, 100 << 10]);
+        assert!(super::run_on_caller(&mut seal_each(&key, &mut big, &aads)).is_none());
+        let mut two = segments(&[40 << 10, 40 << 10]);
+        let open_two = Job::Open {
+            key: &key,
+            segments: two
+                .iter_mut()
+                .map(|d| OpenSegment {
+                    nonce: Nonce96::from_parts(9, 0),
+                    aad: b"",
+                    tag: Tag::default(),
+                    data: d.into(),
+                })
+                .collect(),
+        };
+        assert!(!super::runs_on_caller(&open_two));
+        // One block over 1 MiB goes through the job path (and is still
+        // sealed correctly).
+        let mut large = segments(&[(1 << 20) + 1]).remove(0);
+        let mut as_job = vec![large.clone()];
+        let tag = cpu
+            .seal_block(&key, nonce, &aads[0], &mut large)
+            .expect("seals");
+        let want = cpu
+            .run(&mut seal_each(&key, &mut as_job, &aads))
+            .expect("runs");
+        assert!(!super::block_runs_on_caller(large.len()));
+        assert!(matches!(&want[0], Ok(Output::Tag(t)) if *t == tag));
+        assert_eq!(large, as_job[0]);
     }
 }

@@ -196,12 +196,12 @@ mod tests {
         let (aes, tea) = (Aes256Key::from_bytes([1; 32]), TeaKey::from_bytes([2; 16]));
         let mut bufs: Vec<Vec<u8>> = (0..6).map(|i| vec![0u8; 10 + i * 7]).collect();
         let ivs = [
-            CtrIv::B128(Iv128([0; 16])),
-            CtrIv::B64(Iv64([0; 8])),
-            CtrIv::B128(Iv128([1; 16])),
-            CtrIv::B64(Iv64([3; 8])),
-            CtrIv::B128(Iv128([2; 16])),
-            CtrIv::B128(Iv128([2; 16])),
+            CtrIv::B128(Iv128::from_bytes([0; 16])),
+            CtrIv::B64(Iv64::from_bytes([0; 8])),
+            CtrIv::B128(Iv128::from_bytes([1; 16])),
+            CtrIv::B64(Iv64::from_bytes([3; 8])),
+            CtrIv::B128(Iv128::from_bytes([2; 16])),
+            CtrIv::B128(Iv128::from_bytes([2; 16])),
         ];
         for cipher in [CtrCipher::Aes256(&aes), CtrCipher::Tea(&tea)] {
             let job = Job::Ctr {
@@ -236,9 +236,9 @@ mod tests {
                 .map(|(i, b)| CtrSegment {
                     // A wrong IV width here and there, in several tasks.
                     iv: if i % 5003 == 7 {
-                        CtrIv::B64(Iv64([0; 8]))
+                        CtrIv::B64(Iv64::from_bytes([0; 8]))
                     } else {
-                        CtrIv::B128(Iv128([0; 16]))
+                        CtrIv::B128(Iv128::from_bytes([0; 16]))
                     },
                     data: DataMut::Host(b),
                 })

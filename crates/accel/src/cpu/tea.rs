@@ -86,7 +86,7 @@ pub(super) fn ctr64_apply(
     data: &mut [u8],
     encrypt: impl Fn([u32; 2]) -> [u32; 2],
 ) {
-    let mut counter = u64::from_be_bytes(iv.0).wrapping_add(skip);
+    let mut counter = u64::from_be_bytes(*iv.as_bytes()).wrapping_add(skip);
     for block in data.chunks_mut(8) {
         let ks = words_to_bytes(encrypt([(counter >> 32) as u32, counter as u32]));
         for (b, k) in block.iter_mut().zip(ks) {

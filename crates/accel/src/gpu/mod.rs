@@ -185,10 +185,10 @@ impl Backend for GpuBackend {
                         continue;
                     }
                     let iv = match seg.iv {
-                        CtrIv::B128(iv) => iv.0,
+                        CtrIv::B128(iv) => *iv.as_bytes(),
                         CtrIv::B64(iv) => {
                             let mut b = [0u8; 16];
-                            b[..8].copy_from_slice(&iv.0);
+                            b[..8].copy_from_slice(iv.as_bytes());
                             b
                         }
                     };
@@ -230,16 +230,21 @@ impl Backend for GpuBackend {
                 let (items, misplaced) = gcm_items(
                     segments
                         .iter_mut()
-                        .map(|s| (s.nonce.0, s.aad, None, &mut s.data)),
+                        .map(|s| (*s.nonce.as_bytes(), s.aad, None, &mut s.data)),
                     dev.ordinal,
                 );
                 run_gcm(dev, key, true, items, misplaced, pre)
             }
             Job::Open { key, segments } => {
                 let (items, misplaced) = gcm_items(
-                    segments
-                        .iter_mut()
-                        .map(|s| (s.nonce.0, s.aad, Some(s.tag.0), &mut s.data)),
+                    segments.iter_mut().map(|s| {
+                        (
+                            *s.nonce.as_bytes(),
+                            s.aad,
+                            Some(*s.tag.as_bytes()),
+                            &mut s.data,
+                        )
+                    }),
                     dev.ordinal,
                 );
                 run_gcm(dev, key, false, items, misplaced, pre)
@@ -442,7 +447,7 @@ fn run_gcm(
     let outcomes = gcm::run(dev, drk.ptr, &ctr_kernel, seal, &subset).map_err(device_err)?;
     for (&i, o) in run.iter().zip(outcomes) {
         results[i] = Some(match o {
-            Ok(Some(tag)) => Ok(Output::Tag(crate::types::Tag(tag))),
+            Ok(Some(tag)) => Ok(Output::Tag(crate::types::Tag::from_bytes(tag))),
             Ok(None) => Ok(Output::Done),
             Err(()) => Err(SegmentErrorKind::AuthenticationFailed.at(i)),
         });

@@ -1,7 +1,7 @@
 //! `gvault bench link`: host<->device copy throughput, pinned and pageable,
 //! 512 B to 1 GiB (seed 000 §4.2), timed with device events.
 
-use gvault_accel::gpu::{link, GpuBackend};
+use gvault_accel::{measure_link, measure_link_bidirectional, GpuBackend};
 
 use super::measure::size_label;
 
@@ -24,13 +24,13 @@ pub fn run(args: LinkArgs) -> Result<(), String> {
     };
     let dev = &g.devices()[0];
     let reps = if args.quick { 5 } else { 9 };
-    let figs = link::measure(dev, &sizes, reps)?;
+    let figs = measure_link(dev, &sizes, reps)?;
     // Both directions at once, pinned: the bound of a cipher job streaming
     // through the GPU (copy-in and copy-out overlap).
     let bidi: Vec<(usize, f64)> = sizes
         .iter()
         .filter(|&&n| n >= 1 << 20)
-        .map(|&n| link::measure_bidirectional(dev, n, reps).map(|g| (n, g)))
+        .map(|&n| measure_link_bidirectional(dev, n, reps).map(|g| (n, g)))
         .collect::<Result<_, _>>()?;
     if args.json {
         let mut rows: Vec<_> = figs

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gvault_accel::cpu::CpuBackend;
 use gvault_accel::*;
 use rand::RngCore;
 use serde::Serialize;
@@ -171,7 +170,7 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
         }),
         _ => None,
     };
-    let gpu = match gvault_accel::gpu::GpuBackend::probe() {
+    let gpu = match gvault_accel::GpuBackend::probe() {
         _ if args.backend == BackendChoice::Cpu => None,
         Ok(g) => Some(g),
         Err(why) => {
@@ -566,7 +565,7 @@ pub(super) fn gpu_supports(op: OpKind) -> bool {
 /// The same job with every segment in device memory: the kernel's rate
 /// with no byte crossing the link.
 pub(super) fn measure_device_resident(
-    g: &gvault_accel::gpu::GpuBackend,
+    g: &gvault_accel::GpuBackend,
     op: OpKind,
     keys: &Keys,
     size: usize,
@@ -614,9 +613,13 @@ pub(super) fn measure_device_resident(
             let tags: Vec<Tag> = match g.run(&mut job) {
                 Ok(res) => res
                     .into_iter()
-                    .map(|r| r.ok().and_then(|o| o.tag()).unwrap_or(Tag([0; 16])))
+                    .map(|r| {
+                        r.ok()
+                            .and_then(|o| o.tag())
+                            .unwrap_or(Tag::from_bytes([0; 16]))
+                    })
                     .collect(),
-                Err(_) => vec![Tag([0; 16]); nseg],
+                Err(_) => vec![Tag::from_bytes([0; 16]); nseg],
             };
             let mut job = Job::Open {
                 key: &keys.aes,
@@ -681,12 +684,18 @@ pub(super) fn measure_device_resident(
         }
         _ => {
             let (cipher, iv) = match op {
-                OpKind::AesCtr => (CtrCipher::Aes256(&keys.aes), CtrIv::B128(Iv128([0; 16]))),
+                OpKind::AesCtr => (
+                    CtrCipher::Aes256(&keys.aes),
+                    CtrIv::B128(Iv128::from_bytes([0; 16])),
+                ),
                 OpKind::BlowfishCtr => (
                     CtrCipher::Blowfish(&keys.blowfish),
-                    CtrIv::B64(Iv64([0; 8])),
+                    CtrIv::B64(Iv64::from_bytes([0; 8])),
                 ),
-                _ => (CtrCipher::Tea(&keys.tea), CtrIv::B64(Iv64([0; 8]))),
+                _ => (
+                    CtrCipher::Tea(&keys.tea),
+                    CtrIv::B64(Iv64::from_bytes([0; 8])),
+                ),
             };
             repeat(3, min_time, || {
                 let mut job = Job::Ctr {
@@ -942,11 +951,17 @@ fn run_once<B: AsMut<[u8]> + AsRef<[u8]>>(
         },
         OpKind::AesCtr | OpKind::TeaCtr | OpKind::BlowfishCtr => {
             let (cipher, iv) = match op {
-                OpKind::AesCtr => (CtrCipher::Aes256(&keys.aes), CtrIv::B128(Iv128([0; 16]))),
-                OpKind::TeaCtr => (CtrCipher::Tea(&keys.tea), CtrIv::B64(Iv64([0; 8]))),
+                OpKind::AesCtr => (
+                    CtrCipher::Aes256(&keys.aes),
+                    CtrIv::B128(Iv128::from_bytes([0; 16])),
+                ),
+                OpKind::TeaCtr => (
+                    CtrCipher::Tea(&keys.tea),
+                    CtrIv::B64(Iv64::from_bytes([0; 8])),
+                ),
                 _ => (
                     CtrCipher::Blowfish(&keys.blowfish),
-                    CtrIv::B64(Iv64([0; 8])),
+                    CtrIv::B64(Iv64::from_bytes([0; 8])),
                 ),
             };
             Job::Ctr {

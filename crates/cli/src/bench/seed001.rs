@@ -8,9 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use gvault_accel::gpu::GpuBackend;
 use gvault_accel::seed001::{pmd_digest, window_matches, window_md5, PmdHash, WindowParams};
 use gvault_accel::Data;
+use gvault_accel::GpuBackend;
 use serde::Serialize;
 
 use super::measure::{gbps, parse_nonzero_size, repeat, size_label};

@@ -155,10 +155,10 @@ impl KeyArgs {
         Ok(match self.accel {
             Accel::Cpu => None, // the store's shared CPU backend
             Accel::Gpu => Some(Arc::new(
-                gvault_accel::gpu::GpuBackend::probe()
+                gvault_accel::GpuBackend::probe()
                     .map_err(|why| format!("--accel gpu: no usable GPU: {why}"))?,
             )),
-            Accel::Auto => Some(Arc::new(gvault_accel::AutoBackend::new())),
+            Accel::Auto => Some(gvault_accel::AutoBackend::shared()),
         })
     }
 

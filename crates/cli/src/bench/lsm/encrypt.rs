@@ -68,9 +68,9 @@ impl Backends {
         for &mode in modes {
             let b: Arc<dyn Backend> = match mode {
                 Encrypt::None | Encrypt::NoneAgain => continue,
-                Encrypt::Cpu | Encrypt::CpuIndex => Arc::new(gvault_accel::cpu::CpuBackend::new()),
+                Encrypt::Cpu | Encrypt::CpuIndex => Arc::new(gvault_accel::CpuBackend::new()),
                 Encrypt::Gpu | Encrypt::GpuIndex => Arc::new(
-                    gvault_accel::gpu::GpuBackend::probe()
+                    gvault_accel::GpuBackend::probe()
                         .map_err(|why| format!("--encrypt gpu: no usable GPU: {why}"))?,
                 ),
                 Encrypt::Auto | Encrypt::AutoIndex => Arc::new(gvault_accel::AutoBackend::new()),
