@@ -42,7 +42,11 @@
 //       segment end). See README.md for the layouts.
 // GEAR is fastcdc::v2020's table (seed 0). See README.md.
 //
+// gpu/launch.rs declares the same parameter lists (a test compares them).
+//
 // Constant time: not applicable (public data).
+
+#include "abi.cuh"
 
 __constant__ unsigned long long CDC_GEAR[256] = {
     0x3b5d3c7d207e37dcull, 0x784d68ba91123086ull, 0xcd52880f882e7298ull, 0xeacf8e4e19fdcca7ull,
@@ -115,8 +119,8 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 // Cost per position (sm_90 SASS, fast path): 0.75 IMAD.HI + 1.75 IMAD (byte
 // and table address, FMA pipe), LDS.64, LEA + LEA.HI.X (h = 2h + g), LOP3 x2
 // + half a VIMNMX3 (filter; two positions share a 3-input min): 4.5
-// ALU-pipe ops, 2.5 FMA-pipe ops, 1 LDS. The old kernel: ~11 ALU ops and ~5
-// LDS wavefronts a warp.
+// ALU-pipe ops, 2.5 FMA-pipe ops, 1 LDS (a plain table lookup and a test of
+// both masks take ~11 ALU ops and ~5 LDS wavefronts a warp).
 // * The table is replicated (16 copies, 32 KiB): lane l reads copy l % 16,
 //   which sits in bank pair l % 16, so a warp's LDS.64 takes 2 wavefronts
 //   whatever the bytes (one 2 KiB copy: ~5 expected with random bytes).
@@ -137,12 +141,14 @@ __constant__ unsigned long long CDC_GEAR[256] = {
 // ALU ops a position with warm-up and loop -> 1.07e9 * 5 / (132 * 64 *
 // 1.75e9) = 0.36 ms; issue (~8.3 instructions a position) 0.30 ms; LDS 2
 // wavefronts a warp-position: 0.31 ms; HBM 1.06 GiB at 3.35 TB/s: 0.34 ms.
-// Session 4 expected ~0.45-0.6 ms and measured 1.60 ms: the loads (see
-// "Staging" below for the cure and its bound).
+// With each thread loading its own span, an H100 measured 1.60 ms: the
+// loads (see "Staging" below for the cure and its bound).
 
 #define GEAR_COPIES 16u
-#define GEAR_SPAN 512ull   // positions a thread
+// GEAR_SPAN (512 positions a thread) comes from abi.cuh: the host sizes
+// the grid by it.
 #define GEAR_BLOCKS 16     // 32-byte blocks a span
+static_assert(GEAR_SPAN == 32 * GEAR_BLOCKS, "a span is GEAR_BLOCKS blocks of 32 positions");
 
 // The lane's table copy as one opaque register: the lookup address is then
 // one IMAD (x * 128 + tab, FMA pipe); with the shared base and the lane
@@ -372,8 +378,8 @@ __device__ void gear_span_direct(const unsigned char* __restrict__ data, unsigne
 // Why: with a span a thread, lanes are 512 bytes apart, so one warp-wide
 // 16-byte load touches 32 lines (32 L1TEX wavefronts for 512 bytes, ~2 a
 // warp-position on top of the table's 2) and each block's loads were used
-// at once: the old pass waited on L1/L2 every 32 positions (H100, session
-// 4: 1.60 ms per GiB, issue 25% busy, 70% of stalls on L1TEX).
+// at once: the direct pass waits on L1/L2 every 32 positions (H100: 1.60 ms
+// per GiB, issue 25% busy, 70% of stalls on L1TEX).
 // How: a warp's 32 spans go through a per-warp ring in shared memory, one
 // 2-block tile (64 bytes a lane) at a time, with cp.async (LDGSTS, sm_80+):
 // tile k + 1 is in flight while tile k is hashed. Lane i copies granule
@@ -399,8 +405,10 @@ __device__ void gear_span_direct(const unsigned char* __restrict__ data, unsigne
 // Expect ~0.5-0.65 ms per GiB. Shared: 32 KiB table (static) + 8 x 4.5 KiB
 // (dynamic) = 68 KiB a 256-thread block: 3 blocks (24 warps) an SM, which
 // also needs <= 80 registers (__launch_bounds__(256, 3)).
-#define GEAR_ROW 144u                       // bytes a lane: 2 tiles of 64 + 16 (bank skew)
-#define GEAR_STAGE_WARP (32u * GEAR_ROW)    // 4608 bytes of dynamic shared memory a warp
+// GEAR_ROW (144 bytes a lane: 2 tiles of 64 + 16 of bank skew) and
+// GEAR_STAGE_WARP (32 rows: the dynamic shared memory a warp) come from
+// abi.cuh: the host sizes the launch by them.
+static_assert(GEAR_ROW == 2u * 64u + 16u && GEAR_STAGE_WARP == 32u * GEAR_ROW, "the staging ring's layout");
 #define GEAR_TILES 10                       // tiles a span
 
 extern __shared__ __align__(16) unsigned char gv_smem[];
@@ -543,11 +551,11 @@ gear_candidates(const unsigned char* __restrict__ data, unsigned long long len, 
 // ---- Boundary resolution ------------------------------------------------
 
 #define CDC_NONE 0xFFFFFFFFFFFFFFFFull
-#define CDC_FAIL 0xFFFFFFFFu
-#define CDC_LEVELS 4
-// Steps a junction walk may take into the next section before it fails.
-#define CDC_TAIL 64u
+// From abi.cuh: CDC_FAIL (a section whose junction failed), CDC_LEVELS (of
+// the find-next index), CDC_TAIL (steps a junction walk may take into the
+// next section before it fails).
 
+// gpu/abi.rs CdcJob, CdcSeg and CdcSec (the layouts are checked below).
 struct CdcJob {
     unsigned long long min, avg, max;    // ChunkParams sizes
     unsigned long long mask_s, mask_l;   // cdc_resolve::masks
@@ -557,6 +565,7 @@ struct CdcJob {
     unsigned int cap;                    // list entries per section: ceil(S / (min & ~1)) + 2 + CDC_TAIL
     unsigned int pad;
 };
+GV_CHECK_LAYOUT(CdcJob);
 
 struct CdcSeg {
     const unsigned char* data;           // device address of the segment's bytes
@@ -564,6 +573,7 @@ struct CdcSeg {
     unsigned long long bit0;             // job-wide bitmap position of byte 0 (32 x first word)
     unsigned long long first_section;    // job-wide index of its first section
 };
+GV_CHECK_LAYOUT(CdcSeg);
 
 struct CdcSec {
     unsigned int n;   // entries of the section walk (the last is >= the section end)
@@ -571,6 +581,7 @@ struct CdcSec {
     unsigned int e;   // entry where the next section takes over (or the segment end)
     unsigned int pad;
 };
+GV_CHECK_LAYOUT(CdcSec);
 
 __device__ __forceinline__ unsigned int cdc_ctz(unsigned int x) { return (unsigned int)__ffs((int)x) - 1u; }
 

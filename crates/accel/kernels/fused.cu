@@ -27,19 +27,23 @@
 //       With crc, the levels carry their x^(8 |node|) factors.
 // Layouts: README.md, "Fused job: descriptors on the device".
 //
+// gpu/launch.rs declares the same parameter lists (a test compares them).
+//
 // Constant time: not applicable (public data).
 
-#define FUSED_LEVELS 6            // reduce levels of a chunk < 4 GiB: 2^22 KiB < 16^6
-#define FUSED_FIELDS (2 + FUSED_LEVELS)
-#define FUSED_BAD FUSED_FIELDS    // head word: 1 + the highest bad section, 0 if none
-#define FUSED_OVERFLOW (FUSED_FIELDS + 1)
-#define FUSED_SCAN_BLOCK 256
+#include "abi.cuh"
 
+// From abi.cuh: FUSED_LEVELS (reduce levels of a chunk < 4 GiB: 2^22 KiB <
+// 16^6), FUSED_FIELDS (words of a FusedStat), the head words FUSED_BAD (1 +
+// the highest bad section, 0 if none) and FUSED_OVERFLOW, FUSED_SCAN_BLOCK.
+
+// gpu/abi.rs FusedStat (the layout is checked below).
 struct FusedStat {
     unsigned long long chunks;               // content-defined chunks of the section
     unsigned long long kib;                  // their 1 KiB BLAKE3 chunks
     unsigned long long groups[FUSED_LEVELS]; // their reduce groups at each level
 };
+GV_CHECK_LAYOUT(FusedStat);
 
 // x^(8 * 2^k) modulo the CRC-32C polynomial, reflected (gpu/blake3.rs
 // `crc_pow2`, which a unit test compares with this table).
