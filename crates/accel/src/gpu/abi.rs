@@ -328,9 +328,45 @@ pub(crate) fn header() -> String {
     h
 }
 
+/// The name cdc.cu includes the gear table by.
+pub(crate) const GEAR_HEADER_NAME: &str = "gear.cuh";
+
+/// The text of `gear.cuh`: `CDC_GEAR`, fastcdc::v2020's gear table (seed
+/// 0) in constant memory, taken from the crate that the CPU chunker and
+/// the CPU twin of the boundary resolution (`cdc_resolve`) use.
+pub(crate) fn gear_header() -> String {
+    let (gear, _) = fastcdc::v2020::get_gear_with_seed(0);
+    let mut h = String::from(
+        "// gear.cuh -- generated from crates/accel/src/gpu/abi.rs; do not edit.\n\
+         #ifndef GV_GEAR_CUH\n#define GV_GEAR_CUH\n\
+         __constant__ unsigned long long CDC_GEAR[256] = {\n",
+    );
+    for row in gear.chunks(4) {
+        let row: Vec<String> = row.iter().map(|g| format!("0x{g:016x}ull")).collect();
+        let _ = writeln!(h, "    {},", row.join(", "));
+    }
+    h.push_str("};\n#endif  // GV_GEAR_CUH\n");
+    h
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{header, LAYOUTS};
+    use super::{gear_header, header, LAYOUTS};
+
+    #[test]
+    fn the_gear_header_holds_fastcdcs_table_as_256_constants() {
+        let h = gear_header();
+        let values: Vec<u64> = h
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter_map(|w| w.strip_prefix("0x")?.strip_suffix("ull"))
+            .map(|w| u64::from_str_radix(w, 16).expect("hex"))
+            .collect();
+        assert_eq!(values.len(), 256);
+        // fastcdc::v2020's GEAR[0] and GEAR[255] (seed 0), as cdc.cu held them
+        assert_eq!(values[0], 0x3b5d_3c7d_207e_37dc);
+        assert_eq!(values[255], 0xaabd_2b2a_4515_04e1);
+        assert!(h.contains("__constant__ unsigned long long CDC_GEAR[256] = {"));
+    }
 
     #[test]
     fn the_header_defines_every_constant_once_and_checks_every_struct() {

@@ -112,9 +112,16 @@ pub const GCM_FUNCTIONS: &[&str] = &[
     "gcm_finalize",
 ];
 
+/// Headers generated from Rust (`gpu/abi.rs`), by the name they are
+/// included by.
+const GENERATED: &[(&str, fn() -> String)] = &[
+    (super::abi::HEADER_NAME, super::abi::header),
+    (super::abi::GEAR_HEADER_NAME, super::abi::gear_header),
+];
+
 /// The compilation unit's text: each `#include "name"` of a header in
-/// `HEADERS`, or of the generated `abi.cuh` (`gpu/abi.rs`), replaced by the
-/// header's text, once per unit (later includes of it are dropped).
+/// `HEADERS` or `GENERATED` replaced by the header's text, once per unit
+/// (later includes of it are dropped).
 pub fn expanded(src: &KernelSource) -> String {
     let mut seen = Vec::new();
     let mut out = String::with_capacity(src.source.len() * 2);
@@ -129,14 +136,11 @@ fn include_into(text: &str, seen: &mut Vec<String>, out: &mut String) {
             .strip_prefix("#include \"")
             .and_then(|r| r.split('"').next());
         let header = name.and_then(|n| {
-            if n == super::abi::HEADER_NAME {
-                Some(super::abi::header())
-            } else {
-                HEADERS
-                    .iter()
-                    .find(|(h, _)| *h == n)
-                    .map(|(_, text)| text.to_string())
-            }
+            let generated = GENERATED.iter().find(|(h, _)| *h == n);
+            let embedded = HEADERS.iter().find(|(h, _)| *h == n);
+            generated
+                .map(|(_, make)| make())
+                .or_else(|| embedded.map(|(_, text)| text.to_string()))
         });
         match (name, header) {
             (Some(name), Some(text)) => {
