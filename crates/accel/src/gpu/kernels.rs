@@ -112,9 +112,12 @@ pub const GCM_FUNCTIONS: &[&str] = &[
     "gcm_finalize",
 ];
 
+/// A header's text, made when a unit is built.
+type MakeHeader = fn() -> String;
+
 /// Headers generated from Rust (`gpu/abi.rs`), by the name they are
 /// included by.
-const GENERATED: &[(&str, fn() -> String)] = &[
+const GENERATED: &[(&str, MakeHeader)] = &[
     (super::abi::HEADER_NAME, super::abi::header),
     (super::abi::GEAR_HEADER_NAME, super::abi::gear_header),
 ];
