@@ -45,17 +45,9 @@ struct FusedStat {
 };
 GV_CHECK_LAYOUT(FusedStat);
 
-// x^(8 * 2^k) modulo the CRC-32C polynomial, reflected (gpu/blake3.rs
-// `crc_pow2`, which a unit test compares with this table).
-__constant__ unsigned int B3_CRC_X8POW[64] = {
-    0x00800000u, 0x00008000u, 0x82f63b78u, 0x6ea2d55cu, 0x18b8ea18u, 0x510ac59au, 0xb82be955u, 0xb8fdb1e7u,
-    0x88e56f72u, 0x74c360a4u, 0xe4172b16u, 0x0d65762au, 0x35d73a62u, 0x28461564u, 0xbf455269u, 0xe2ea32dcu,
-    0xfe7740e6u, 0xf946610bu, 0x3c204f8fu, 0x538586e3u, 0x59726915u, 0x734d5309u, 0xbc1ac763u, 0x7d0722ccu,
-    0xd289cabeu, 0xe94ca9bcu, 0x05b74f3fu, 0xa51e1f42u, 0x40000000u, 0x20000000u, 0x08000000u, 0x00800000u,
-    0x00008000u, 0x82f63b78u, 0x6ea2d55cu, 0x18b8ea18u, 0x510ac59au, 0xb82be955u, 0xb8fdb1e7u, 0x88e56f72u,
-    0x74c360a4u, 0xe4172b16u, 0x0d65762au, 0x35d73a62u, 0x28461564u, 0xbf455269u, 0xe2ea32dcu, 0xfe7740e6u,
-    0xf946610bu, 0x3c204f8fu, 0x538586e3u, 0x59726915u, 0x734d5309u, 0xbc1ac763u, 0x7d0722ccu, 0xd289cabeu,
-    0xe94ca9bcu, 0x05b74f3fu, 0xa51e1f42u, 0x40000000u, 0x20000000u, 0x08000000u, 0x00800000u, 0x00008000u};
+// B3_CRC_X8POW[64]: x^(8 * 2^k) modulo the CRC-32C polynomial, reflected,
+// generated from gpu/blake3.rs `crc_pow2` (the host's table) by gpu/abi.rs.
+#include "crc_pow.cuh"
 
 // x^(8 n): one multiply per set bit of n.
 __device__ __forceinline__ unsigned int fused_crc_shift(unsigned long long n) {

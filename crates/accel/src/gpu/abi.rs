@@ -349,6 +349,25 @@ pub(crate) fn gear_header() -> String {
     h
 }
 
+/// The name fused.cu includes the CRC-32C shift table by.
+pub(crate) const CRC_POW_HEADER_NAME: &str = "crc_pow.cuh";
+
+/// The text of `crc_pow.cuh`: `B3_CRC_X8POW`, x^(8 * 2^k) modulo the
+/// CRC-32C polynomial for k = 0..64, the table the host's `crc_shift` uses.
+pub(crate) fn crc_pow_header() -> String {
+    let mut h = String::from(
+        "// crc_pow.cuh -- generated from crates/accel/src/gpu/abi.rs; do not edit.\n\
+         #ifndef GV_CRC_POW_CUH\n#define GV_CRC_POW_CUH\n\
+         __constant__ unsigned int B3_CRC_X8POW[64] = {\n",
+    );
+    for row in super::blake3::crc_pow2().chunks(8) {
+        let row: Vec<String> = row.iter().map(|w| format!("0x{w:08x}u")).collect();
+        let _ = writeln!(h, "    {},", row.join(", "));
+    }
+    h.push_str("};\n#endif  // GV_CRC_POW_CUH\n");
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::{gear_header, header, LAYOUTS};

@@ -567,8 +567,8 @@ pub(crate) fn launch_level(
     }
 }
 
-/// x^(8 * 2^k) modulo the CRC-32C polynomial for k = 0..64 (the table
-/// `B3_CRC_X8POW` of kernels/fused.cu).
+/// x^(8 * 2^k) modulo the CRC-32C polynomial for k = 0..64 (also the
+/// kernels' `B3_CRC_X8POW`, generated from it: gpu/abi.rs).
 pub(crate) fn crc_pow2() -> &'static [u32; 64] {
     static TABLE: std::sync::OnceLock<[u32; 64]> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
@@ -647,17 +647,16 @@ mod tests {
         ] {
             assert_eq!(crc_shift(len), slow_shift(len), "len {len}");
         }
-        let src = include_str!("../../kernels/fused.cu");
-        let body = &src[src.find("B3_CRC_X8POW[64] = {").expect("table")..];
-        let body = &body[body.find('{').unwrap() + 1..body.find("};").unwrap()];
-        let kernel: Vec<u32> = body
-            .split(',')
-            .map(|w| {
-                u32::from_str_radix(w.trim().trim_start_matches("0x").trim_end_matches('u'), 16)
-                    .unwrap()
-            })
+        // The kernels' copy, as generated (hex words, 8 a row).
+        let header = super::super::abi::crc_pow_header();
+        let kernel: Vec<u32> = header
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter_map(|w| w.strip_prefix("0x")?.strip_suffix('u'))
+            .map(|w| u32::from_str_radix(w, 16).expect("hex"))
             .collect();
         assert_eq!(kernel, crc_pow2().to_vec());
+        // x^8, x^16, x^32 mod P (as fused.cu's hand-written table had them)
+        assert_eq!(&kernel[..3], &[0x0080_0000, 0x0000_8000, 0x82f6_3b78]);
     }
 
     #[test]

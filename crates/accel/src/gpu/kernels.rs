@@ -120,6 +120,7 @@ type MakeHeader = fn() -> String;
 const GENERATED: &[(&str, MakeHeader)] = &[
     (super::abi::HEADER_NAME, super::abi::header),
     (super::abi::GEAR_HEADER_NAME, super::abi::gear_header),
+    (super::abi::CRC_POW_HEADER_NAME, super::abi::crc_pow_header),
 ];
 
 /// The compilation unit's text: each `#include "name"` of a header in
