@@ -7,30 +7,21 @@
 //   aes256_ctr_v2(rk, data, segs, nsegs, total_units, out_delta)
 //       Te0 x 32 copies (32 KiB static shared) plus rotations; block 256;
 //       same ABI and output, for measuring against aes256_ctr.
-//   aes256_ecb_encrypt_blocks(rk, in, out, nblocks)
-//       raw single-block encryption (tests, GHASH key); in may equal out.
+//   aes256_ecb_encrypt_blocks(rk, input, output, nblocks)
+//       raw single-block encryption; input may equal output.
 // rk is the 60-word FIPS-197 AES-256 key schedule, word i = big-endian bytes
 // 4i..4i+3. Unit j of a segment is XORed with AES(rk, iv + j), the counter
 // being the 16-byte iv read as one big-endian 128-bit integer, wrapping mod
 // 2^128 (OpenSSL's CTR). A partial last unit only touches bytes < len.
 // Results go out_delta bytes after their input (0: in place).
-// Needs aes_core.cuh (named NVRTC header, include path or prepended). See README.md.
+// gpu/launch.rs declares the same parameter lists (a test compares them).
+// See README.md.
 //
 // Constant time: NO (secret-indexed shared-memory table lookups; the
 // replicated layouts avoid bank conflicts, which removes the conflict timing
 // channel, but not the data-dependent addressing itself).
 
-#ifndef GV_AES_CORE_CUH   // already present when the header text was prepended
 #include "aes_core.cuh"
-#endif
-
-// Rust: #[repr(C)], 40 bytes.
-struct CipherSeg {
-    unsigned long long offset;      // byte offset in data, multiple of 16
-    unsigned long long len;         // bytes in the segment (any, may be 0)
-    unsigned long long first_unit;  // job-wide index of the segment's first unit
-    unsigned char iv[16];           // counter block of unit 0
-};
 
 extern __shared__ __align__(16) unsigned char gv_smem[];
 
@@ -55,10 +46,9 @@ struct GvAesCtrCounter {
     }
 };
 
-// Units per thread. 2 keeps the 1024-thread variant within its 64-register
-// budget while giving two independent block chains per thread.
-#define GV_AES_CTR_K 2
-#define GV_AES_CTR_V2_K 2
+// Units per thread: GV_AES_CTR_K and GV_AES_CTR_V2_K (abi.cuh; 2 keeps the
+// 1024-thread variant within its 64-register budget while giving two
+// independent block chains per thread).
 
 // 1024 threads x 1 block per SM: the 128 KiB table allows one block per SM,
 // so the block itself must carry the occupancy (32 warps).
@@ -69,7 +59,8 @@ aes256_ctr(const unsigned int* __restrict__ rk, unsigned char* __restrict__ data
     __shared__ __align__(16) unsigned int rks[60];
     unsigned int* tab = (unsigned int*)gv_smem;   // GV_AES_TAB_X32X4_BYTES dynamic
     if (!gv_ctr16_prologue<4, 7, GV_AES_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
-    gv_ctr16_run<GvAesCtrCounter, 4, 7, GV_AES_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units, out_delta);
+    gv_ctr16_run<GvAesCtrCounter, GV_AES_CTR_K>(GvAesEnc<4, 7>{(const unsigned char*)tab, gv_aes_lane_offset<7>(), rks},
+                                                data, segs, nsegs, total_units, out_delta);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -79,13 +70,14 @@ aes256_ctr_v2(const unsigned int* __restrict__ rk, unsigned char* __restrict__ d
     __shared__ __align__(16) unsigned int rks[60];
     __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
     if (!gv_ctr16_prologue<1, 7, GV_AES_CTR_V2_K>(tab, rks, rk, nsegs, total_units)) return;
-    gv_ctr16_run<GvAesCtrCounter, 1, 7, GV_AES_CTR_V2_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks, data, segs, nsegs, total_units, out_delta);
+    gv_ctr16_run<GvAesCtrCounter, GV_AES_CTR_V2_K>(GvAesEnc<1, 7>{(const unsigned char*)tab, gv_aes_lane_offset<7>(), rks},
+                                                   data, segs, nsegs, total_units, out_delta);
 }
 
-// in and out must be 16-byte aligned; in == out is allowed (each thread reads
-// its block before writing it).
+// input and output must be 16-byte aligned; input == output is allowed (each
+// thread reads its block before writing it).
 extern "C" __global__ void __launch_bounds__(256)
-aes256_ecb_encrypt_blocks(const unsigned int* __restrict__ rk, const unsigned char* in, unsigned char* out,
+aes256_ecb_encrypt_blocks(const unsigned int* __restrict__ rk, const unsigned char* input, unsigned char* output,
                           unsigned long long nblocks) {
     __shared__ __align__(16) unsigned int rks[60];
     __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
@@ -97,9 +89,9 @@ aes256_ecb_encrypt_blocks(const unsigned int* __restrict__ rk, const unsigned ch
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < nblocks;
          i += stride) {
-        const uint4 v = ((const uint4*)in)[i];
+        const uint4 v = ((const uint4*)input)[i];
         unsigned int st[1][4] = {{gv_bswap32(v.x), gv_bswap32(v.y), gv_bswap32(v.z), gv_bswap32(v.w)}};
         gv_aes_encrypt<1, 7, 1>((const unsigned char*)tab, lb, rks, st);
-        ((uint4*)out)[i] = make_uint4(st[0][0], st[0][1], st[0][2], st[0][3]);
+        ((uint4*)output)[i] = make_uint4(st[0][0], st[0][1], st[0][2], st[0][3]);
     }
 }

@@ -1,12 +1,11 @@
 // aes_core.cuh -- AES-256 encryption core shared by aes.cu and gcm.cu.
 //
-// Not a kernel file. aes.cu and gcm.cu include it as "aes_core.cuh": register
-// it as a named NVRTC header, or pass the kernels folder as an include path,
-// or prepend its text to the .cu source (the include is skipped once the
-// guard below is defined). See README.md.
+// Not a kernel file: aes.cu and gcm.cu include it; gpu/kernels.rs puts its
+// text (and that of ctr_common.cuh, which it includes) in place of the
+// #include. See README.md.
 // Holds: the Te0 table, the shared-memory T-table layouts, the AES-256 block
-// function for K interleaved blocks, and the job-wide CTR driver used by the
-// aes256_ctr and aes256_gcm_ctr kernels.
+// function for K interleaved blocks, the cipher the CTR walk of
+// ctr_common.cuh calls (GvAesEnc), and the CTR kernels' prologue.
 //
 // Constant time: NO. Round lookups index shared memory with secret bytes. The
 // replicated layouts below make every warp-wide lookup conflict-free, so the
@@ -15,6 +14,8 @@
 
 #ifndef GV_AES_CORE_CUH
 #define GV_AES_CORE_CUH
+
+#include "ctr_common.cuh"
 
 // ---------------------------------------------------------------------------
 // Te0[x] = (2*S[x], S[x], S[x], 3*S[x]) from the most significant byte down,
@@ -68,7 +69,7 @@ static __device__ const unsigned int gv_aes_te0[256] = {
 //      single-block encryptions (GHASH key, tag masks); conflicts don't matter.
 //
 // SH is log2 of the byte distance between entries x and x+1.
-#define GV_AES_TAB_X32X4_BYTES 131072u
+// GV_AES_TAB_X32X4_BYTES (131072) comes from abi.cuh: the launch passes it.
 #define GV_AES_TAB_X32_BYTES 32768u
 #define GV_AES_TAB_X1_BYTES 1024u
 
@@ -86,25 +87,14 @@ __device__ __forceinline__ void gv_aes_fill(unsigned int* tab) {
     }
 }
 
-// Hide the known bits of x from the compiler. Used on the lane offset: when
-// the compiler can prove (x << 7) and the lane offset disjoint it turns the
-// index add into SHF + LOP3 (two ALU-pipe ops); kept opaque, it becomes one
-// IMAD on the otherwise idle FMA pipe. That takes a round from ALU-pipe bound
-// (9 ALU ops per output column) to shared-memory bound (5 ALU, 5 FMA, 4 LDS).
-__device__ __forceinline__ unsigned int gv_opaque(unsigned int x) {
-#ifdef __CUDA_ARCH__
-    asm("mov.u32 %0, %0;" : "+r"(x));
-#endif
-    return x;
-}
-
+// gv_opaque (ctr_common.cuh) on the lane offset takes a round from ALU-pipe
+// bound (9 ALU ops per output column) to shared-memory bound (5 ALU, 5 FMA,
+// 4 LDS).
 // Byte offset of this lane's table copy: lane l reads copy l (bank l).
 template <int SH>
 __device__ __forceinline__ unsigned int gv_aes_lane_offset() {
     return SH == 7 ? gv_opaque(4u * (threadIdx.x & 31u)) : 0u;
 }
-
-__device__ __forceinline__ unsigned int gv_bswap32(unsigned int x) { return __byte_perm(x, 0u, 0x0123u); }
 
 // Copy the 60-word key schedule into shared memory. The last round key is
 // stored byte-swapped because the last round produces little-endian words
@@ -218,91 +208,18 @@ __device__ __forceinline__ void gv_aes_encrypt(const unsigned char* tb, unsigned
     }
 }
 
-// ---------------------------------------------------------------------------
-// Job-wide CTR driver for 16-byte units.
-//
-// Work is split into chunks of K consecutive units (job-wide numbering); a
-// thread takes one chunk per grid-stride step, finds the segment of the
-// chunk's first unit by binary search over first_unit, and walks forward
-// across segment boundaries (and empty segments) for the rest of the chunk.
-// Tr supplies the segment type and the counter block of unit j of a segment.
-
-// Index of the last segment whose first_unit <= u (segs[0].first_unit is 0).
-// Empty segments share first_unit with their successor, so the search lands
-// on the non-empty one that holds u.
-template <class Seg>
-__device__ __forceinline__ unsigned int gv_find_seg(const Seg* __restrict__ segs, unsigned int nsegs,
-                                                    unsigned long long u) {
-    unsigned int lo = 0, hi = nsegs;
-    while (hi - lo > 1u) {
-        const unsigned int mid = (lo + hi) >> 1;
-        if (__ldg(&segs[mid].first_unit) <= u) lo = mid; else hi = mid;
-    }
-    return lo;
-}
-
-// out[b] = in[b] ^ keystream byte b for the first n (< 16) bytes (in and
-// out may be the same); bytes at and past n are never touched.
-__device__ __forceinline__ void gv_xor_tail16(const unsigned char* in, unsigned char* out, unsigned int n,
-                                              const unsigned int (&ks)[4]) {
-#pragma unroll
-    for (int b = 0; b < 16; ++b)
-        if ((unsigned int)b < n) out[b] = in[b] ^ (unsigned char)(ks[b >> 2] >> (8 * (b & 3)));
-}
-
-// The driver reads unit j of a segment at data + offset + 16j and writes its
-// result out_delta bytes further (0: in place; GCM open on host data reads
-// the ciphertext from the buffer its GHASH pass reads and writes the
-// plaintext into the staging slot, so no device-to-device copy is needed).
-template <class Tr, int NT, int SH, int K>
-__device__ __forceinline__ void gv_ctr16_run(const unsigned char* tb, unsigned int lb, const unsigned int* rks,
-                                             unsigned char* __restrict__ data,
-                                             const typename Tr::Seg* __restrict__ segs, unsigned int nsegs,
-                                             unsigned long long total_units, long long out_delta) {
-    const unsigned long long nchunks = (total_units + (K - 1)) / K;
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; c < nchunks;
-         c += stride) {
-        const unsigned long long u0 = c * K;
-        unsigned int s = gv_find_seg(segs, nsegs, u0);
-        unsigned int st[K][4];
-        uint4 d[K];
-        unsigned char* p[K];
-        unsigned int nb[K];
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            const unsigned long long u = u0 + k;
-            nb[k] = 0;
-            p[k] = data;
-            st[k][0] = st[k][1] = st[k][2] = st[k][3] = 0;
-            d[k] = make_uint4(0, 0, 0, 0);
-            if (u < total_units) {
-                while (s + 1 < nsegs && __ldg(&segs[s + 1].first_unit) <= u) ++s;
-                const typename Tr::Seg* g = segs + s;
-                const unsigned long long j = u - __ldg(&g->first_unit);
-                const unsigned long long len = __ldg(&g->len);
-                if (j < (len + 15) >> 4) {   // guards against inconsistent first_unit/total_units
-                    const unsigned long long rem = len - 16 * j;
-                    nb[k] = rem >= 16 ? 16u : (unsigned int)rem;
-                    p[k] = data + __ldg(&g->offset) + 16 * j;
-                    Tr::counter(g, j, st[k]);
-                    // issue the data loads before the cipher so their latency hides under it
-                    if (nb[k] == 16u) d[k] = *(const uint4*)p[k];
-                }
-            }
-        }
+// The cipher of gv_ctr16_run (ctr_common.cuh): K blocks with table layout
+// (NT, SH) at tb, lane offset lb, round keys rks.
+template <int NT, int SH>
+struct GvAesEnc {
+    const unsigned char* tb;
+    unsigned int lb;
+    const unsigned int* rks;
+    template <int K>
+    __device__ __forceinline__ void operator()(unsigned int (&st)[K][4]) const {
         gv_aes_encrypt<NT, SH, K>(tb, lb, rks, st);
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            if (nb[k] == 16u) {
-                *(uint4*)(p[k] + out_delta) = make_uint4(d[k].x ^ st[k][0], d[k].y ^ st[k][1],
-                                                         d[k].z ^ st[k][2], d[k].w ^ st[k][3]);
-            } else if (nb[k] != 0u) {
-                gv_xor_tail16(p[k], p[k] + out_delta, nb[k], st[k]);
-            }
-        }
     }
-}
+};
 
 // Per-block prologue of the CTR kernels: a block with no chunk returns before
 // paying for the table fill. Returns false for such blocks (uniform per block,

@@ -18,10 +18,14 @@
 //       shared memory; README.md "Fused CRC-32C: table schemes")
 //   blake3_reduce_crc32c(..., digests, crc_in, crc_out, crc_final)
 // key: 8 little-endian words (the IV for plain hashing); flags: 0 or
-// KEYED_HASH (16). See README.md.
+// KEYED_HASH (16). gpu/launch.rs declares the same parameter lists (a test
+// compares them). See README.md.
 //
 // Constant time: YES for the key (register arithmetic only).
 
+#include "abi.cuh"
+
+// gpu/abi.rs B3Piece and B3Level (the layouts are checked below).
 struct B3Piece {
     unsigned long long offset;       // byte address of the piece: data + offset
     unsigned long long len;          // bytes (0 only for an empty segment)
@@ -30,6 +34,7 @@ struct B3Piece {
     unsigned int seg;                // segment index (digests slot)
     unsigned int root;               // 1: the segment is this single chunk
 };
+GV_CHECK_LAYOUT(B3Piece);
 
 struct B3Level {
     unsigned long long first_in;     // index in cvs_in of the segment's first CV at this level
@@ -40,6 +45,7 @@ struct B3Level {
     unsigned int crc_last;           // the same for the segment's last node at this level
     unsigned int pad;
 };
+GV_CHECK_LAYOUT(B3Level);
 
 // Dynamic shared memory: the replicated CRC-32C tables (_crc32c_rep* only).
 extern __shared__ __align__(16) unsigned char gv_smem[];
@@ -238,7 +244,8 @@ struct B3CrcSlice8 {   // slicing by 8 over the 8 KiB tables above (bank conflic
 // 8..15, lane * 4 in bits 0..7), the rest an LDS immediate: one ALU op and
 // one conflict-free LDS per byte, where slice8 spends two ops (shift, mask)
 // and a ~3.5-way conflicted LDS.
-#define B3_CRC_REP_PAIR_BYTES 65536u
+// B3_CRC_REP_PAIR_BYTES (65536) comes from abi.cuh: the launch passes it.
+static_assert(B3_CRC_REP_PAIR_BYTES == 2u * 32u * 1024u, "a pair: 2 tables x 256 entries x 32 lanes x 4 bytes");
 template <int TABLES>
 __device__ __forceinline__ void b3_crc_rep_tables(unsigned int* rep, unsigned int (*base)[256]) {
     for (unsigned int i = threadIdx.x; i < 256u * TABLES; i += blockDim.x) {
@@ -460,7 +467,7 @@ blake3_chunks_crc32c(const unsigned int* __restrict__ key_in, unsigned int flags
 B3_CHUNKS_CRC_REP(blake3_chunks_crc32c_rep2, 2, 512)
 B3_CHUNKS_CRC_REP(blake3_chunks_crc32c_rep4, 4, 1024)
 
-#define B3_GROUP 16
+// B3_GROUP (16, chaining values a reduce thread merges) comes from abi.cuh.
 
 // Thread per group of up to 16 CVs of one segment at one level. With CRC,
 // the group's CRC registers are combined left to right: r = r * x^(8 |node|)

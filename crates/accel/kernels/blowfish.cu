@@ -14,37 +14,21 @@
 // from the host's (real) Blowfish key schedule. CTR: 8-byte units; unit j of
 // a segment is XORed with BE32(L) || BE32(R) = Blowfish(c >> 32, c & 0xffffffff),
 // c = start + j (mod 2^64), start = big-endian u64 of iv[0..8] (iv[8..16]
-// ignored). A partial last unit only touches bytes < len. See README.md.
+// ignored). A partial last unit only touches bytes < len. gpu/launch.rs
+// declares the same parameter lists (a test compares them). See README.md.
 //
 // Constant time: NO (secret-indexed S-box lookups in shared memory; the
 // replicated layout removes bank conflicts, not the data-dependent addresses).
 
-// Rust: #[repr(C)], 40 bytes.
-struct CipherSeg {
-    unsigned long long offset;      // byte offset in data, multiple of 16
-    unsigned long long len;         // bytes in the segment (any, may be 0)
-    unsigned long long first_unit;  // job-wide index of the segment's first 8-byte unit
-    unsigned char iv[16];           // iv[0..8]: big-endian start counter
-};
+#include "ctr_common.cuh"
 
 extern __shared__ __align__(16) unsigned char gv_smem[];
 
-#define GV_BF_X32_BYTES 131072u   // 4 boxes x 256 x 32 copies x 4 bytes
+// GV_BF_X32_BYTES (131072: 4 boxes x 256 x 32 copies x 4 bytes) and the
+// units per thread GV_BF_K, GV_BF_V2_K (independent Feistel chains for ILP)
+// come from abi.cuh.
 #define GV_BF_X1_BYTES 4096u
-// Units per thread (independent Feistel chains for ILP).
-#define GV_BF_K 2
-#define GV_BF_V2_K 2
-
-__device__ __forceinline__ unsigned int gv_bswap32(unsigned int x) { return __byte_perm(x, 0u, 0x0123u); }
-
-// Keeps the compiler from proving the lane offset disjoint from the index
-// bits, so index math is one IMAD (FMA pipe) instead of SHF + LOP3 (ALU pipe).
-__device__ __forceinline__ unsigned int gv_opaque(unsigned int x) {
-#ifdef __CUDA_ARCH__
-    asm("mov.u32 %0, %0;" : "+r"(x));
-#endif
-    return x;
-}
+static_assert(GV_BF_X32_BYTES == 4u * 256u * 32u * 4u, "the x32 layout fills the dynamic shared memory");
 
 // Layouts (SH = log2 of the entry stride in bytes):
 //   SH = 7: word (box*256 + x)*32 + c holds S_box[x] for copy c (x32);
@@ -94,68 +78,31 @@ __device__ __forceinline__ void gv_bf_encrypt(const unsigned char* tb, unsigned 
     }
 }
 
-__device__ __forceinline__ unsigned int gv_find_seg(const CipherSeg* __restrict__ segs, unsigned int nsegs,
-                                                    unsigned long long u) {
-    unsigned int lo = 0, hi = nsegs;
-    while (hi - lo > 1u) {
-        const unsigned int mid = (lo + hi) >> 1;
-        if (__ldg(&segs[mid].first_unit) <= u) lo = mid; else hi = mid;
+// The cipher of gv_ctr8_run (ctr_common.cuh): table layout SH at tb, lane
+// offset lb, P-array in registers.
+template <int SH>
+struct GvBfEnc {
+    const unsigned char* tb;
+    unsigned int lb;
+    unsigned int P[18];
+    template <int K>
+    __device__ __forceinline__ void operator()(unsigned int (&L)[K], unsigned int (&R)[K]) const {
+        gv_bf_encrypt<SH, K>(tb, lb, P, L, R);
     }
-    return lo;
-}
+};
 
-// Job-wide CTR over 8-byte units, K consecutive units per thread and grid step.
+// The CTR kernels' body once the table is filled.
 template <int SH, int K>
 __device__ __forceinline__ void gv_bf_ctr_run(const unsigned char* tb, unsigned int lb,
                                               const unsigned int* __restrict__ pbox, unsigned char* __restrict__ data,
                                               const CipherSeg* __restrict__ segs, unsigned int nsegs,
                                               unsigned long long total_units) {
-    unsigned int P[18];
+    GvBfEnc<SH> enc;
+    enc.tb = tb;
+    enc.lb = lb;
 #pragma unroll
-    for (int i = 0; i < 18; ++i) P[i] = __ldg(pbox + i);
-    const unsigned long long nchunks = (total_units + (K - 1)) / K;
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long c = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; c < nchunks;
-         c += stride) {
-        const unsigned long long u0 = c * K;
-        unsigned int s = gv_find_seg(segs, nsegs, u0);
-        unsigned int L[K], R[K], nb[K];
-        unsigned char* p[K];
-        uint2 d[K];
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            const unsigned long long u = u0 + k;
-            nb[k] = 0; p[k] = data; L[k] = R[k] = 0; d[k] = make_uint2(0u, 0u);
-            if (u < total_units) {
-                while (s + 1 < nsegs && __ldg(&segs[s + 1].first_unit) <= u) ++s;
-                const CipherSeg* g = segs + s;
-                const unsigned long long j = u - __ldg(&g->first_unit), len = __ldg(&g->len);
-                if (j < (len + 7) >> 3) {   // guards against inconsistent first_unit/total_units
-                    const unsigned long long rem = len - 8 * j;
-                    nb[k] = rem >= 8 ? 8u : (unsigned int)rem;
-                    p[k] = data + __ldg(&g->offset) + 8 * j;
-                    const unsigned long long iv = __ldg((const unsigned long long*)g->iv);   // byte 24: aligned
-                    const unsigned long long ctr =
-                        (((unsigned long long)gv_bswap32((unsigned int)iv) << 32) | gv_bswap32((unsigned int)(iv >> 32))) + j;
-                    L[k] = (unsigned int)(ctr >> 32);
-                    R[k] = (unsigned int)ctr;
-                    if (nb[k] == 8u) d[k] = *(const uint2*)p[k];   // load early, hide latency under the cipher
-                }
-            }
-        }
-        gv_bf_encrypt<SH, K>(tb, lb, P, L, R);
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            const unsigned int e0 = gv_bswap32(L[k]), e1 = gv_bswap32(R[k]);   // keystream BE32(L) || BE32(R)
-            if (nb[k] == 8u) {
-                *(uint2*)p[k] = make_uint2(d[k].x ^ e0, d[k].y ^ e1);
-            } else if (nb[k] != 0u) {
-#pragma unroll
-                for (int b = 0; b < 7; ++b)
-                    if ((unsigned int)b < nb[k]) p[k][b] ^= (unsigned char)((b < 4 ? e0 : e1) >> (8 * (b & 3)));
-            }
-        }
-    }
+    for (int i = 0; i < 18; ++i) enc.P[i] = __ldg(pbox + i);
+    gv_ctr8_run<K>(enc, data, segs, nsegs, total_units);
 }
 
 // 128 KiB table: one block per SM, so the block carries the occupancy.

@@ -27,31 +27,27 @@
 //       With crc, the levels carry their x^(8 |node|) factors.
 // Layouts: README.md, "Fused job: descriptors on the device".
 //
+// gpu/launch.rs declares the same parameter lists (a test compares them).
+//
 // Constant time: not applicable (public data).
 
-#define FUSED_LEVELS 6            // reduce levels of a chunk < 4 GiB: 2^22 KiB < 16^6
-#define FUSED_FIELDS (2 + FUSED_LEVELS)
-#define FUSED_BAD FUSED_FIELDS    // head word: 1 + the highest bad section, 0 if none
-#define FUSED_OVERFLOW (FUSED_FIELDS + 1)
-#define FUSED_SCAN_BLOCK 256
+#include "abi.cuh"
 
+// From abi.cuh: FUSED_LEVELS (reduce levels of a chunk < 4 GiB: 2^22 KiB <
+// 16^6), FUSED_FIELDS (words of a FusedStat), the head words FUSED_BAD (1 +
+// the highest bad section, 0 if none) and FUSED_OVERFLOW, FUSED_SCAN_BLOCK.
+
+// gpu/abi.rs FusedStat (the layout is checked below).
 struct FusedStat {
     unsigned long long chunks;               // content-defined chunks of the section
     unsigned long long kib;                  // their 1 KiB BLAKE3 chunks
     unsigned long long groups[FUSED_LEVELS]; // their reduce groups at each level
 };
+GV_CHECK_LAYOUT(FusedStat);
 
-// x^(8 * 2^k) modulo the CRC-32C polynomial, reflected (gpu/blake3.rs
-// `crc_pow2`, which a unit test compares with this table).
-__constant__ unsigned int B3_CRC_X8POW[64] = {
-    0x00800000u, 0x00008000u, 0x82f63b78u, 0x6ea2d55cu, 0x18b8ea18u, 0x510ac59au, 0xb82be955u, 0xb8fdb1e7u,
-    0x88e56f72u, 0x74c360a4u, 0xe4172b16u, 0x0d65762au, 0x35d73a62u, 0x28461564u, 0xbf455269u, 0xe2ea32dcu,
-    0xfe7740e6u, 0xf946610bu, 0x3c204f8fu, 0x538586e3u, 0x59726915u, 0x734d5309u, 0xbc1ac763u, 0x7d0722ccu,
-    0xd289cabeu, 0xe94ca9bcu, 0x05b74f3fu, 0xa51e1f42u, 0x40000000u, 0x20000000u, 0x08000000u, 0x00800000u,
-    0x00008000u, 0x82f63b78u, 0x6ea2d55cu, 0x18b8ea18u, 0x510ac59au, 0xb82be955u, 0xb8fdb1e7u, 0x88e56f72u,
-    0x74c360a4u, 0xe4172b16u, 0x0d65762au, 0x35d73a62u, 0x28461564u, 0xbf455269u, 0xe2ea32dcu, 0xfe7740e6u,
-    0xf946610bu, 0x3c204f8fu, 0x538586e3u, 0x59726915u, 0x734d5309u, 0xbc1ac763u, 0x7d0722ccu, 0xd289cabeu,
-    0xe94ca9bcu, 0x05b74f3fu, 0xa51e1f42u, 0x40000000u, 0x20000000u, 0x08000000u, 0x00800000u, 0x00008000u};
+// B3_CRC_X8POW[64]: x^(8 * 2^k) modulo the CRC-32C polynomial, reflected,
+// generated from gpu/blake3.rs `crc_pow2` (the host's table) by gpu/abi.rs.
+#include "crc_pow.cuh"
 
 // x^(8 n): one multiply per set bit of n.
 __device__ __forceinline__ unsigned int fused_crc_shift(unsigned long long n) {

@@ -10,7 +10,7 @@
 // Open: gcm_setup, gcm_ghash, gcm_finalize, aes256_gcm_ctr (GHASH must read
 // the ciphertext before the in-place CTR pass overwrites it). The host
 // compares tags_out with the expected tags.
-// Needs aes_core.cuh (named NVRTC header, include path or prepended).
+// gpu/launch.rs declares the same parameter lists (a test compares them).
 //
 // Constant time: NO. AES uses secret-indexed shared-memory tables, and GHASH
 // uses 4-bit tables of multiples of H indexed by (ciphertext-dependent)
@@ -36,11 +36,9 @@
 //               polynomial, so carry-less multiplication applies directly.
 // Bytes <-> poly is "reverse the bits of every byte": brev(bswap(w)).
 
-#ifndef GV_AES_CORE_CUH   // already present when the header text was prepended
 #include "aes_core.cuh"
-#endif
 
-// Rust: #[repr(C)], 56 bytes.
+// gpu/abi.rs GcmSeg (the layout is checked below).
 struct GcmSeg {
     unsigned long long offset;      // data offset (multiple of 16)
     unsigned long long len;         // plaintext/ciphertext bytes
@@ -50,6 +48,7 @@ struct GcmSeg {
     unsigned char nonce[12];
     unsigned int reserved;          // 0
 };
+GV_CHECK_LAYOUT(GcmSeg);
 
 extern __shared__ __align__(16) unsigned char gv_smem[];
 
@@ -66,7 +65,7 @@ extern __shared__ __align__(16) unsigned char gv_smem[];
 #define GV_GCM_W_HTAB 0u
 #define GV_GCM_W_HPOW 8192u
 #define GV_GCM_W_HPOLY 12288u
-#define GV_GCM_W_PIECES 16384u
+// GV_GCM_W_PIECES (16384) comes from abi.cuh: the host sizes the buffer.
 #define GV_GCM_LEVELS 16
 
 __device__ __forceinline__ unsigned long long gv_gcm_acc_off(unsigned int nsegs) {
@@ -89,16 +88,17 @@ struct GvGcmCounter {
     }
 };
 
-#define GV_GCM_CTR_K 2
+// Units per thread: the same as the AES CTR kernel of the same tables
+// (the host sizes both grids alike).
 
 extern "C" __global__ void __launch_bounds__(1024, 1)
 aes256_gcm_ctr(const unsigned int* __restrict__ rk, unsigned char* __restrict__ data,
                const GcmSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
     __shared__ __align__(16) unsigned int rks[60];
     unsigned int* tab = (unsigned int*)gv_smem;   // GV_AES_TAB_X32X4_BYTES dynamic
-    if (!gv_ctr16_prologue<4, 7, GV_GCM_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
-    gv_ctr16_run<GvGcmCounter, 4, 7, GV_GCM_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks,
-                                                   data, segs, nsegs, total_units, 0ll);
+    if (!gv_ctr16_prologue<4, 7, GV_AES_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
+    gv_ctr16_run<GvGcmCounter, GV_AES_CTR_K>(GvAesEnc<4, 7>{(const unsigned char*)tab, gv_aes_lane_offset<7>(), rks},
+                                             data, segs, nsegs, total_units, 0ll);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -106,9 +106,9 @@ aes256_gcm_ctr_v2(const unsigned int* __restrict__ rk, unsigned char* __restrict
                   const GcmSeg* __restrict__ segs, unsigned int nsegs, unsigned long long total_units) {
     __shared__ __align__(16) unsigned int rks[60];
     __shared__ __align__(16) unsigned int tab[GV_AES_TAB_X32_BYTES / 4];
-    if (!gv_ctr16_prologue<1, 7, GV_GCM_CTR_K>(tab, rks, rk, nsegs, total_units)) return;
-    gv_ctr16_run<GvGcmCounter, 1, 7, GV_GCM_CTR_K>((const unsigned char*)tab, gv_aes_lane_offset<7>(), rks,
-                                                   data, segs, nsegs, total_units, 0ll);
+    if (!gv_ctr16_prologue<1, 7, GV_AES_CTR_V2_K>(tab, rks, rk, nsegs, total_units)) return;
+    gv_ctr16_run<GvGcmCounter, GV_AES_CTR_V2_K>(GvAesEnc<1, 7>{(const unsigned char*)tab, gv_aes_lane_offset<7>(), rks},
+                                                data, segs, nsegs, total_units, 0ll);
 }
 
 // ---------------------------------------------------------------------------
@@ -339,9 +339,11 @@ gcm_setup_wide(const unsigned int* __restrict__ rk, const GcmSeg* __restrict__ s
 // gcm_ghash helpers.
 
 // Multiply a bytes-form block by H: XOR of 32 table entries, one per nibble.
-// ht: shared table, 32 positions x 16 values x 8 copies x 16 B (64 KiB);
+// ht: shared table, 32 positions x 16 values x 8 copies x 16 B
+// (GV_GCM_GHASH_SMEM_BYTES of dynamic shared memory, abi.cuh);
 // cb: this lane's copy offset, 16 * (lane & 7). A quarter-warp (8 lanes) then
 // reads 8 different 16-byte bank groups whatever the nibbles: no conflicts.
+static_assert(32 * 16 * 8 * 16 == GV_GCM_GHASH_SMEM_BYTES, "the H table fills the dynamic shared memory");
 __device__ __forceinline__ uint4 gv_ghash_mulh(const unsigned char* ht, unsigned int cb, const uint4 x) {
     const unsigned int w[4] = {x.x, x.y, x.z, x.w};
     uint4 a = make_uint4(0u, 0u, 0u, 0u), b = make_uint4(0u, 0u, 0u, 0u);
@@ -461,8 +463,8 @@ __device__ __forceinline__ void gv_ghash_reduce(uint4* acc, unsigned int sg, uin
 }
 
 // gcm_ghash: block 256 (any multiple of 32 up to 256), grid any (3 per SM
-// fill an H100: 3 x 69 KiB of shared memory), dynamic shared memory 65536
-// bytes. Reads A and C, XORs every piece's weighted Horner sum into work.acc.
+// fill an H100: 3 x 69 KiB of shared memory), dynamic shared memory
+// GV_GCM_GHASH_SMEM_BYTES. Reads A and C, XORs every piece's weighted Horner sum into work.acc.
 // The kernel is bound by shared-memory bandwidth (32 conflict-free 16-byte
 // lookups per block), so the ALU work of the per-piece powers overlaps it.
 extern "C" __global__ void __launch_bounds__(256)
@@ -471,7 +473,7 @@ gcm_ghash(const GcmSeg* __restrict__ segs, unsigned int nsegs, const unsigned ch
     __shared__ __align__(16) uint4 pw[GV_GCM_LEVELS * 16];
     __shared__ __align__(16) uint4 wv[32];
     __shared__ unsigned int ws[32];
-    unsigned char* ht = gv_smem;   // 65536 bytes dynamic
+    unsigned char* ht = gv_smem;   // GV_GCM_GHASH_SMEM_BYTES dynamic
 
     const unsigned long long* piece_first = (const unsigned long long*)(work + GV_GCM_W_PIECES);
     uint4* acc = (uint4*)(work + gv_gcm_acc_off(nsegs));
@@ -552,7 +554,7 @@ gcm_ghash_wide(const GcmSeg* __restrict__ segs, unsigned int nsegs, const unsign
     __shared__ __align__(16) uint4 pw[GV_GCM_LEVELS * 16];
     __shared__ __align__(16) uint4 wv[32];
     __shared__ unsigned int ws[32];
-    unsigned char* ht = gv_smem;   // 65536 bytes dynamic
+    unsigned char* ht = gv_smem;   // GV_GCM_GHASH_SMEM_BYTES dynamic
 
     const unsigned long long* piece_first = (const unsigned long long*)(work + GV_GCM_W_PIECES);
     uint4* acc = (uint4*)(work + gv_gcm_acc_off(nsegs));

@@ -9,20 +9,22 @@
 //   crc32_pieces(data, pieces, npieces, state, digests)    (IEEE, reflected 0xEDB88320)
 //   crc32c_pieces(data, pieces, npieces, state, digests)   (Castagnoli, reflected 0x82F63B78)
 // state: 8 words per segment; digests: 32 bytes per segment (SHA-256: 32
-// bytes; MD5: 16; CRCs: the u32 value as a little-endian word). See README.md.
+// bytes; MD5: 16; CRCs: the u32 value as a little-endian word). gpu/launch.rs
+// declares the same parameter list (a test compares them). See README.md.
 //
 // Constant time: YES (no secret inputs; lookups are by public data only).
 
+#include "abi.cuh"
+
+// gpu/abi.rs SerialPiece (the layout is checked below).
 struct SerialPiece {
     unsigned long long offset;     // byte address: data + offset
     unsigned long long len;        // multiple of 64 unless the piece is the segment's last
     unsigned long long total_len;  // the whole segment's length (for padding)
     unsigned int seg;              // state / digests slot
-    unsigned int flags;            // 1: first piece of its segment, 2: last piece
+    unsigned int flags;            // SP_FIRST: first piece of its segment, SP_LAST: last piece (abi.cuh)
 };
-
-#define SP_FIRST 1u
-#define SP_LAST 2u
+GV_CHECK_LAYOUT(SerialPiece);
 
 __device__ __forceinline__ unsigned int sp_bswap(unsigned int x) { return __byte_perm(x, 0u, 0x0123u); }
 __device__ __forceinline__ unsigned int sp_rotr(unsigned int x, unsigned int n) { return __funnelshift_r(x, x, n); }

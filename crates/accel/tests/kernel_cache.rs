@@ -1,9 +1,12 @@
-//! The on-disk NVRTC cache (gpu/kernels.rs): an entry is BLAKE3(ptx) ‖ ptx,
-//! and a damaged entry must be rebuilt, never trusted. Needs NVRTC, not a
-//! GPU, so it is `#[ignore]`d (a plain `cargo test` reports it as ignored);
-//! .ci/run installs NVRTC and runs it with `--include-ignored` and
-//! `GVAULT_REQUIRE_NVRTC=1`, under which a missing NVRTC fails it. Without
-//! that variable and without NVRTC it says SKIPPED and passes.
+//! What needs NVRTC but no GPU: the on-disk NVRTC cache (gpu/kernels.rs),
+//! where an entry is BLAKE3(ptx) ‖ ptx and a damaged entry must be rebuilt,
+//! never trusted; and the layout checks of the generated `abi.cuh`, which
+//! must make a kernel whose descriptor struct differs from gpu/abi.rs fail
+//! to compile. These tests are `#[ignore]`d (a plain `cargo test` reports
+//! them as ignored); .ci/run installs NVRTC and runs them with
+//! `--include-ignored` and `GVAULT_REQUIRE_NVRTC=1`, under which a missing
+//! NVRTC fails them. Without that variable and without NVRTC they say
+//! SKIPPED and pass.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -34,15 +37,24 @@ fn valid_entry(ptx: &str) -> Vec<u8> {
     bytes
 }
 
-#[test]
-#[ignore = "needs NVRTC (libnvrtc.so.13): .ci/run runs it with --include-ignored"]
-fn corrupt_cache_entries_are_rebuilt_not_trusted() {
-    let Some((major, minor)) = nvrtc_version() else {
+/// NVRTC's version, or None (the test then skips) when it cannot be
+/// loaded and GVAULT_REQUIRE_NVRTC is not set.
+fn nvrtc(test: &str) -> Option<(i32, i32)> {
+    let Some(version) = nvrtc_version() else {
         assert!(
             std::env::var_os("GVAULT_REQUIRE_NVRTC").is_none(),
             "GVAULT_REQUIRE_NVRTC is set but NVRTC cannot be loaded"
         );
-        println!("SKIPPED (no NVRTC): kernel cache corruption test needs libnvrtc.so.13 on LD_LIBRARY_PATH");
+        println!("SKIPPED (no NVRTC): {test} needs libnvrtc.so.13 on LD_LIBRARY_PATH");
+        return None;
+    };
+    Some(version)
+}
+
+#[test]
+#[ignore = "needs NVRTC (libnvrtc.so.13): .ci/run runs it with --include-ignored"]
+fn corrupt_cache_entries_are_rebuilt_not_trusted() {
+    let Some((major, minor)) = nvrtc("the kernel cache corruption test") else {
         return;
     };
     println!("NVRTC {major}.{minor}");
@@ -87,5 +99,78 @@ fn corrupt_cache_entries_are_rebuilt_not_trusted() {
             good,
             "{what}: the entry was not rewritten valid"
         );
+    }
+}
+
+/// A compilation unit `name` of `source`, whose kernel is `layout_probe`.
+const fn probe(name: &'static str, source: &'static str) -> KernelSource {
+    KernelSource {
+        name,
+        source,
+        functions: &["layout_probe"],
+    }
+}
+
+#[test]
+#[ignore = "needs NVRTC (libnvrtc.so.13): .ci/run runs it with --include-ignored"]
+fn descriptor_structs_that_differ_from_the_rust_layout_do_not_compile() {
+    if nvrtc("the descriptor layout test").is_none() {
+        return;
+    }
+    // The struct as the kernels define it (ctr_common.cuh) compiles.
+    let good = probe(
+        "layout_good",
+        concat!(
+            "#include \"ctr_common.cuh\"\n",
+            "extern \"C\" __global__ void layout_probe(unsigned int* p) { p[0] = sizeof(CipherSeg); }\n"
+        ),
+    );
+    compile_cached(&good, ARCH, None).expect("the kernels' CipherSeg compiles");
+    let bad = [
+        (
+            "two fields of one type swapped",
+            probe(
+                "layout_swapped",
+                concat!(
+                    "#include \"abi.cuh\"\n",
+                    "struct CdcSec { unsigned int n, e, v, pad; };\n",
+                    "GV_CHECK_LAYOUT(CdcSec);\n",
+                    "extern \"C\" __global__ void layout_probe(unsigned int* p) { p[0] = 1u; }\n"
+                ),
+            ),
+            "field order differs",
+        ),
+        (
+            "a field of another size",
+            probe(
+                "layout_size",
+                concat!(
+                    "#include \"abi.cuh\"\n",
+                    "struct CipherSeg { unsigned long long offset, len, first_unit; unsigned char iv[8]; };\n",
+                    "GV_CHECK_LAYOUT(CipherSeg);\n",
+                    "extern \"C\" __global__ void layout_probe(unsigned int* p) { p[0] = 1u; }\n"
+                ),
+            ),
+            "size differs",
+        ),
+        (
+            "a field renamed",
+            probe(
+                "layout_renamed",
+                concat!(
+                    "#include \"abi.cuh\"\n",
+                    "struct SerialPiece { unsigned long long offset, len, total; unsigned int seg, flags; };\n",
+                    "GV_CHECK_LAYOUT(SerialPiece);\n",
+                    "extern \"C\" __global__ void layout_probe(unsigned int* p) { p[0] = 1u; }\n"
+                ),
+            ),
+            "total_len",
+        ),
+    ];
+    for (what, src, why) in bad {
+        match compile_cached(&src, ARCH, None) {
+            Ok(_) => panic!("{what}: compiled, but the layout differs from gpu/abi.rs"),
+            Err(e) => assert!(e.contains(why), "{what}: failed for another reason:\n{e}"),
+        }
     }
 }

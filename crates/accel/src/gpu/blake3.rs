@@ -5,42 +5,18 @@
 //! kernel variants also compute each segment's CRC-32C from the same loads
 //! (per-KiB registers, combined up the same tree).
 
-use std::ffi::c_void;
-
+use super::abi::{B3Level, B3Piece, B3_CRC_REP_PAIR_BYTES, B3_GROUP as GROUP};
+use super::launch::{
+    B3ChunksArgs, B3ChunksCrcArgs, B3ReduceArgs, B3ReduceCrcArgs, Kernel, Shape, BLAKE3_CHUNKS,
+    BLAKE3_CHUNKS_CRC32C, BLAKE3_CHUNKS_CRC32C_REP2, BLAKE3_CHUNKS_CRC32C_REP4, BLAKE3_REDUCE,
+    BLAKE3_REDUCE_CRC32C,
+};
 use super::runtime::{upload, DevError, Device, DeviceBuffer};
 use super::stage::{as_bytes, cut, stage_host, upload_descs};
 use crate::types::Blake3Key;
 
-/// `B3Piece` of kernels/blake3.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct B3Piece {
-    pub offset: u64,
-    pub len: u64,
-    pub first_chunk: u64,
-    pub counter: u64,
-    pub seg: u32,
-    pub root: u32,
-}
-
-/// `B3Level` of kernels/blake3.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct B3Level {
-    first_in: u64,
-    count: u64,
-    first_out: u64,
-    seg: u32,
-    /// x^(8 |node|) mod the CRC-32C polynomial for a full node at this level.
-    crc_full: u32,
-    /// The same for the segment's last node at this level.
-    crc_last: u32,
-    pad: u32,
-}
-
 const CHUNKS_BLOCK: u32 = 128;
 const REDUCE_BLOCK: u32 = 128;
-const GROUP: u64 = 16;
 const KEYED_HASH: u32 = 16;
 const IV: [u32; 8] = [
     0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19,
@@ -61,8 +37,8 @@ impl CrcScheme {
     /// `GVAULT_B3_CRC` (slice8, rep2 or rep4) when set, so the schemes can be
     /// timed side by side in one build; otherwise rep2 where a block may
     /// have 66 KiB of shared memory (sm_70/72, sm_80 on), else slice8.
-    /// Measured on the H100 (session 6, fused 1 GiB x 4 resident): rep2 179
-    /// GB/s, rep4 136, slice8 138, against 388 without the CRC.
+    /// Measured on the H100 (fused 1 GiB x 4 resident): rep2 179 GB/s, rep4
+    /// 136, slice8 138, against 388 without the CRC.
     pub(crate) fn pick(
         var: Result<String, std::env::VarError>,
         cc: (i32, i32),
@@ -85,11 +61,11 @@ impl CrcScheme {
         }
     }
 
-    fn kernel(self) -> &'static str {
+    fn kernel(self) -> Kernel<B3ChunksCrcArgs> {
         match self {
-            Self::Slice8 => "blake3_chunks_crc32c",
-            Self::Rep2 => "blake3_chunks_crc32c_rep2",
-            Self::Rep4 => "blake3_chunks_crc32c_rep4",
+            Self::Slice8 => BLAKE3_CHUNKS_CRC32C,
+            Self::Rep2 => BLAKE3_CHUNKS_CRC32C_REP2,
+            Self::Rep4 => BLAKE3_CHUNKS_CRC32C_REP4,
         }
     }
 
@@ -106,8 +82,8 @@ impl CrcScheme {
     fn dynamic_shared(self) -> u32 {
         match self {
             Self::Slice8 => 0,
-            Self::Rep2 => 64 << 10,
-            Self::Rep4 => 128 << 10,
+            Self::Rep2 => B3_CRC_REP_PAIR_BYTES,
+            Self::Rep4 => 2 * B3_CRC_REP_PAIR_BYTES,
         }
     }
 
@@ -390,43 +366,51 @@ pub(crate) fn launch_pieces(
         return Ok(());
     }
     let total = pieces.total;
-    let (mut key, mut flags, mut data, mut segs, mut n, mut total_v, mut cvs, mut digests) =
-        (key, flags, data, pieces.ptr, pieces.n, total, cvs, digests);
-    let (mut crcs, mut crc_out) = crc.unwrap_or((0, 0));
-    let mut params = vec![
-        &mut key as *mut u64 as *mut c_void,
-        &mut flags as *mut u32 as *mut c_void,
-        &mut data as *mut u64 as *mut c_void,
-        &mut segs as *mut u64 as *mut c_void,
-        &mut n as *mut u32 as *mut c_void,
-        &mut total_v as *mut u64 as *mut c_void,
-        &mut cvs as *mut u64 as *mut c_void,
-        &mut digests as *mut u64 as *mut c_void,
-    ];
-    let (name, grid, block, shared) = if crc.is_some() {
-        params.push(&mut crcs as *mut u64 as *mut c_void);
-        params.push(&mut crc_out as *mut u64 as *mut c_void);
-        let scheme = CrcScheme::pick(std::env::var("GVAULT_B3_CRC"), dev.compute_capability)?;
-        (
-            scheme.kernel(),
-            scheme.grid(dev, total),
-            scheme.block(),
-            scheme.dynamic_shared(),
-        )
-    } else {
-        (
-            "blake3_chunks",
-            dev.grid_for(total, CHUNKS_BLOCK),
-            CHUNKS_BLOCK,
-            0,
-        )
-    };
-    // SAFETY: the parameters match the kernel's signature (8, or 10 for the
-    // CRC variants); data + offset ranges are staged slot bytes or
+    // SAFETY (both launches): data + offset ranges are staged slot bytes or
     // caller-guaranteed device memory; cvs/digests (and the CRC arrays)
     // hold every index the descriptors name; block and shared memory are
     // what the chosen kernel was written for.
-    unsafe { dev.launch(name, grid, block, shared, stream, &mut params) }
+    match crc {
+        Some((crcs, crc_out)) => {
+            let scheme = CrcScheme::pick(std::env::var("GVAULT_B3_CRC"), dev.compute_capability)?;
+            let shape = Shape {
+                grid: scheme.grid(dev, total),
+                block: scheme.block(),
+                shared: scheme.dynamic_shared(),
+            };
+            let args = B3ChunksCrcArgs {
+                key_in: key.into(),
+                flags,
+                data: data.into(),
+                pieces: pieces.ptr.into(),
+                npieces: pieces.n,
+                total_chunks: total,
+                cvs: cvs.into(),
+                digests: digests.into(),
+                crcs: crcs.into(),
+                crc_out: crc_out.into(),
+            };
+            unsafe { dev.launch(scheme.kernel(), shape, stream, args) }
+        }
+        None => {
+            let shape = Shape {
+                grid: dev.grid_for(total, CHUNKS_BLOCK),
+                block: CHUNKS_BLOCK,
+                shared: 0,
+            };
+            let args = B3ChunksArgs {
+                key_in: key.into(),
+                flags,
+                data: data.into(),
+                pieces: pieces.ptr.into(),
+                npieces: pieces.n,
+                total_chunks: total,
+                cvs: cvs.into(),
+                digests: digests.into(),
+            };
+            unsafe { dev.launch(BLAKE3_CHUNKS, shape, stream, args) }
+        }
+    }
 }
 
 /// Every reduce level up front: per level, one descriptor per segment that
@@ -539,39 +523,52 @@ pub(crate) fn launch_level(
     crc: Option<(u64, u64, u64)>,
     stream: cudarc::driver::sys::CUstream,
 ) -> Result<(), DevError> {
-    let (mut key, mut flags) = (key, flags);
-    let (mut lv, mut n, mut total) = level;
-    let (mut cin, mut cout, mut dg) = io;
-    let (mut rin, mut rout, mut rfin) = crc.unwrap_or((0, 0, 0));
-    let mut params = vec![
-        &mut key as *mut u64 as *mut c_void,
-        &mut flags as *mut u32 as *mut c_void,
-        &mut lv as *mut u64 as *mut c_void,
-        &mut n as *mut u32 as *mut c_void,
-        &mut total as *mut u64 as *mut c_void,
-        &mut cin as *mut u64 as *mut c_void,
-        &mut cout as *mut u64 as *mut c_void,
-        &mut dg as *mut u64 as *mut c_void,
-    ];
-    let name = if crc.is_some() {
-        params.push(&mut rin as *mut u64 as *mut c_void);
-        params.push(&mut rout as *mut u64 as *mut c_void);
-        params.push(&mut rfin as *mut u64 as *mut c_void);
-        "blake3_reduce_crc32c"
-    } else {
-        "blake3_reduce"
+    let (levels, nlevels, total_groups) = level;
+    let (cvs_in, cvs_out, digests) = io;
+    let shape = Shape {
+        grid: dev.grid_for(total_groups, REDUCE_BLOCK),
+        block: REDUCE_BLOCK,
+        shared: 0,
     };
-    let grid = dev.grid_for(total, REDUCE_BLOCK);
-    // SAFETY: parameters match the kernel (8, or 11 for the CRC variant);
-    // the caller guarantees that cvs_in holds every first_in + count of the
-    // n descriptors at lv, cvs_out (and the CRC arrays alike) every
-    // first_out + groups, and digests every segment index they name. Stream
-    // order separates the levels.
-    unsafe { dev.launch(name, grid, REDUCE_BLOCK, 0, stream, &mut params) }
+    // SAFETY (both launches): the caller guarantees that cvs_in holds every
+    // first_in + count of the nlevels descriptors at `levels`, cvs_out (and
+    // the CRC arrays alike) every first_out + groups, and digests every
+    // segment index they name. Stream order separates the levels.
+    match crc {
+        Some((crc_in, crc_out, crc_final)) => {
+            let args = B3ReduceCrcArgs {
+                key_in: key.into(),
+                flags,
+                levels: levels.into(),
+                nlevels,
+                total_groups,
+                cvs_in: cvs_in.into(),
+                cvs_out: cvs_out.into(),
+                digests: digests.into(),
+                crc_in: crc_in.into(),
+                crc_out: crc_out.into(),
+                crc_final: crc_final.into(),
+            };
+            unsafe { dev.launch(BLAKE3_REDUCE_CRC32C, shape, stream, args) }
+        }
+        None => {
+            let args = B3ReduceArgs {
+                key_in: key.into(),
+                flags,
+                levels: levels.into(),
+                nlevels,
+                total_groups,
+                cvs_in: cvs_in.into(),
+                cvs_out: cvs_out.into(),
+                digests: digests.into(),
+            };
+            unsafe { dev.launch(BLAKE3_REDUCE, shape, stream, args) }
+        }
+    }
 }
 
-/// x^(8 * 2^k) modulo the CRC-32C polynomial for k = 0..64 (the table
-/// `B3_CRC_X8POW` of kernels/fused.cu).
+/// x^(8 * 2^k) modulo the CRC-32C polynomial for k = 0..64 (also the
+/// kernels' `B3_CRC_X8POW`, generated from it: gpu/abi.rs).
 pub(crate) fn crc_pow2() -> &'static [u32; 64] {
     static TABLE: std::sync::OnceLock<[u32; 64]> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
@@ -589,9 +586,9 @@ pub(crate) fn crc_pow2() -> &'static [u32; 64] {
 /// crc(A || B) = crc_mul(crc_shift(|B|), crc(A)) ^ crc(B) (as zlib's
 /// crc32_combine).
 pub(crate) fn crc_shift(len: u64) -> u32 {
-    // One multiply per set bit of len, from the table of squares (the
-    // square-and-multiply loop cost ~2 us a call: ~13 ms of host time a
-    // 4 GiB fused CRC job, session 6's missing half).
+    // One multiply per set bit of len, from the table of squares (a
+    // square-and-multiply loop costs ~2 us a call: ~13 ms of host time a
+    // 4 GiB fused CRC job).
     let table = crc_pow2();
     let mut power = 1u32 << 31; // x^0
     let mut n = len;
@@ -650,17 +647,16 @@ mod tests {
         ] {
             assert_eq!(crc_shift(len), slow_shift(len), "len {len}");
         }
-        let src = include_str!("../../kernels/fused.cu");
-        let body = &src[src.find("B3_CRC_X8POW[64] = {").expect("table")..];
-        let body = &body[body.find('{').unwrap() + 1..body.find("};").unwrap()];
-        let kernel: Vec<u32> = body
-            .split(',')
-            .map(|w| {
-                u32::from_str_radix(w.trim().trim_start_matches("0x").trim_end_matches('u'), 16)
-                    .unwrap()
-            })
+        // The kernels' copy, as generated (hex words, 8 a row).
+        let header = super::super::abi::crc_pow_header();
+        let kernel: Vec<u32> = header
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter_map(|w| w.strip_prefix("0x")?.strip_suffix('u'))
+            .map(|w| u32::from_str_radix(w, 16).expect("hex"))
             .collect();
         assert_eq!(kernel, crc_pow2().to_vec());
+        // x^8, x^16, x^32 mod P (as fused.cu's hand-written table had them)
+        assert_eq!(&kernel[..3], &[0x0080_0000, 0x0000_8000, 0x82f6_3b78]);
     }
 
     #[test]

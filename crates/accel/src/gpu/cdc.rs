@@ -6,8 +6,17 @@
 //! scheme; `cdc_resolve` is the CPU twin). Only the section lists (a few
 //! bytes per chunk) come back; the host reads the chunk spans from them.
 
+pub(crate) use super::abi::CdcSec;
+use super::abi::{
+    CdcJob, CdcSeg, CDC_FAIL as FAIL, CDC_LEVELS as LEVELS, CDC_TAIL as TAIL, GEAR_SPAN as SPAN,
+    GEAR_STAGE_WARP,
+};
 use super::blake3::Input;
-use super::runtime::{download, kernel_args, sync, DevError, Device, DeviceBuffer};
+use super::launch::{
+    CdcArgs, GearArgs, Shape, SummarizeArgs, CDC_FIXUP, CDC_SUMMARIZE, CDC_SYNC, CDC_WALK,
+    GEAR_CANDIDATES,
+};
+use super::runtime::{download, sync, DevError, Device, DeviceBuffer};
 use super::stage::{as_bytes, upload_on};
 use crate::cdc_resolve::masks;
 use crate::chunking::ChunkParams;
@@ -16,23 +25,12 @@ use crate::job::ChunkSpan;
 const BLOCK: u32 = 256;
 /// Threads per block of the walking kernels: few threads, long serial work.
 const WALK_BLOCK: u32 = 32;
-/// Positions per `gear_candidates` thread (`GEAR_SPAN` in kernels/cdc.cu).
-const SPAN: u64 = 512;
-/// Dynamic shared memory a warp of `gear_candidates` stages its loads in
-/// (`GEAR_STAGE_WARP`); a launch with less takes the direct-load path.
-const GEAR_STAGE_WARP: u32 = 4608;
-
-/// Levels of the find-next index (`CDC_LEVELS`).
-const LEVELS: usize = 4;
-/// Junction steps before a junction fails (`CDC_TAIL`).
-const TAIL: u32 = 64;
-/// `CDC_FAIL`: the junction into a section did not meet its walk.
-const FAIL: u32 = u32::MAX;
 
 /// Dynamic shared memory of a `gear_candidates` launch, by variant:
 /// `staged` (loads staged through shared memory with cp.async, 3 blocks an
 /// SM where an SM has >= 208 KiB of it) or `direct` (each thread loads its
-/// own span, the session 4 kernel). `GVAULT_GEAR_VARIANT` picks one, so both
+/// own span). A launch with less than `GEAR_STAGE_WARP` a warp takes the
+/// direct path. `GVAULT_GEAR_VARIANT` picks one, so both
 /// can be timed in one build; by default, staged on the data-centre parts
 /// with 164-228 KiB of shared memory an SM (sm_80, sm_90, sm_100) and direct
 /// elsewhere (100 KiB an SM would hold one staged block; before sm_80 the
@@ -54,42 +52,6 @@ fn gear_shared_bytes(
         )),
         Err(e) => Err(format!("GVAULT_GEAR_VARIANT: {e}")),
     }
-}
-
-/// `CdcJob` of kernels/cdc.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct CdcJob {
-    min: u64,
-    avg: u64,
-    max: u64,
-    mask_s: u64,
-    mask_l: u64,
-    section: u64,
-    lv_s: [u64; LEVELS],
-    lv_l: [u64; LEVELS],
-    cap: u32,
-    pad: u32,
-}
-
-/// `CdcSeg` of kernels/cdc.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct CdcSeg {
-    data: u64,
-    len: u64,
-    bit0: u64,
-    first_section: u64,
-}
-
-/// `CdcSec` of kernels/cdc.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct CdcSec {
-    pub n: u32,
-    pub v: u32,
-    pub e: u32,
-    pub pad: u32,
 }
 
 /// One segment's bytes on the device.
@@ -252,56 +214,46 @@ pub(crate) fn resolve(
     let gear_shared =
         gear_shared_bytes(std::env::var("GVAULT_GEAR_VARIANT"), dev.compute_capability)?;
     for (s, &w) in segs.iter().zip(&first_words).filter(|(s, _)| s.len > 0) {
-        let mut a = (
-            s.ptr,
-            s.len as u64,
+        let args = GearArgs {
+            data: s.ptr.into(),
+            len: s.len as u64,
             mask_s,
             mask_l,
-            lv_s[0] + w as u64 * 4,
-            lv_l[0] + w as u64 * 4,
-        );
+            hits_s: (lv_s[0] + w as u64 * 4).into(),
+            hits_l: (lv_l[0] + w as u64 * 4).into(),
+        };
         // A grid of one wave (4 blocks an SM, against ncu's 3.88 waves at
         // 256 MiB) measured 1.64-1.70 ms per GiB against 1.59-1.64 with the
         // direct loads: the grid covers the spans.
-        let grid = dev.grid_for((s.len as u64).div_ceil(SPAN), BLOCK);
-        // SAFETY: parameters match gear_candidates; s.ptr holds s.len bytes
-        // (the caller's device memory); the segment's words lie in level 0;
-        // the kernel uses at most gear_shared bytes of dynamic shared memory
-        // (it reads the launch's size), which the runtime allows every kernel.
-        unsafe {
-            dev.launch(
-                "gear_candidates",
-                grid,
-                BLOCK,
-                gear_shared,
-                stream,
-                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4, a.5),
-            )?
+        let shape = Shape {
+            grid: dev.grid_for((s.len as u64).div_ceil(SPAN), BLOCK),
+            block: BLOCK,
+            shared: gear_shared,
         };
+        // SAFETY: s.ptr holds s.len bytes (the caller's device memory); the
+        // segment's words lie in level 0; the kernel uses at most
+        // gear_shared bytes of dynamic shared memory (it reads the launch's
+        // size), which the runtime allows every kernel.
+        unsafe { dev.launch(GEAR_CANDIDATES, shape, stream, args)? };
     }
     trace.mark("gear_candidates");
     for k in 1..LEVELS {
-        let mut a = (
-            lv_s[k - 1],
-            lv_l[k - 1],
-            level_words[k - 1] as u64,
-            lv_s[k],
-            lv_l[k],
-        );
-        // a warp per upper word
-        let grid = dev.grid_for(level_words[k] as u64 * 32, BLOCK);
-        // SAFETY: parameters match cdc_summarize; level k - 1 holds
-        // level_words[k - 1] words, level k ceil(that / 32).
-        unsafe {
-            dev.launch(
-                "cdc_summarize",
-                grid,
-                BLOCK,
-                0,
-                stream,
-                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4),
-            )?
+        let args = SummarizeArgs {
+            lo_s: lv_s[k - 1].into(),
+            lo_l: lv_l[k - 1].into(),
+            n_lo: level_words[k - 1] as u64,
+            up_s: lv_s[k].into(),
+            up_l: lv_l[k].into(),
         };
+        // a warp per upper word
+        let shape = Shape {
+            grid: dev.grid_for(level_words[k] as u64 * 32, BLOCK),
+            block: BLOCK,
+            shared: 0,
+        };
+        // SAFETY: level k - 1 holds level_words[k - 1] words, level k
+        // ceil(that / 32).
+        unsafe { dev.launch(CDC_SUMMARIZE, shape, stream, args)? };
     }
 
     trace.mark("cdc_summarize");
@@ -338,37 +290,32 @@ pub(crate) fn resolve(
     let flags = dev.alloc((segs.len() + 1) * 4)?;
     upload_on(stream, job_buf.ptr, as_bytes(std::slice::from_ref(&job)))?;
     upload_on(stream, seg_buf.ptr, as_bytes(&descs))?;
-    let mut a = (
-        job_buf.ptr,
-        seg_buf.ptr,
-        segs.len() as u32,
-        sections,
-        lists.ptr,
-        secs.ptr,
-        fails.ptr,
-        flags.ptr,
-    );
+    let args = CdcArgs {
+        job: job_buf.ptr.into(),
+        segs: seg_buf.ptr.into(),
+        nsegs: u32::try_from(segs.len()).map_err(|_| "cdc: over 2^32 segments in one group")?,
+        nsections: sections,
+        lists: lists.ptr.into(),
+        secs: secs.ptr.into(),
+        fails: fails.ptr.into(),
+        flags: flags.ptr.into(),
+    };
     for (kernel, threads) in [
-        ("cdc_walk", sections),
-        ("cdc_sync", sections),
-        ("cdc_fixup", segs.len() as u64),
+        (CDC_WALK, sections),
+        (CDC_SYNC, sections),
+        (CDC_FIXUP, segs.len() as u64),
     ] {
-        let grid = dev.grid_for(threads, WALK_BLOCK);
-        // SAFETY: parameters match the kernel; job and segs were uploaded
-        // on this stream; lists hold cap entries per section, secs one per
-        // section, fails a bit per section, flags nsegs + 1 words; every
-        // segment's data and bitmap words are valid device memory.
-        unsafe {
-            dev.launch(
-                kernel,
-                grid,
-                WALK_BLOCK,
-                0,
-                stream,
-                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4, a.5, a.6, a.7),
-            )?
+        let shape = Shape {
+            grid: dev.grid_for(threads, WALK_BLOCK),
+            block: WALK_BLOCK,
+            shared: 0,
         };
-        trace.mark(kernel);
+        // SAFETY: job and segs were uploaded on this stream; lists hold cap
+        // entries per section, secs one per section, fails a bit per
+        // section, flags nsegs + 1 words; every segment's data and bitmap
+        // words are valid device memory.
+        unsafe { dev.launch(kernel, shape, stream, args)? };
+        trace.mark(kernel.name);
     }
     Ok(Some(Resolved {
         stream,
@@ -475,28 +422,6 @@ mod tests {
             lists.extend(list);
         }
         (secs, lists)
-    }
-
-    /// The launch's staging size and span length follow kernels/cdc.cu.
-    #[test]
-    fn gear_constants_match_the_kernel() {
-        let src = include_str!("../../kernels/cdc.cu");
-        let define = |name: &str| -> u64 {
-            let line = src
-                .lines()
-                .find(|l| l.starts_with(&format!("#define {name} ")))
-                .unwrap_or_else(|| panic!("{name} not defined"));
-            let value = line.split_whitespace().nth(2).unwrap();
-            value
-                .trim_end_matches("ull")
-                .trim_end_matches('u')
-                .parse()
-                .unwrap()
-        };
-        assert_eq!(define("GEAR_SPAN"), SPAN);
-        assert!(src.contains("#define GEAR_STAGE_WARP (32u * GEAR_ROW)"));
-        assert_eq!(32 * define("GEAR_ROW"), GEAR_STAGE_WARP as u64);
-        assert!(src.contains("__launch_bounds__(256, 3)") && BLOCK == 256);
     }
 
     #[test]

@@ -10,8 +10,8 @@
 //! * `device` (default, `device_list.rs`): kernels turn the section lists
 //!   into the BLAKE3 descriptors in place; the host waits once for the
 //!   totals and downloads once (digests, spans, CRCs).
-//! * `host` (session 6): the section lists come down, the host assembles the
-//!   spans and uploads one BLAKE3 piece per chunk, the digests come down.
+//! * `host`: the section lists come down, the host assembles the spans and
+//!   uploads one BLAKE3 piece per chunk, the digests come down.
 
 use super::blake3::{hash, Input};
 use super::cdc::{boundaries, OnDevice};
@@ -47,14 +47,14 @@ impl DescSide {
 /// Device memory a group may take, counted as host bytes (copied into one
 /// job buffer, plus ~1/4 of that for candidate bitmaps and their index and
 /// 1/32 for chaining values) and device-resident bytes at a quarter (only
-/// that scratch): 1 GiB of host segments or 4 GiB of resident ones (one
-/// group of 4 x 1 GiB resident ran at 381 GB/s against 336 in four 1 GiB
-/// groups, H100, session 5: each group pays host round trips). 1 GiB:
-/// a 4 GiB group of host segments hit an illegal address on an H200 in an
-/// earlier session (never found; the candidate index's unwritten padding
-/// words, zeroed since, are a suspect); on the H100 in session 5 the 4 GiB
-/// group test passed twice. `GVAULT_FUSED_GROUP_BYTES` (64 MiB..=16 GiB)
-/// overrides it (`scripts/gpu-check.sh` phase group4g).
+/// that scratch): 1 GiB of host segments or 4 GiB of resident ones (on an
+/// H100 one group of 4 x 1 GiB resident ran at 381 GB/s against 336 in
+/// four 1 GiB groups: each group pays host round trips). 1 GiB, not more:
+/// a 4 GiB group of host segments once hit an illegal address on an H200
+/// (cause not found; the candidate index's unwritten padding words, zeroed
+/// now, are a suspect), while the same test passed twice on an H100.
+/// `GVAULT_FUSED_GROUP_BYTES` (64 MiB..=16 GiB) overrides it
+/// (`scripts/gpu-check.sh` phase group4g).
 const GROUP_BYTES: usize = 1 << 30;
 
 fn group_bytes() -> usize {

@@ -5,14 +5,35 @@
 
 use std::ffi::c_void;
 
+pub(crate) use super::abi::CipherSeg;
 use super::host_copy::copy_parallel;
+use super::launch::{AesCtrArgs, BlowfishCtrArgs, GcmCtrArgs, Kernel, Shape, TeaCtrArgs, TEA_CTR};
 use super::runtime::{sync, upload, DevError, Device, Slot, DESC_BYTES, SLOT_BYTES};
+use super::stage::as_bytes;
 
-/// A CTR kernel and its key arguments (device pointers passed before
-/// `data`), with its launch shape (kernels/README.md).
-pub(crate) struct CtrKernel<'a> {
-    pub name: &'a str,
-    pub keys: &'a [u64],
+/// Which CTR kernel runs, with its key arguments (device pointers).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CtrKeys {
+    /// `rk`: the AES-256 key schedule; `gcm`: GCM's CTR kernel with the
+    /// same tables and launch shape.
+    Aes {
+        kernel: Kernel<AesCtrArgs>,
+        gcm: Kernel<GcmCtrArgs>,
+        rk: u64,
+    },
+    Tea {
+        key: u64,
+    },
+    Blowfish {
+        kernel: Kernel<BlowfishCtrArgs>,
+        pbox: u64,
+        sbox: u64,
+    },
+}
+
+/// A CTR kernel with its keys and launch shape (kernels/README.md).
+pub(crate) struct CtrKernel {
+    pub keys: CtrKeys,
     pub block: u32,
     pub shared: u32,
     pub units_per_thread: u64,
@@ -20,14 +41,14 @@ pub(crate) struct CtrKernel<'a> {
     pub blocks_per_sm: u32,
 }
 
-/// The kernels' segment descriptor (kernels/README.md, `CipherSeg`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CipherSeg {
-    pub offset: u64,
-    pub len: u64,
-    pub first_unit: u64,
-    pub iv: [u8; 16],
+impl CtrKernel {
+    pub(crate) fn name(&self) -> &'static str {
+        match self.keys {
+            CtrKeys::Aes { kernel, .. } => kernel.name,
+            CtrKeys::Tea { .. } => TEA_CTR.name,
+            CtrKeys::Blowfish { kernel, .. } => kernel.name,
+        }
+    }
 }
 
 const MAX_DESCS: usize = DESC_BYTES / std::mem::size_of::<CipherSeg>();
@@ -184,11 +205,11 @@ pub(crate) struct Mirror {
     pub before_kernel: bool,
 }
 
-/// Runs `kernel(key, data, segs, nsegs, total_units)` over host segments,
-/// pipelined over the device's staging slots.
+/// Runs the CTR kernel over host segments, pipelined over the device's
+/// staging slots.
 pub(crate) fn run_host(
     dev: &Device,
-    kernel: &CtrKernel<'_>,
+    kernel: &CtrKernel,
     unit: usize,
     segments: &[Piece],
 ) -> Result<(), DevError> {
@@ -203,7 +224,7 @@ pub(crate) type AfterBatch<'a> = &'a mut dyn FnMut(usize, &[Slot]) -> Result<(),
 /// stream, the CPU unpacks and packs the other slot.
 pub(crate) fn run_batches(
     dev: &Device,
-    kernel: &CtrKernel<'_>,
+    kernel: &CtrKernel,
     batches: Vec<Batch>,
     mirror: Option<Mirror>,
     mut after: Option<AfterBatch<'_>>,
@@ -304,7 +325,7 @@ fn staged_ranges(batch: &Batch, is_direct: &[bool]) -> Vec<(usize, usize)> {
 fn enqueue(
     dev: &Device,
     slot: &Slot,
-    kernel: &CtrKernel<'_>,
+    kernel: &CtrKernel,
     batch: &Batch,
     is_direct: &[bool],
     mirror: Option<(u64, bool)>,
@@ -392,6 +413,9 @@ fn enqueue(
     Ok(())
 }
 
+/// Queues the CTR kernel over `nsegs` descriptors at `segs` covering
+/// `units` units of `data`, on `stream`.
+///
 /// # Safety
 /// `kernel.keys`, `data`, `out` and `segs` must be device pointers valid for
 /// the kernel. `out != data` (results written at the same offsets from
@@ -399,7 +423,7 @@ fn enqueue(
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn launch_ctr(
     dev: &Device,
-    kernel: &CtrKernel<'_>,
+    kernel: &CtrKernel,
     data: u64,
     out: u64,
     segs: u64,
@@ -410,45 +434,59 @@ pub(crate) unsafe fn launch_ctr(
     if units == 0 {
         return Ok(());
     }
-    let takes_out = kernel.name.starts_with("aes256_ctr");
-    if out != data && !takes_out {
-        return Err(format!("{} only runs in place", kernel.name));
-    }
-    let mut keys: Vec<u64> = kernel.keys.to_vec();
-    let (mut data, mut segs, mut nsegs, mut units_v) = (data, segs, nsegs, units);
-    let mut out_delta = out.wrapping_sub(data) as i64;
-    let mut params: Vec<*mut c_void> = keys
-        .iter_mut()
-        .map(|k| k as *mut u64 as *mut c_void)
-        .collect();
-    params.extend([
-        &mut data as *mut u64 as *mut c_void,
-        &mut segs as *mut u64 as *mut c_void,
-        &mut nsegs as *mut u32 as *mut c_void,
-        &mut units_v as *mut u64 as *mut c_void,
-    ]);
-    if takes_out {
-        params.push(&mut out_delta as *mut i64 as *mut c_void);
+    let in_place_only = !matches!(kernel.keys, CtrKeys::Aes { .. });
+    if out != data && in_place_only {
+        return Err(format!("{} only runs in place", kernel.name()));
     }
     let threads = units.div_ceil(kernel.units_per_thread);
-    let grid = threads
-        .div_ceil(kernel.block as u64)
-        .clamp(1, (kernel.blocks_per_sm * dev.multiprocessors) as u64) as u32;
-    dev.launch(
-        kernel.name,
-        grid,
-        kernel.block,
-        kernel.shared,
-        stream,
-        &mut params,
-    )
+    let shape = Shape {
+        grid: threads
+            .div_ceil(kernel.block as u64)
+            .clamp(1, (kernel.blocks_per_sm * dev.multiprocessors) as u64) as u32,
+        block: kernel.block,
+        shared: kernel.shared,
+    };
+    match kernel.keys {
+        CtrKeys::Aes { kernel, rk, .. } => {
+            let args = AesCtrArgs {
+                rk: rk.into(),
+                data: data.into(),
+                segs: segs.into(),
+                nsegs,
+                total_units: units,
+                out_delta: out.wrapping_sub(data) as i64,
+            };
+            dev.launch(kernel, shape, stream, args)
+        }
+        CtrKeys::Tea { key } => {
+            let args = TeaCtrArgs {
+                key: key.into(),
+                data: data.into(),
+                segs: segs.into(),
+                nsegs,
+                total_units: units,
+            };
+            dev.launch(TEA_CTR, shape, stream, args)
+        }
+        CtrKeys::Blowfish { kernel, pbox, sbox } => {
+            let args = BlowfishCtrArgs {
+                pbox: pbox.into(),
+                sbox: sbox.into(),
+                data: data.into(),
+                segs: segs.into(),
+                nsegs,
+                total_units: units,
+            };
+            dev.launch(kernel, shape, stream, args)
+        }
+    }
 }
 
 /// Device-resident segments: descriptors carry absolute addresses and the
 /// kernel's data base is 0, so no byte crosses the link.
 pub(crate) fn run_device(
     dev: &Device,
-    kernel: &CtrKernel<'_>,
+    kernel: &CtrKernel,
     unit: usize,
     segs: &[(u64, usize, [u8; 16])],
 ) -> Result<(), DevError> {
@@ -465,14 +503,7 @@ pub(crate) fn run_device(
         units += len.div_ceil(unit) as u64;
     }
     let buf = dev.alloc(std::mem::size_of_val(descs.as_slice()))?;
-    // SAFETY: CipherSeg is repr(C) plain data.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(
-            descs.as_ptr() as *const u8,
-            std::mem::size_of_val(descs.as_slice()),
-        )
-    };
-    upload(buf.ptr, bytes)?;
+    upload(buf.ptr, as_bytes(&descs))?;
     let slots = dev
         .slots
         .lock()

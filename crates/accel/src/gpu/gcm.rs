@@ -12,22 +12,14 @@ use std::ops::Range;
 
 use cudarc::driver::sys::CUstream;
 
-use super::ctr::{self, CtrKernel, Mirror, Piece};
-use super::runtime::kernel_args;
+use super::abi::{GcmSeg, GCM_GHASH_SMEM_BYTES, GCM_W_PIECES};
+use super::ctr::{self, CtrKernel, CtrKeys, Mirror, Piece};
+use super::launch::{
+    GcmCtrArgs, GcmFinalizeArgs, GcmGhashArgs, GcmSetupArgs, Kernel, Shape, GCM_FINALIZE,
+    GCM_GHASH, GCM_GHASH_WIDE, GCM_SETUP, GCM_SETUP_WIDE,
+};
 use super::runtime::{download, sync, upload, DevError, Device, DeviceBuffer, SLOT_BYTES};
-
-/// The kernels' segment descriptor (`GcmSeg`, 56 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-struct GcmSeg {
-    offset: u64,
-    len: u64,
-    first_unit: u64,
-    aad_offset: u64,
-    aad_len: u64,
-    nonce: [u8; 12],
-    reserved: u32,
-}
+use super::stage::as_bytes;
 
 /// Where a segment's bytes are.
 pub(crate) enum Loc {
@@ -67,7 +59,7 @@ const GROUP_BYTES: usize = 16 * SLOT_BYTES;
 pub(crate) fn run(
     dev: &Device,
     rk: u64,
-    ctr_kernel: &CtrKernel<'_>,
+    ctr_kernel: &CtrKernel,
     seal: bool,
     items: &[GcmItem<'_>],
 ) -> Result<Vec<GcmOutcome>, DevError> {
@@ -101,7 +93,7 @@ pub(crate) fn run(
 fn run_host(
     dev: &Device,
     rk: u64,
-    ctr_kernel: &CtrKernel<'_>,
+    ctr_kernel: &CtrKernel,
     seal: bool,
     items: &[GcmItem<'_>],
     host: &[usize],
@@ -403,7 +395,9 @@ impl Pass {
         }
         let n = segs.len();
         let seg_bytes = std::mem::size_of_val(segs.as_slice());
-        let work_bytes = 16384 + (8 * (n + 1)).next_multiple_of(16) + 16 * n;
+        // GHASH tables and H, the piece index (n + 1 words, 16-aligned),
+        // the accumulators (gcm.cu, "work buffer layout").
+        let work_bytes = GCM_W_PIECES as usize + (8 * (n + 1)).next_multiple_of(16) + 16 * n;
         let pass = Pass {
             n,
             units,
@@ -413,10 +407,7 @@ impl Pass {
             work: dev.alloc(work_bytes)?,
             tags: dev.alloc(16 * n)?,
         };
-        // SAFETY: GcmSeg is repr(C) plain data.
-        upload(pass.segs.ptr, unsafe {
-            std::slice::from_raw_parts(segs.as_ptr() as *const u8, seg_bytes)
-        })?;
+        upload(pass.segs.ptr, as_bytes(&segs))?;
         upload(pass.aad.ptr, &aad)?;
         Ok(pass)
     }
@@ -426,7 +417,7 @@ impl Pass {
         &self,
         dev: &Device,
         rk: u64,
-        ctr_kernel: &CtrKernel<'_>,
+        ctr_kernel: &CtrKernel,
         seal: bool,
         base: u64,
         with_ctr: bool,
@@ -462,7 +453,7 @@ impl Pass {
         &self,
         dev: &Device,
         rk: u64,
-        ctr_kernel: &CtrKernel<'_>,
+        ctr_kernel: &CtrKernel,
         seal: bool,
         base: u64,
         with_ctr: bool,
@@ -482,61 +473,75 @@ impl Pass {
             }
             // The GCM twin of the CTR kernel the job's shape names (same
             // tables, same launch shape).
-            let name = if ctr_kernel.block == 1024 {
-                "aes256_gcm_ctr"
-            } else {
-                "aes256_gcm_ctr_v2"
+            let CtrKeys::Aes { gcm, .. } = ctr_kernel.keys else {
+                return Err(format!("{} has no GCM twin", ctr_kernel.name()));
             };
             let per_sm = ctr_kernel.blocks_per_sm as u64 * sms as u64;
             let grid = units
                 .div_ceil(ctr_kernel.units_per_thread)
                 .div_ceil(ctr_kernel.block as u64)
                 .clamp(1, per_sm) as u32;
-            let mut a = (rk, data, self.segs.ptr, n, units);
-            dev.launch(
-                name,
+            let shape = Shape {
                 grid,
-                ctr_kernel.block,
-                ctr_kernel.shared,
-                stream,
-                &mut kernel_args!(a.0, a.1, a.2, a.3, a.4),
-            )
+                block: ctr_kernel.block,
+                shared: ctr_kernel.shared,
+            };
+            let args = GcmCtrArgs {
+                rk: rk.into(),
+                data: data.into(),
+                segs: self.segs.ptr.into(),
+                nsegs: n,
+                total_units: units,
+            };
+            dev.launch(gcm, shape, stream, args)
         };
         let mut trace = super::runtime::Trace::new("gcm", stream);
         if seal {
             ctr()?;
             trace.mark("ctr");
         }
-        let mut s = (rk, self.segs.ptr, n, p, self.work.ptr);
-        dev.launch(
-            plan.setup_kernel(),
-            1,
-            1024,
-            0,
-            stream,
-            &mut kernel_args!(s.0, s.1, s.2, s.3, s.4),
-        )?;
+        let setup = GcmSetupArgs {
+            rk: rk.into(),
+            segs: self.segs.ptr.into(),
+            nsegs: n,
+            piece_blocks: p,
+            work: self.work.ptr.into(),
+        };
+        let one_block = Shape {
+            grid: 1,
+            block: 1024,
+            shared: 0,
+        };
+        dev.launch(plan.setup_kernel(), one_block, stream, setup)?;
         trace.mark("gcm_setup");
-        let grid = plan.grid(self.ghash_blocks, n as u64, sms);
-        let mut g = (self.segs.ptr, n, data, self.aad.ptr, p, self.work.ptr);
-        dev.launch(
-            plan.ghash_kernel(),
-            grid,
-            256,
-            65536,
-            stream,
-            &mut kernel_args!(g.0, g.1, g.2, g.3, g.4, g.5),
-        )?;
+        let ghash = GcmGhashArgs {
+            segs: self.segs.ptr.into(),
+            nsegs: n,
+            data: data.into(),
+            aad: self.aad.ptr.into(),
+            piece_blocks: p,
+            work: self.work.ptr.into(),
+        };
+        let ghash_shape = Shape {
+            grid: plan.grid(self.ghash_blocks, n as u64, sms),
+            block: 256,
+            shared: GCM_GHASH_SMEM_BYTES,
+        };
+        dev.launch(plan.ghash_kernel(), ghash_shape, stream, ghash)?;
         trace.mark("gcm_ghash");
-        let mut f = (rk, self.segs.ptr, n, self.work.ptr, self.tags.ptr);
-        dev.launch(
-            "gcm_finalize",
-            n.div_ceil(256),
-            256,
-            0,
-            stream,
-            &mut kernel_args!(f.0, f.1, f.2, f.3, f.4),
-        )?;
+        let finalize = GcmFinalizeArgs {
+            rk: rk.into(),
+            segs: self.segs.ptr.into(),
+            nsegs: n,
+            work: self.work.ptr.into(),
+            tags_out: self.tags.ptr.into(),
+        };
+        let per_segment = Shape {
+            grid: n.div_ceil(256),
+            block: 256,
+            shared: 0,
+        };
+        dev.launch(GCM_FINALIZE, per_segment, stream, finalize)?;
         trace.mark("gcm_finalize");
         if !seal {
             ctr()?;
@@ -580,19 +585,19 @@ impl GhashPlan {
         }
     }
 
-    fn setup_kernel(&self) -> &'static str {
+    fn setup_kernel(&self) -> Kernel<GcmSetupArgs> {
         if self.wide {
-            "gcm_setup_wide"
+            GCM_SETUP_WIDE
         } else {
-            "gcm_setup"
+            GCM_SETUP
         }
     }
 
-    fn ghash_kernel(&self) -> &'static str {
+    fn ghash_kernel(&self) -> Kernel<GcmGhashArgs> {
         if self.wide {
-            "gcm_ghash_wide"
+            GCM_GHASH_WIDE
         } else {
-            "gcm_ghash"
+            GCM_GHASH
         }
     }
 

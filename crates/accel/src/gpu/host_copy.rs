@@ -3,7 +3,7 @@
 //! copies are cut into pieces spread over the rayon pool.
 //!
 //! Plain stores: non-temporal stores into the slots (no read-for-ownership
-//! of the destination) were measured on the H100 host in session 6 and
+//! of the destination) were measured on the H100 host and
 //! did not pay: packing 4 GiB of 16 KiB pieces took 105–140 ms against
 //! 90–105 ms with memcpy, and GCM 1 GiB pageable fell from 21.0/19.0 to
 //! 19.6/17.7 GB/s (seal/open).

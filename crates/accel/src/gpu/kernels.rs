@@ -15,7 +15,15 @@ pub struct KernelSource {
     pub functions: &'static [&'static str],
 }
 
-const AES_CORE: &str = include_str!("../../kernels/aes_core.cuh");
+/// Headers the .cu files include by name: NVRTC has no file system access
+/// to them, so `expanded` puts their text in place of the `#include`.
+const HEADERS: &[(&str, &str)] = &[
+    (
+        "ctr_common.cuh",
+        include_str!("../../kernels/ctr_common.cuh"),
+    ),
+    ("aes_core.cuh", include_str!("../../kernels/aes_core.cuh")),
+];
 
 pub const SOURCES: &[KernelSource] = &[
     KernelSource {
@@ -93,8 +101,7 @@ pub const SOURCES: &[KernelSource] = &[
     },
 ];
 
-/// Loaded and compiled; not yet driven by the runtime (AES-GCM on the GPU
-/// is the next step of the GPU ciphers issue).
+/// The AES-256-GCM kernels (`gpu/gcm.rs`).
 pub const GCM_FUNCTIONS: &[&str] = &[
     "aes256_gcm_ctr",
     "aes256_gcm_ctr_v2",
@@ -105,10 +112,53 @@ pub const GCM_FUNCTIONS: &[&str] = &[
     "gcm_finalize",
 ];
 
-/// The source with `#include "aes_core.cuh"` expanded (NVRTC has no file
-/// system access to sibling headers).
+/// A header's text, made when a unit is built.
+type MakeHeader = fn() -> String;
+
+/// Headers generated from Rust (`gpu/abi.rs`), by the name they are
+/// included by.
+const GENERATED: &[(&str, MakeHeader)] = &[
+    (super::abi::HEADER_NAME, super::abi::header),
+    (super::abi::GEAR_HEADER_NAME, super::abi::gear_header),
+    (super::abi::CRC_POW_HEADER_NAME, super::abi::crc_pow_header),
+];
+
+/// The compilation unit's text: each `#include "name"` of a header in
+/// `HEADERS` or `GENERATED` replaced by the header's text, once per unit
+/// (later includes of it are dropped).
 pub fn expanded(src: &KernelSource) -> String {
-    src.source.replace("#include \"aes_core.cuh\"", AES_CORE)
+    let mut seen = Vec::new();
+    let mut out = String::with_capacity(src.source.len() * 2);
+    include_into(src.source, &mut seen, &mut out);
+    out
+}
+
+fn include_into(text: &str, seen: &mut Vec<String>, out: &mut String) {
+    for line in text.split_inclusive('\n') {
+        let name = line
+            .trim()
+            .strip_prefix("#include \"")
+            .and_then(|r| r.split('"').next());
+        let header = name.and_then(|n| {
+            let generated = GENERATED.iter().find(|(h, _)| *h == n);
+            let embedded = HEADERS.iter().find(|(h, _)| *h == n);
+            generated
+                .map(|(_, make)| make())
+                .or_else(|| embedded.map(|(_, text)| text.to_string()))
+        });
+        match (name, header) {
+            (Some(name), Some(text)) => {
+                if !seen.iter().any(|s| s == name) {
+                    seen.push(name.to_string());
+                    include_into(&text, seen, out);
+                    if !out.ends_with('\n') {
+                        out.push('\n');
+                    }
+                }
+            }
+            _ => out.push_str(line),
+        }
+    }
 }
 
 /// NVRTC's version, when the library can be loaded.

@@ -4,12 +4,15 @@
 //! reason and callers use the CPU backend; nothing here panics for that.
 //!
 //! - `kernels`: embedded .cu sources, NVRTC compilation, on-disk cache.
-//! - `runtime`: devices, streams, pinned staging slots, launches.
+//! - `abi`: the descriptor structs and constants shared with the kernels.
+//! - `launch`: typed kernel launches, every kernel's parameters declared once.
+//! - `runtime`: devices, streams, pinned staging slots.
 //! - `ctr`: CTR-mode jobs (AES-256, TEA, Blowfish) for host and device-resident data.
 //! - `gcm`: AES-256-GCM seal/open: the CTR pipeline plus a parallel GHASH pass.
 //! - `digest`, `blake3`, `serial`, `cdc`, `chunk_digest`: hashing and chunking.
 //! - `seed001`: seed 001's parallel Merkle-Damgård and sliding-window hashing.
 
+mod abi;
 mod blake3;
 mod blowfish_schedule;
 mod cdc;
@@ -20,6 +23,7 @@ mod gcm;
 mod host_copy;
 pub mod kernels;
 pub mod key_schedule;
+mod launch;
 pub mod link;
 mod runtime;
 mod seed001;
@@ -33,6 +37,13 @@ use crate::backend::{precheck, Backend};
 use crate::error::{BackendError, SegmentErrorKind};
 use crate::job::{CtrCipher, Data, DataMut, Job, Output, SegmentResult};
 use crate::types::{Aes256Key, CtrIv};
+use abi::{
+    AES_CTR_K, AES_CTR_V2_K, AES_TAB_X32X4_BYTES, BF_CTR_K, BF_CTR_V2_K, BF_X32_BYTES, TEA_CTR_K,
+};
+use launch::{
+    AesCtrArgs, BlowfishCtrArgs, GcmCtrArgs, Kernel, AES256_CTR, AES256_CTR_V2, AES256_GCM_CTR,
+    AES256_GCM_CTR_V2, BLOWFISH_CTR, BLOWFISH_CTR_V2, TEA_CTR,
+};
 
 pub use runtime::{arch_name, Device, PinnedBuffer};
 
@@ -157,7 +168,7 @@ impl Backend for GpuBackend {
                     BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name))
                 };
                 let (shape, key_parts) = ctr_shape(cipher);
-                if !dev.has_kernel(shape.name) {
+                if !shape.loaded(dev) {
                     return Err(BackendError::Unsupported {
                         backend: "gpu",
                         op: cipher.op(),
@@ -174,7 +185,7 @@ impl Backend for GpuBackend {
                     .collect::<Result<Vec<_>, String>>()
                     .map_err(device_err)?;
                 let key_ptrs: Vec<u64> = key_bufs.iter().map(|b| b.ptr).collect();
-                let kernel = shape.with_keys(&key_ptrs);
+                let kernel = shape.with_keys(&key_ptrs).map_err(device_err)?;
                 let unit = cipher.iv_len();
                 let mut host = Vec::new();
                 let mut resident = Vec::new();
@@ -265,25 +276,49 @@ impl Backend for GpuBackend {
     }
 }
 
-/// A CTR kernel's name and launch shape, before its key pointers exist.
+/// A CTR kernel and its launch shape, before its key pointers exist.
 struct CtrShape {
-    name: &'static str,
+    kernel: CtrFn,
     block: u32,
     shared: u32,
     units_per_thread: u64,
     blocks_per_sm: u32,
 }
 
+/// The CTR kernel of a shape (AES: with GCM's twin of the same tables).
+#[derive(Clone, Copy)]
+enum CtrFn {
+    Aes(Kernel<AesCtrArgs>, Kernel<GcmCtrArgs>),
+    Tea,
+    Blowfish(Kernel<BlowfishCtrArgs>),
+}
+
 impl CtrShape {
-    fn with_keys<'a>(&self, keys: &'a [u64]) -> ctr::CtrKernel<'a> {
-        ctr::CtrKernel {
-            name: self.name,
+    fn loaded(&self, dev: &Device) -> bool {
+        match self.kernel {
+            CtrFn::Aes(k, _) => dev.loaded(k),
+            CtrFn::Tea => dev.loaded(TEA_CTR),
+            CtrFn::Blowfish(k) => dev.loaded(k),
+        }
+    }
+
+    /// The kernel with its key buffers (`ctr_shape`'s key parts, in order).
+    fn with_keys(&self, keys: &[u64]) -> Result<ctr::CtrKernel, String> {
+        let keys = match (self.kernel, keys) {
+            (CtrFn::Aes(kernel, gcm), &[rk]) => ctr::CtrKeys::Aes { kernel, gcm, rk },
+            (CtrFn::Tea, &[key]) => ctr::CtrKeys::Tea { key },
+            (CtrFn::Blowfish(kernel), &[pbox, sbox]) => {
+                ctr::CtrKeys::Blowfish { kernel, pbox, sbox }
+            }
+            _ => return Err("key parts do not match the CTR kernel (internal error)".into()),
+        };
+        Ok(ctr::CtrKernel {
             keys,
             block: self.block,
             shared: self.shared,
             units_per_thread: self.units_per_thread,
             blocks_per_sm: self.blocks_per_sm,
-        }
+        })
     }
 }
 
@@ -303,25 +338,25 @@ fn wide_tables(default: bool) -> bool {
 fn aes_ctr_shape() -> CtrShape {
     if wide_tables(true) {
         CtrShape {
-            name: "aes256_ctr",
+            kernel: CtrFn::Aes(AES256_CTR, AES256_GCM_CTR),
             block: 1024,
-            shared: 131072,
-            units_per_thread: 2,
+            shared: AES_TAB_X32X4_BYTES,
+            units_per_thread: AES_CTR_K as u64,
             blocks_per_sm: 1,
         }
     } else {
         CtrShape {
-            name: "aes256_ctr_v2",
+            kernel: CtrFn::Aes(AES256_CTR_V2, AES256_GCM_CTR_V2),
             block: 256,
             shared: 0,
-            units_per_thread: 2,
+            units_per_thread: AES_CTR_V2_K as u64,
             blocks_per_sm: 6,
         }
     }
 }
 
 /// The kernel for a CTR cipher and its key material as the kernel reads it
-/// (one device buffer per key argument).
+/// (one device buffer per key argument, in the kernel's order).
 fn ctr_shape(cipher: &CtrCipher<'_>) -> (CtrShape, Vec<Vec<u8>>) {
     match cipher {
         CtrCipher::Aes256(k) => (
@@ -333,10 +368,10 @@ fn ctr_shape(cipher: &CtrCipher<'_>) -> (CtrShape, Vec<Vec<u8>>) {
         ),
         CtrCipher::Tea(k) => (
             CtrShape {
-                name: "tea_ctr",
+                kernel: CtrFn::Tea,
                 block: 256,
                 shared: 0,
-                units_per_thread: 4,
+                units_per_thread: TEA_CTR_K as u64,
                 blocks_per_sm: 6,
             },
             vec![k.words().iter().flat_map(|w| w.to_ne_bytes()).collect()],
@@ -345,18 +380,18 @@ fn ctr_shape(cipher: &CtrCipher<'_>) -> (CtrShape, Vec<Vec<u8>>) {
             let (p, s) = blowfish_schedule::Schedule::new(k.expose()).device_bytes();
             let shape = if wide_tables(true) {
                 CtrShape {
-                    name: "blowfish_ctr",
+                    kernel: CtrFn::Blowfish(BLOWFISH_CTR),
                     block: 1024,
-                    shared: 131072,
-                    units_per_thread: 2,
+                    shared: BF_X32_BYTES,
+                    units_per_thread: BF_CTR_K as u64,
                     blocks_per_sm: 1,
                 }
             } else {
                 CtrShape {
-                    name: "blowfish_ctr_v2",
+                    kernel: CtrFn::Blowfish(BLOWFISH_CTR_V2),
                     block: 256,
                     shared: 0,
-                    units_per_thread: 2,
+                    units_per_thread: BF_CTR_V2_K as u64,
                     blocks_per_sm: 5,
                 }
             };
@@ -413,7 +448,7 @@ fn run_gcm(
     } else {
         crate::job::OpKind::AesGcmOpen
     };
-    if !dev.has_kernel("gcm_ghash") {
+    if !dev.loaded(launch::GCM_GHASH) {
         return Err(BackendError::Unsupported { backend: "gpu", op });
     }
     let device_err =
@@ -442,8 +477,7 @@ fn run_gcm(
         .collect();
     let drk = dev.alloc(rk.len()).map_err(device_err)?;
     runtime::upload(drk.ptr, &rk).map_err(device_err)?;
-    let rk_ptr = [drk.ptr];
-    let ctr_kernel = aes_ctr_shape().with_keys(&rk_ptr);
+    let ctr_kernel = aes_ctr_shape().with_keys(&[drk.ptr]).map_err(device_err)?;
     let outcomes = gcm::run(dev, drk.ptr, &ctr_kernel, seal, &subset).map_err(device_err)?;
     for (&i, o) in run.iter().zip(outcomes) {
         results[i] = Some(match o {

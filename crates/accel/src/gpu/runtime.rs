@@ -3,10 +3,9 @@
 //! reused, so that packing slot k+1 on the CPU overlaps copy-in, kernel and
 //! copy-out of slot k on the GPU.
 //!
-//! All raw CUDA driver calls live here and in `ciphers.rs`; each unsafe
-//! block states the invariant it relies on.
+//! Raw CUDA driver calls live here, kernel launches in `launch.rs`; each
+//! unsafe block states the invariant it relies on.
 
-use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +14,7 @@ use cudarc::driver::result as cu;
 use cudarc::driver::sys::{self, CUdeviceptr, CUfunction, CUmodule, CUstream};
 use cudarc::driver::{CudaContext, CudaStream};
 
-use super::kernels;
+use super::{kernels, launch};
 
 /// Bytes of payload per staging slot. 64 MiB: large enough that the link
 /// runs at its plateau (>= 16 MiB per copy, DESIGN.md), small enough that
@@ -49,15 +48,6 @@ const TRANSFER_FIRST_BYTES: usize = 1 << 20;
 const TRANSFER_MAX_BYTES: usize = 64 << 20;
 
 pub(crate) type DevError = String;
-
-/// The parameter array of a launch: a pointer to each argument's value, in
-/// the kernel's order (`kernel_args!(a.0, a.1)` for locals `a.0`, `a.1`).
-macro_rules! kernel_args {
-    ($($arg:expr),* $(,)?) => {
-        [$(&mut $arg as *mut _ as *mut std::ffi::c_void),*]
-    };
-}
-pub(crate) use kernel_args;
 
 pub(crate) fn err(what: &str, e: cu::DriverError) -> DevError {
     format!("{what}: {e:?}")
@@ -118,7 +108,8 @@ pub struct Device {
     /// Used only by the holder of the slot lock.
     pub(crate) aux_stream: CUstream,
     modules: Vec<CUmodule>,
-    functions: HashMap<&'static str, CUfunction>,
+    /// Loaded kernels by `launch::Kernel::id` (None: not in any module).
+    functions: Vec<Option<CUfunction>>,
     pub(crate) slots: Mutex<Vec<Slot>>,
     /// Device memory kept between jobs (GCM's ciphertext buffer): grows to
     /// the largest need, so jobs do not pay allocation and free (which
@@ -179,7 +170,7 @@ impl Device {
             .map_err(|e| err("shared memory opt-in limit", e))?;
         let arch = arch_name(cc);
         let mut modules = Vec::new();
-        let mut functions = HashMap::new();
+        let mut functions = vec![None; launch::NAMES.len()];
         for src in kernels::SOURCES {
             let ptx = kernels::compile(src, arch)?;
             let image = CString::new(ptx).map_err(|_| "PTX contains NUL".to_string())?;
@@ -189,12 +180,17 @@ impl Device {
                 .map_err(|e| err(&format!("loading {}.cu", src.name), e))?;
             modules.push(module);
             for &f in src.functions {
-                // SAFETY: module is loaded; names are NUL-free literals.
-                let func = unsafe { cu::module::get_function(module, CString::new(f).unwrap()) }
+                let id = launch::index_of(f).ok_or_else(|| {
+                    format!("kernel {f} has no declared signature (gpu/launch.rs)")
+                })?;
+                let name =
+                    CString::new(f).map_err(|_| format!("kernel name {f:?} contains NUL"))?;
+                // SAFETY: module is loaded in the bound context.
+                let func = unsafe { cu::module::get_function(module, name) }
                     .map_err(|e| err(&format!("kernel {f}"), e))?;
                 allow_dynamic_shared(func, smem_optin)
                     .map_err(|e| err(&format!("kernel {f}"), e))?;
-                functions.insert(f, func);
+                functions[id] = Some(func);
             }
         }
         let streams: Vec<Arc<CudaStream>> = (0..slot_count())
@@ -257,10 +253,12 @@ impl Device {
             .map_err(|e| err("binding context", e))
     }
 
-    pub(crate) fn function(&self, name: &str) -> Result<CUfunction, DevError> {
+    /// The loaded function of kernel `id` (`launch::Kernel::id`).
+    pub(crate) fn function(&self, id: usize, name: &str) -> Result<CUfunction, DevError> {
         self.functions
-            .get(name)
+            .get(id)
             .copied()
+            .flatten()
             .ok_or_else(|| format!("kernel {name} is not loaded"))
     }
 
@@ -271,32 +269,12 @@ impl Device {
 
     /// Whether a kernel of this name was compiled and loaded.
     pub fn has_kernel(&self, name: &str) -> bool {
-        self.functions.contains_key(name)
+        launch::index_of(name).is_some_and(|id| self.functions[id].is_some())
     }
 
-    /// Launches `f` with `params` (pointers to each argument's value).
-    ///
-    /// # Safety
-    /// `params` must match the kernel's signature exactly, and every device
-    /// pointer among them must be valid for what the kernel touches.
-    pub(crate) unsafe fn launch(
-        &self,
-        f: &str,
-        grid: u32,
-        block: u32,
-        shared: u32,
-        stream: CUstream,
-        params: &mut [*mut c_void],
-    ) -> Result<(), DevError> {
-        cu::launch_kernel(
-            self.function(f)?,
-            (grid.max(1), 1, 1),
-            (block, 1, 1),
-            shared,
-            stream,
-            params,
-        )
-        .map_err(|e| err(&format!("launching {f}"), e))
+    /// Whether `kernel` was compiled and loaded.
+    pub(crate) fn loaded<A>(&self, kernel: launch::Kernel<A>) -> bool {
+        self.function(kernel.id, kernel.name).is_ok()
     }
 
     /// Device memory for job-scoped data (keys, tables, descriptors, state).
@@ -458,8 +436,8 @@ impl Device {
         Ok(())
     }
 
-    /// Grid size for grid-stride kernels: enough blocks to fill every SM.
-    #[allow(dead_code)] // for launchers that size grids by threads
+    /// Grid size for grid-stride kernels: one block per `block` threads
+    /// needed, at most 32 blocks an SM.
     pub(crate) fn grid_for(&self, threads_needed: u64, block: u32) -> u32 {
         let blocks = threads_needed.div_ceil(block as u64);
         blocks.clamp(1, self.multiprocessors as u64 * 32) as u32
@@ -587,16 +565,16 @@ fn use_memory_pool(dev: sys::CUdevice) -> bool {
     }
 }
 
-/// Copies host bytes to device memory synchronously (small, job-scoped data).
-/// Copies `src` to device memory; the bytes are there when it returns.
+/// Copies `src` to device memory synchronously (small, job-scoped data);
+/// the bytes are there when it returns.
 ///
 /// A synchronous copy from pageable memory returns once the source is
 /// staged, not once the DMA has landed (CUDA driver API, "API
 /// synchronization behavior"); it is ordered before later work on the
 /// legacy stream only, and our streams are non-blocking. A kernel queued
-/// right after could read stale bytes: a GPU test of 17 921 device-resident
-/// MD5 segments failed once (session 5) with descriptors uploaded this way.
-/// Waiting for the legacy stream closes that window.
+/// right after could read stale bytes (a GPU test of 17 921 device-resident
+/// MD5 segments failed that way). Waiting for the legacy stream closes that
+/// window.
 pub(crate) fn upload(dst: CUdeviceptr, src: &[u8]) -> Result<(), DevError> {
     // SAFETY: dst was allocated with at least src.len() bytes by the caller;
     // the null stream is the context's legacy stream, always valid.

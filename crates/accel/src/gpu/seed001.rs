@@ -5,9 +5,8 @@
 //! (`sliding_md5` of kernels/seed001.cu, one thread a window). Host input
 //! crosses the link once; device-resident input is read where it lies.
 
-use std::ffi::c_void;
-
 use super::blake3::Input;
+use super::launch::{Shape, SlidingMd5Args, SLIDING_MD5};
 use super::runtime::{download, DevError, Device};
 use super::stage::{as_bytes, copy_in, cut, upload_on};
 use super::{serial, GpuBackend};
@@ -80,7 +79,7 @@ impl GpuBackend {
         if nwin == 0 || patterns.is_empty() {
             return Ok(Vec::new());
         }
-        if !dev.has_kernel("sliding_md5") {
+        if !dev.loaded(SLIDING_MD5) {
             return Err(BackendError::Device(
                 "kernel sliding_md5 is not loaded".into(),
             ));
@@ -140,41 +139,25 @@ fn sliding(
         let out = dev.alloc(cap as usize * 8)?;
         let count = dev.alloc(8)?;
         upload_on(stream, count.ptr, &[0u8; 8])?;
-        let (mut d, mut w, mut s, mut n, mut p, mut np, mut o, mut c, mut k) = (
-            ptr,
-            params.window() as u64,
-            params.step() as u64,
+        let args = SlidingMd5Args {
+            data: ptr.into(),
+            window: params.window() as u64,
+            step: params.step() as u64,
             nwin,
-            pat.ptr,
-            pairs.len() as u32,
-            out.ptr,
-            count.ptr,
+            patterns: pat.ptr.into(),
+            npat: pairs.len() as u32,
+            out: out.ptr.into(),
+            count: count.ptr.into(),
             cap,
-        );
-        let mut args = [
-            &mut d as *mut u64 as *mut c_void,
-            &mut w as *mut u64 as *mut c_void,
-            &mut s as *mut u64 as *mut c_void,
-            &mut n as *mut u64 as *mut c_void,
-            &mut p as *mut u64 as *mut c_void,
-            &mut np as *mut u32 as *mut c_void,
-            &mut o as *mut u64 as *mut c_void,
-            &mut c as *mut u64 as *mut c_void,
-            &mut k as *mut u64 as *mut c_void,
-        ];
-        // SAFETY: parameters match sliding_md5; every window lies inside the
-        // data (nwin from its length); `out` holds cap offsets, `count` one
-        // u64, `pat` 2 * npat words.
-        unsafe {
-            dev.launch(
-                "sliding_md5",
-                dev.grid_for(nwin, BLOCK),
-                BLOCK,
-                0,
-                stream,
-                &mut args,
-            )?
         };
+        let shape = Shape {
+            grid: dev.grid_for(nwin, BLOCK),
+            block: BLOCK,
+            shared: 0,
+        };
+        // SAFETY: every window lies inside the data (nwin from its length);
+        // `out` holds cap offsets, `count` one u64, `pat` 2 * npat words.
+        unsafe { dev.launch(SLIDING_MD5, shape, stream, args)? };
         super::runtime::sync(stream)?;
         let mut raw = [0u8; 8];
         download(&mut raw, count.ptr)?;

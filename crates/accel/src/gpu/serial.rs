@@ -3,34 +3,23 @@
 //! A host segment longer than a staging slot is hashed slot after slot with
 //! its state carried on the device; launches are ordered for that.
 
-use std::ffi::c_void;
-
+use super::abi::{SerialPiece, SP_FIRST as FIRST, SP_LAST as LAST};
 use super::blake3::Input;
+use super::launch::{
+    Kernel, SerialArgs, Shape, CRC32C_PIECES, CRC32_PIECES, MD5_PIECES, SHA256_PIECES,
+};
 use super::runtime::{download, upload, DevError, Device, DESC_BYTES, SLOT_BYTES};
 use super::stage::{as_bytes, stage_host, upload_descs};
 use crate::job::{Digest, DigestAlgo};
 
-/// `SerialPiece` of kernels/serial.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct SerialPiece {
-    pub offset: u64,
-    pub len: u64,
-    pub total_len: u64,
-    pub seg: u32,
-    pub flags: u32,
-}
-
-const FIRST: u32 = 1;
-const LAST: u32 = 2;
 const BLOCK: u32 = 128;
 
-fn kernel(algo: DigestAlgo<'_>) -> Option<&'static str> {
+fn kernel(algo: DigestAlgo<'_>) -> Option<Kernel<SerialArgs>> {
     Some(match algo {
-        DigestAlgo::Sha256 => "sha256_pieces",
-        DigestAlgo::Md5 => "md5_pieces",
-        DigestAlgo::Crc32 => "crc32_pieces",
-        DigestAlgo::Crc32c => "crc32c_pieces",
+        DigestAlgo::Sha256 => SHA256_PIECES,
+        DigestAlgo::Md5 => MD5_PIECES,
+        DigestAlgo::Crc32 => CRC32_PIECES,
+        DigestAlgo::Crc32c => CRC32C_PIECES,
         DigestAlgo::Blake3 | DigestAlgo::Blake3Keyed(_) => return None,
     })
 }
@@ -176,10 +165,12 @@ pub(super) fn stripe<'a>(
     (pieces, descs)
 }
 
+/// Queues `kernel` over `n` piece descriptors at `descs` (offsets from
+/// `data`) on `stream`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn launch(
     dev: &Device,
-    kernel: &str,
+    kernel: Kernel<SerialArgs>,
     data: u64,
     descs: u64,
     n: usize,
@@ -190,26 +181,29 @@ pub(super) fn launch(
     if n == 0 {
         return Ok(());
     }
-    let (mut data, mut descs, mut nv, mut state, mut digests) =
-        (data, descs, n as u32, state, digests);
-    let mut params = [
-        &mut data as *mut u64 as *mut c_void,
-        &mut descs as *mut u64 as *mut c_void,
-        &mut nv as *mut u32 as *mut c_void,
-        &mut state as *mut u64 as *mut c_void,
-        &mut digests as *mut u64 as *mut c_void,
-    ];
+    let npieces = u32::try_from(n).map_err(|_| format!("{}: over 2^32 pieces", kernel.name))?;
     // Few pieces (one thread each): spread them one warp per SM rather than
     // four warps on a quarter of the SMs, so each warp has an SM's load
     // units and L1 to itself.
-    let block = (n as u32)
+    let block = npieces
         .div_ceil(dev.multiprocessors.max(1))
         .next_multiple_of(32)
         .clamp(32, BLOCK);
-    let grid = dev.grid_for(n as u64, block);
-    // SAFETY: parameters match the *_pieces kernels; descriptors name staged
-    // or caller-guaranteed device bytes; state/digests hold 32 bytes per segment.
-    unsafe { dev.launch(kernel, grid, block, 0, stream, &mut params) }
+    let shape = Shape {
+        grid: dev.grid_for(n as u64, block),
+        block,
+        shared: 0,
+    };
+    let args = SerialArgs {
+        data: data.into(),
+        pieces: descs.into(),
+        npieces,
+        state: state.into(),
+        digests: digests.into(),
+    };
+    // SAFETY: descriptors name staged or caller-guaranteed device bytes;
+    // state/digests hold 32 bytes per segment.
+    unsafe { dev.launch(kernel, shape, stream, args) }
 }
 
 #[cfg(test)]

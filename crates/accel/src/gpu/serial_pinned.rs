@@ -13,8 +13,10 @@ use std::ffi::c_void;
 use cudarc::driver::result as cu;
 use cudarc::driver::sys;
 
+use super::abi::SerialPiece;
+use super::launch::{Kernel, SerialArgs};
 use super::runtime::{err, page_locked_range, sync, upload, DevError, Device, DeviceBuffer};
-use super::serial::{launch, piece_for, stripe, SerialPiece};
+use super::serial::{launch, piece_for, stripe};
 use super::stage::{as_bytes, copy_run, strided_runs, Staged, StridedRun};
 
 /// Jobs smaller than this take the staging slots (setup would dominate).
@@ -94,7 +96,7 @@ fn rounds(pieces: &[&[u8]], descs: &[SerialPiece]) -> Vec<Round> {
 /// regular enough); returns false, having done nothing, if not.
 pub(super) fn hash(
     dev: &Device,
-    kernel: &str,
+    kernel: Kernel<SerialArgs>,
     segs: &[(u32, &[u8])],
     state: u64,
     digests: u64,

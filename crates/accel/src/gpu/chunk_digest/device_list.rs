@@ -6,29 +6,27 @@
 //! (kernels/fused.cu). The host waits once, for the totals (and the
 //! overflow and consistency flags), to size the buffers; the BLAKE3 kernels
 //! then run on the same stream and one download brings back every chunk's
-//! digest, offset, length and CRC-32C. The host path built the descriptors
-//! itself from downloaded section lists (~5 ms of a 4 GiB group's ~12.6,
-//! H100, session 6).
+//! digest, offset, length and CRC-32C. (The host path, which builds the
+//! descriptors itself from downloaded section lists, spends ~5 ms of a
+//! 4 GiB group's ~12.6 on that on an H100.)
 
+use super::super::abi::{
+    B3Level, B3Piece, FusedStat, FUSED_BAD as BAD, FUSED_HEAD_WORDS as HEAD_WORDS,
+    FUSED_LEVELS as LEVELS, FUSED_OVERFLOW as OVERFLOWED, FUSED_SCAN_BLOCK,
+};
 use super::super::blake3::{key_words, launch_level, launch_pieces, Pieces};
 use super::super::cdc::{resolve, OnDevice, OVERFLOW};
-use super::super::runtime::{download, kernel_args, sync, DevError, Device, DeviceBuffer, Trace};
+use super::super::launch::{
+    FusedCountArgs, FusedScanArgs, FusedScatterArgs, Shape, FUSED_COUNT, FUSED_SCAN, FUSED_SCATTER,
+};
+use super::super::runtime::{download, sync, DevError, Device, DeviceBuffer, Trace};
 use super::super::stage::{as_bytes, upload_on};
 use crate::chunking::ChunkParams;
 use crate::job::{ChunkSpan, DigestedChunk};
 use crate::types::Blake3Key;
 
-/// `FUSED_LEVELS` of kernels/fused.cu: reduce levels a chunk may need.
-const LEVELS: usize = 6;
-/// Words of a `FusedStat` (chunks, KiB chunks, groups per level).
-const FIELDS: usize = 2 + LEVELS;
-/// The head's words: FIELDS totals, then `FUSED_BAD`, `FUSED_OVERFLOW`.
-const BAD: usize = FIELDS;
-const OVERFLOWED: usize = FIELDS + 1;
-const HEAD_WORDS: usize = FIELDS + 2;
-/// Sizes of `B3Piece` and `B3Level` (kernels/blake3.cu).
-const PIECE_BYTES: u64 = 40;
-const LEVEL_BYTES: u64 = 40;
+const PIECE_BYTES: u64 = std::mem::size_of::<B3Piece>() as u64;
+const LEVEL_BYTES: u64 = std::mem::size_of::<B3Level>() as u64;
 /// Output bytes a chunk: digest, offset (u64), length (u32), CRC (u32).
 const OUT_BYTES: u64 = 32 + 8 + 4 + 4;
 const BLOCK: u32 = 256;
@@ -48,7 +46,7 @@ pub(crate) fn run_group(
     let mut trace = Trace::new("fused-device", stream);
     let nsegs = segs.len() as u32;
     let ns = r.sections;
-    let stats = dev.alloc(ns as usize * FIELDS * 8)?;
+    let stats = dev.alloc(ns as usize * std::mem::size_of::<FusedStat>())?;
     let head = dev.alloc(HEAD_WORDS * 8)?;
     // SAFETY: head is a live allocation of HEAD_WORDS words; ordered before
     // the kernels on the same stream.
@@ -56,34 +54,39 @@ pub(crate) fn run_group(
         .result()
         .map_err(|e| super::super::runtime::err("zeroing the fused head", e))?;
     let overflow_flag = r.flags.ptr + nsegs as u64 * 4;
-    let mut a = (r.job.ptr, r.segs.ptr, nsegs, ns, r.lists.ptr, r.secs.ptr);
-    let (mut stats_p, mut head_p) = (stats.ptr, head.ptr);
-    // SAFETY: parameters match fused_count; job, segs, lists and secs are
-    // the resolved buffers (ns sections, cap words each), queued earlier on
-    // this stream; stats holds ns FusedStats, head HEAD_WORDS words.
-    unsafe {
-        dev.launch(
-            "fused_count",
-            dev.grid_for(ns, BLOCK),
-            BLOCK,
-            0,
-            stream,
-            &mut kernel_args!(a.0, a.1, a.2, a.3, a.4, a.5, stats_p, head_p),
-        )?
+    let per_section = Shape {
+        grid: dev.grid_for(ns, BLOCK),
+        block: BLOCK,
+        shared: 0,
     };
-    let (mut ns_v, mut ov) = (ns, overflow_flag);
-    // SAFETY: parameters match fused_scan (one block of FUSED_SCAN_BLOCK =
-    // BLOCK threads); overflow_flag is flags[nsegs] of the resolved buffers.
-    unsafe {
-        dev.launch(
-            "fused_scan",
-            1,
-            BLOCK,
-            0,
-            stream,
-            &mut kernel_args!(stats_p, ns_v, ov, head_p),
-        )?
+    let count = FusedCountArgs {
+        job: r.job.ptr.into(),
+        segs: r.segs.ptr.into(),
+        nsegs,
+        nsections: ns,
+        lists: r.lists.ptr.into(),
+        secs: r.secs.ptr.into(),
+        stats: stats.ptr.into(),
+        head: head.ptr.into(),
     };
+    // SAFETY: job, segs, lists and secs are the resolved buffers (ns
+    // sections, cap words each), queued earlier on this stream; stats holds
+    // ns FusedStats, head HEAD_WORDS words.
+    unsafe { dev.launch(FUSED_COUNT, per_section, stream, count)? };
+    let scan = FusedScanArgs {
+        stats: stats.ptr.into(),
+        nsections: ns,
+        overflow: overflow_flag.into(),
+        head: head.ptr.into(),
+    };
+    let one_block = Shape {
+        grid: 1,
+        block: FUSED_SCAN_BLOCK,
+        shared: 0,
+    };
+    // SAFETY: one block of FUSED_SCAN_BLOCK threads; overflow_flag is
+    // flags[nsegs] of the resolved buffers.
+    unsafe { dev.launch(FUSED_SCAN, one_block, stream, scan)? };
     // The one wait: the totals size everything after it.
     sync(stream)?;
     let mut head_bytes = [0u8; HEAD_WORDS * 8];
@@ -116,26 +119,25 @@ pub(crate) fn run_group(
         out.ptr + 40 * nchunks,
         out.ptr + 44 * nchunks,
     );
-    let mut crc_flag = crc32c as u32;
-    let (mut nchunks_v, mut pieces_p, mut levels_p, mut offsets_p, mut lens_p) =
-        (nchunks, pieces.ptr, levels.ptr, offsets, lens);
-    // SAFETY: parameters match fused_scatter; stats holds the scanned
-    // prefixes, whose totals are nchunks (pieces, offsets, lens hold that
-    // many entries, levels LEVELS times that); the kernel writes no chunk
-    // index >= nchunks.
-    unsafe {
-        dev.launch(
-            "fused_scatter",
-            dev.grid_for(ns, BLOCK),
-            BLOCK,
-            0,
-            stream,
-            &mut kernel_args!(
-                a.0, a.1, a.2, a.3, a.4, a.5, stats_p, nchunks_v, crc_flag, pieces_p, levels_p,
-                offsets_p, lens_p
-            ),
-        )?
+    let scatter = FusedScatterArgs {
+        job: r.job.ptr.into(),
+        segs: r.segs.ptr.into(),
+        nsegs,
+        nsections: ns,
+        lists: r.lists.ptr.into(),
+        secs: r.secs.ptr.into(),
+        stats: stats.ptr.into(),
+        nchunks,
+        crc: crc32c as u32,
+        pieces: pieces.ptr.into(),
+        levels: levels.ptr.into(),
+        offsets: offsets.into(),
+        lens: lens.into(),
     };
+    // SAFETY: stats holds the scanned prefixes, whose totals are nchunks
+    // (pieces, offsets, lens hold that many entries, levels LEVELS times
+    // that); the kernel writes no chunk index >= nchunks.
+    unsafe { dev.launch(FUSED_SCATTER, per_section, stream, scatter)? };
 
     let (words, flags) = key_words(Some(key));
     let key_buf = dev.alloc(32)?;
