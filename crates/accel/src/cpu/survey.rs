@@ -79,13 +79,9 @@ const PARALLEL_MIN_SEGMENTS: usize = 32 << 10;
 /// measuring knob (does waking the pool for the survey cost a GPU-bound
 /// job more than the pass it saves?), read once.
 fn parallel_min_segments() -> usize {
-    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MIN.get_or_init(|| {
-        std::env::var("GVAULT_SURVEY_PARALLEL_MIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(PARALLEL_MIN_SEGMENTS)
-    })
+    crate::tuning::tuning()
+        .survey_parallel_min
+        .unwrap_or(PARALLEL_MIN_SEGMENTS)
 }
 
 /// Segments per parallel task: enough to amortise a task's cost.

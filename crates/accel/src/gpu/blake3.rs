@@ -372,7 +372,13 @@ pub(crate) fn launch_pieces(
     // what the chosen kernel was written for.
     match crc {
         Some((crcs, crc_out)) => {
-            let scheme = CrcScheme::pick(std::env::var("GVAULT_B3_CRC"), dev.compute_capability)?;
+            let scheme = CrcScheme::pick(
+                crate::tuning::tuning()
+                    .b3_crc
+                    .clone()
+                    .ok_or(std::env::VarError::NotPresent),
+                dev.compute_capability,
+            )?;
             let shape = Shape {
                 grid: scheme.grid(dev, total),
                 block: scheme.block(),

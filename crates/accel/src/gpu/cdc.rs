@@ -211,8 +211,13 @@ pub(crate) fn resolve(
         at += level_words[k] as u64 * 8;
     }
     let (mask_s, mask_l) = masks(params);
-    let gear_shared =
-        gear_shared_bytes(std::env::var("GVAULT_GEAR_VARIANT"), dev.compute_capability)?;
+    let gear_shared = gear_shared_bytes(
+        crate::tuning::tuning()
+            .gear_variant
+            .clone()
+            .ok_or(std::env::VarError::NotPresent),
+        dev.compute_capability,
+    )?;
     for (s, &w) in segs.iter().zip(&first_words).filter(|(s, _)| s.len > 0) {
         let args = GearArgs {
             data: s.ptr.into(),

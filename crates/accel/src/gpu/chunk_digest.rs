@@ -58,14 +58,9 @@ impl DescSide {
 const GROUP_BYTES: usize = 1 << 30;
 
 fn group_bytes() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| {
-        std::env::var("GVAULT_FUSED_GROUP_BYTES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|b| ((64 << 20)..=(16 << 30)).contains(b))
-            .unwrap_or(GROUP_BYTES)
-    })
+    crate::tuning::tuning()
+        .fused_group_bytes
+        .unwrap_or(GROUP_BYTES)
 }
 
 /// Chunks and digests (and with `crc32c` their CRC-32C) of each input, in order.
@@ -77,7 +72,12 @@ pub(crate) fn run(
     inputs: &[Input<'_>],
 ) -> Result<Vec<Vec<DigestedChunk>>, DevError> {
     dev.bind()?;
-    let side = DescSide::pick(std::env::var("GVAULT_FUSED_DESC"))?;
+    let side = DescSide::pick(
+        crate::tuning::tuning()
+            .fused_desc
+            .clone()
+            .ok_or(std::env::VarError::NotPresent),
+    )?;
     let mut out = Vec::with_capacity(inputs.len());
     for group in groups(inputs) {
         out.extend(match side {

@@ -567,12 +567,7 @@ impl GhashPlan {
     /// short segments would pay 32 times over. `GVAULT_GCM_GHASH=narrow`
     /// or `wide` forces a kernel (for measurements).
     fn new(total_blocks: u64, nsegs: u64) -> GhashPlan {
-        static FORCE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-        let force = *FORCE.get_or_init(|| match std::env::var("GVAULT_GCM_GHASH").as_deref() {
-            Ok("wide") => Some(true),
-            Ok("narrow") => Some(false),
-            _ => None,
-        });
+        let force = crate::tuning::tuning().gcm_ghash_wide;
         let wide_p = piece_blocks(total_blocks / 32);
         let wide = force.unwrap_or(total_blocks >= nsegs.max(1).saturating_mul(32 * wide_p as u64));
         GhashPlan {
@@ -616,16 +611,9 @@ impl GhashPlan {
 /// The cap is 256 blocks: on an H100 (2026-11-22) caps of 128–512 gave
 /// 296–299 GB/s against 293–295 at 64 (the power step is amortised over
 /// longer pieces) and 1024 fell to 284. `GVAULT_GCM_PIECE_MAX` (a power of
-/// two, 16..=4096) overrides it (`scripts/gpu-check.sh` sweeps it).
+/// two, 16..=4096) overrides it (`scripts/gpu.sh variants` sweeps it).
 fn piece_blocks(total_blocks: u64) -> u32 {
-    static CAP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| {
-        std::env::var("GVAULT_GCM_PIECE_MAX")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|v| v.is_power_of_two() && (16..=4096).contains(v))
-            .unwrap_or(256)
-    });
+    let cap = crate::tuning::tuning().gcm_piece_max.unwrap_or(256);
     piece_blocks_capped(total_blocks, cap)
 }
 

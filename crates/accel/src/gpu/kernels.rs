@@ -174,8 +174,8 @@ pub fn nvrtc_version() -> Option<(i32, i32)> {
 }
 
 fn cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("GVAULT_KERNEL_CACHE") {
-        return Some(PathBuf::from(dir));
+    if let Some(dir) = &crate::tuning::tuning().kernel_cache {
+        return Some(dir.clone());
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)

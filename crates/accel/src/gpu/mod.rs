@@ -328,11 +328,7 @@ impl CtrShape {
 /// faster of each pair as measured on an H200 (bench/JOURNAL.md);
 /// `GVAULT_GPU_TABLES=wide|narrow` overrides, for measuring both.
 fn wide_tables(default: bool) -> bool {
-    match std::env::var("GVAULT_GPU_TABLES").as_deref() {
-        Ok("wide") => true,
-        Ok("narrow") => false,
-        _ => default,
-    }
+    crate::tuning::tuning().gpu_tables.unwrap_or(default)
 }
 
 fn aes_ctr_shape() -> CtrShape {

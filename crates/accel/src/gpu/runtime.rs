@@ -28,11 +28,7 @@ pub const SLOT_COUNT: usize = 3;
 
 /// `SLOT_COUNT`, or `GVAULT_GPU_SLOTS` (2..=8) for measurements.
 fn slot_count() -> usize {
-    std::env::var("GVAULT_GPU_SLOTS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| (2..=8).contains(n))
-        .unwrap_or(SLOT_COUNT)
+    crate::tuning::tuning().gpu_slots.unwrap_or(SLOT_COUNT)
 }
 /// Descriptor area per slot (bytes): up to this many segments per batch.
 pub const DESC_BYTES: usize = 4 << 20;
@@ -726,8 +722,7 @@ pub(crate) struct Trace {
 
 impl Trace {
     pub(crate) fn new(what: &'static str, stream: CUstream) -> Trace {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        let on = *ON.get_or_init(|| std::env::var_os("GVAULT_GPU_TRACE").is_some_and(|v| v == "1"));
+        let on = crate::tuning::tuning().gpu_trace == 1;
         Trace {
             on,
             stream,

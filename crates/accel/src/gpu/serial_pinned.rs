@@ -27,14 +27,9 @@ const MAX_SINGLE_COPIES: usize = 512;
 
 /// Bytes per round (`GVAULT_SERIAL_WIDE_MIB`, 0 turns the path off).
 fn wide_bytes() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(|| {
-        std::env::var("GVAULT_SERIAL_WIDE_MIB")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&m| m <= 4096)
-            .map_or(256 << 20, |m| m << 20)
-    })
+    crate::tuning::tuning()
+        .serial_wide_mib
+        .map_or(256 << 20, |m| m << 20)
 }
 
 /// Whether every segment lies in page-locked memory (one driver query per

@@ -180,7 +180,7 @@ impl HostTimes {
     fn new() -> HostTimes {
         let now = std::time::Instant::now();
         HostTimes {
-            on: std::env::var_os("GVAULT_GPU_TRACE").is_some_and(|v| v == "2"),
+            on: crate::tuning::tuning().gpu_trace == 2,
             start: now,
             last: now,
             spent: [0.0; 3],
@@ -287,14 +287,9 @@ pub(crate) fn strided_runs(
 /// so the CPU's copy and the DMA engine's share the work):
 /// `GVAULT_STRIDED_SHARE`, 0..=100.
 fn strided_share() -> usize {
-    static SHARE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *SHARE.get_or_init(|| {
-        std::env::var("GVAULT_STRIDED_SHARE")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&p| p <= 100)
-            .unwrap_or(STRIDED_SHARE)
-    })
+    crate::tuning::tuning()
+        .strided_share
+        .unwrap_or(STRIDED_SHARE)
 }
 
 const STRIDED_SHARE: usize = 100;
