@@ -19,6 +19,8 @@ use crate::snapshot::{ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 
 /// Chunks fetched and opened together (one accel job per pack in a group).
 const GROUP_BYTES: u64 = 64 << 20;
+/// In a sparse file, zero runs of this many bytes (aligned) are left as holes.
+const HOLE_GRAIN: usize = 4096;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RestoreSummary {
@@ -132,8 +134,15 @@ fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
         let sparse = e.flags & FLAG_SPARSE != 0;
         let mut pos = 0u64;
         read_chunks(repo, &e.chunks, &mut |_, data| {
-            if sparse && data.iter().all(|&b| b == 0) {
-                f.seek(SeekFrom::Current(data.len() as i64)).ctx(|| format!("seeking in {}", tmp.display()))?;
+            if sparse {
+                // Runs of zeros, a file-system block at a time, become holes.
+                for piece in data.chunks(HOLE_GRAIN) {
+                    if piece.iter().all(|&b| b == 0) {
+                        f.seek(SeekFrom::Current(piece.len() as i64)).ctx(|| format!("seeking in {}", tmp.display()))?;
+                    } else {
+                        f.write_all(piece).ctx(|| format!("writing {}", tmp.display()))?;
+                    }
+                }
             } else {
                 f.write_all(data).ctx(|| format!("writing {}", tmp.display()))?;
             }
