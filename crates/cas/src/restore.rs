@@ -242,12 +242,26 @@ pub fn restore(repo: &Repository, snap: &Snapshot, target: &Path, include: Optio
                 }
             }
             EntryKind::HardLink => {
-                let Some(first) = restored.get(&(e.link as usize)) else {
-                    sum.failed.push((shown, "the file it is a hard link to was not restored".into()));
+                let Some(first) = restored.get(&(e.link as usize)).cloned() else {
+                    // The file it links to was not selected: this path gets
+                    // the contents itself and becomes the one later links use.
+                    let Some(file) = snap.entries.get(e.link as usize) else {
+                        sum.failed.push((shown, "links to an entry the snapshot lacks".into()));
+                        continue;
+                    };
+                    match write_file(repo, file, &dest) {
+                        Ok(n) => {
+                            sum.files += 1;
+                            sum.bytes += n;
+                            set_meta(file, &dest, &mut sum);
+                            restored.insert(e.link as usize, dest);
+                        }
+                        Err(err) => sum.failed.push((shown, err.to_string())),
+                    }
                     continue;
                 };
                 let _ = fs::remove_file(&dest);
-                match fs::hard_link(first, &dest) {
+                match fs::hard_link(&first, &dest) {
                     Ok(()) => sum.links += 1,
                     Err(err) => sum.failed.push((shown, err.to_string())),
                 }

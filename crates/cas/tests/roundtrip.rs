@@ -393,3 +393,78 @@ fn killed_backups_leave_a_consistent_repository() {
     assert!(r.failed.is_empty());
     assert_eq!(describe(&src), describe(&restored_root(&out, &src)));
 }
+
+#[test]
+fn include_of_a_hard_link_alone_restores_its_contents() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    random_tree(&src, 23);
+    let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, true);
+    let s = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).unwrap();
+    let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
+    // "a/b/f2" is found first (the walk sorts names), "hard" links to it.
+    let link = snap.entries.iter().find(|e| e.kind == gvault_cas::EntryKind::HardLink).unwrap();
+    let pat = gvault_cas::Pattern::new(&String::from_utf8_lossy(&link.path));
+    let target = d.path().join("out");
+    let r = gvault_cas::restore(&repo, &snap, &target, Some(&pat), &mut |_, _| {}).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    let out = restored_root(&target, &src);
+    assert_eq!(fs::read(out.join("hard")).unwrap(), fs::read(src.join("hard")).unwrap());
+    assert!(!out.join("a").exists());
+}
+
+/// Two backups at once into one repository, then a check of both.
+#[test]
+fn concurrent_backups_are_safe() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("repo");
+    let (repo, enc) = init(&root, SMALL_CDC, true);
+    drop(repo);
+    let srcs: Vec<PathBuf> = (0..2).map(|i| d.path().join(format!("src{i}"))).collect();
+    for (i, s) in srcs.iter().enumerate() {
+        random_tree(s, 100 + i as u64);
+    }
+    let names: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = srcs
+            .iter()
+            .map(|s| {
+                let (root, enc) = (&root, &enc);
+                sc.spawn(move || {
+                    let repo = reopen(root, enc);
+                    gvault_cas::backup(&repo, std::slice::from_ref(s), &mut |_| {}).unwrap().snapshot
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let repo = reopen(&root, &enc);
+    let c = gvault_cas::check(&repo, true, &mut |_, _| {}).unwrap();
+    assert!(c.is_clean(), "{:?}", c.errors);
+    for (name, src) in names.iter().zip(&srcs) {
+        let snap = gvault_cas::Snapshot::read(&repo, name).unwrap();
+        let out = d.path().join(format!("out-{}", &name[..8]));
+        let r = gvault_cas::restore(&repo, &snap, &out, None, &mut |_, _| {}).unwrap();
+        assert!(r.failed.is_empty(), "{:?}", r.failed);
+        assert_eq!(describe(src), describe(&restored_root(&out, src)));
+    }
+}
+
+/// A source file that cannot be read is reported and skipped; the rest of
+/// the backup goes on. (Root reads any file whatever its mode, so the
+/// unreadable file is one the kernel refuses: /proc/self/mem at offset 0.)
+#[test]
+fn unreadable_files_are_reported_and_skipped() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    random_tree(&src, 29);
+    let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, true);
+    let mem = PathBuf::from("/proc/self/mem");
+    let s = gvault_cas::backup(&repo, &[src.clone(), mem], &mut |_| {}).unwrap();
+    assert!(s.warnings.iter().any(|w| w.contains("/proc/self/mem") && w.ends_with("skipped")), "{:?}", s.warnings);
+    let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
+    assert!(!snap.entries.iter().any(|e| e.path == b"proc/self/mem"));
+    let target = d.path().join("out");
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &mut |_, _| {}).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    assert_eq!(describe(&src), describe(&restored_root(&target, &src)));
+}
