@@ -101,7 +101,11 @@ pub struct CipherItem<'a> {
 }
 
 /// Seals every item in place under `key`; returns the tags in order.
-pub fn seal(backend: &dyn Backend, key: &Aes256Key, items: Vec<CipherItem<'_>>) -> Result<Vec<[u8; 16]>> {
+pub fn seal(
+    backend: &dyn Backend,
+    key: &Aes256Key,
+    items: Vec<CipherItem<'_>>,
+) -> Result<Vec<[u8; 16]>> {
     if items.is_empty() {
         return Ok(Vec::new());
     }
@@ -156,7 +160,13 @@ pub fn open(
 }
 
 /// Seals one whole object body (`body ‖ tag` comes back).
-pub fn seal_one(backend: &dyn Backend, key: &Aes256Key, nonce: [u8; 12], aad: &[u8], mut body: Vec<u8>) -> Result<Vec<u8>> {
+pub fn seal_one(
+    backend: &dyn Backend,
+    key: &Aes256Key,
+    nonce: [u8; 12],
+    aad: &[u8],
+    mut body: Vec<u8>,
+) -> Result<Vec<u8>> {
     let tags = seal(
         backend,
         key,
@@ -171,7 +181,13 @@ pub fn seal_one(backend: &dyn Backend, key: &Aes256Key, nonce: [u8; 12], aad: &[
 }
 
 /// Opens `sealed` (`body ‖ tag`); `None` when it does not authenticate.
-pub fn open_one(backend: &dyn Backend, key: &Aes256Key, nonce: [u8; 12], aad: &[u8], sealed: &[u8]) -> Result<Option<Vec<u8>>> {
+pub fn open_one(
+    backend: &dyn Backend,
+    key: &Aes256Key,
+    nonce: [u8; 12],
+    aad: &[u8],
+    sealed: &[u8],
+) -> Result<Option<Vec<u8>>> {
     if sealed.len() < TAG_LEN {
         return Ok(None);
     }

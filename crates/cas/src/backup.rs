@@ -114,10 +114,12 @@ impl<'r> Writer<'r> {
         let compress = self.repo.config.compression;
         let stored: Vec<(Vec<u8>, u8)> = fresh
             .par_iter()
-            .map(|(_, bytes)| match compress.then(|| pack::maybe_compress(bytes)).flatten() {
-                Some(c) => (c, FLAG_ZSTD),
-                None => (bytes.to_vec(), 0),
-            })
+            .map(
+                |(_, bytes)| match compress.then(|| pack::maybe_compress(bytes)).flatten() {
+                    Some(c) => (c, FLAG_ZSTD),
+                    None => (bytes.to_vec(), 0),
+                },
+            )
             .collect();
         for ((i, bytes), (s, flags)) in fresh.iter().zip(stored) {
             let c = &chunks[*i];
@@ -129,7 +131,13 @@ impl<'r> Writer<'r> {
                 self.flush_pack()?;
             }
         }
-        Ok(chunks.iter().map(|c| ChunkRef { id: c.id, len: c.len }).collect())
+        Ok(chunks
+            .iter()
+            .map(|c| ChunkRef {
+                id: c.id,
+                len: c.len,
+            })
+            .collect())
     }
 
     fn flush_pack(&mut self) -> Result<()> {
@@ -186,7 +194,11 @@ impl<'r> Writer<'r> {
         let repo = self.repo;
         match repo.config.chunker {
             Chunker::Cdc { .. } => {
-                let params = repo.config.chunker.params().ok_or_else(|| Error::corrupt("config", "invalid chunker parameters"))?;
+                let params = repo
+                    .config
+                    .chunker
+                    .params()
+                    .ok_or_else(|| Error::corrupt("config", "invalid chunker parameters"))?;
                 accel_jobs::chunk_digest(repo.accel(), params, &repo.keys.chunk_id, segments)
             }
             Chunker::Fixed { size } => {
@@ -210,7 +222,11 @@ impl<'r> Writer<'r> {
 
     /// Reads `r` to its end in windows; returns the chunk list and the
     /// bytes read.
-    fn stream(&mut self, r: &mut dyn Read, progress: &mut dyn FnMut(u64)) -> std::io::Result<Result<(Vec<ChunkRef>, u64)>> {
+    fn stream(
+        &mut self,
+        r: &mut dyn Read,
+        progress: &mut dyn FnMut(u64),
+    ) -> std::io::Result<Result<(Vec<ChunkRef>, u64)>> {
         let max = self.repo.config.chunker.max_len() as usize;
         let window = WINDOW.max(4 * max);
         let mut buf: Vec<u8> = Vec::with_capacity(window);
@@ -242,7 +258,11 @@ impl<'r> Writer<'r> {
             // Without the end of the input, the last chunk may have been cut
             // by the window: it is chunked again with what follows (FastCDC
             // starts afresh at every boundary, so this equals one pass).
-            let keep = if eof { chunks.len() } else { chunks.len().saturating_sub(1) };
+            let keep = if eof {
+                chunks.len()
+            } else {
+                chunks.len().saturating_sub(1)
+            };
             let done = match self.add(&buf, &chunks[..keep]) {
                 Ok(d) => d,
                 Err(e) => return Ok(Err(e)),
@@ -320,12 +340,16 @@ impl Walk<'_, '_> {
         };
         let ft = m.file_type();
         if ft.is_dir() {
-            self.entries.push(entry_from(rel.clone(), EntryKind::Dir, &m));
+            self.entries
+                .push(entry_from(rel.clone(), EntryKind::Dir, &m));
             self.w.sum.dirs += 1;
             let rd = match std::fs::read_dir(fs_path) {
                 Ok(rd) => rd,
                 Err(e) => {
-                    self.warn(format!("{}: {e}; its contents are skipped", fs_path.display()));
+                    self.warn(format!(
+                        "{}: {e}; its contents are skipped",
+                        fs_path.display()
+                    ));
                     return Ok(());
                 }
             };
@@ -366,7 +390,13 @@ impl Walk<'_, '_> {
             }
             self.file(fs_path, rel, m)?;
         } else {
-            let what = if ft.is_fifo() { "a FIFO" } else if ft.is_socket() { "a socket" } else { "a device node" };
+            let what = if ft.is_fifo() {
+                "a FIFO"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "a device node"
+            };
             self.warn(format!("{}: {what}; not backed up", fs_path.display()));
         }
         Ok(())
@@ -377,7 +407,11 @@ impl Walk<'_, '_> {
         let idx = self.entries.len();
         if let Some(&pi) = self.parent.get(&e.path) {
             if let Some(p) = self.parent_snap.as_ref().map(|s| &s.entries[pi]) {
-                if p.kind == EntryKind::File && p.size == e.size && p.mtime_ns == e.mtime_ns && p.ino == e.ino {
+                if p.kind == EntryKind::File
+                    && p.size == e.size
+                    && p.mtime_ns == e.mtime_ns
+                    && p.ino == e.ino
+                {
                     e.chunks = p.chunks.clone();
                     self.w.sum.files_unchanged += 1;
                     self.w.sum.bytes_total += e.size;
@@ -437,10 +471,22 @@ impl Walk<'_, '_> {
         Ok(())
     }
 
-    fn finish_file(&mut self, idx: usize, chunks: Vec<ChunkRef>, total: u64, before: &std::fs::Metadata, path: &Path) {
+    fn finish_file(
+        &mut self,
+        idx: usize,
+        chunks: Vec<ChunkRef>,
+        total: u64,
+        before: &std::fs::Metadata,
+        path: &Path,
+    ) {
         let after = std::fs::symlink_metadata(path).ok();
         let changed = match &after {
-            Some(a) => a.size() != before.size() || a.mtime() != before.mtime() || a.mtime_nsec() != before.mtime_nsec() || total != before.size(),
+            Some(a) => {
+                a.size() != before.size()
+                    || a.mtime() != before.mtime()
+                    || a.mtime_nsec() != before.mtime_nsec()
+                    || total != before.size()
+            }
             None => true,
         };
         if changed {
@@ -478,18 +524,30 @@ impl Walk<'_, '_> {
 /// Packs that no index file names (left by a backup that was killed): their
 /// headers are read and indexed, so that their chunks are reused.
 fn adopt_orphans(repo: &Repository, w: &mut Writer<'_>) -> Result<()> {
-    let indexed: HashSet<[u8; 32]> = repo.index.files().iter().flat_map(|f| f.packs.iter().map(|p| p.0)).collect();
+    let indexed: HashSet<[u8; 32]> = repo
+        .index
+        .files()
+        .iter()
+        .flat_map(|f| f.packs.iter().map(|p| p.0))
+        .collect();
     for name in repo.backend.list(Kind::Pack)? {
-        let Some(id) = crate::repo::parse_id(&name) else { continue };
+        let Some(id) = crate::repo::parse_id(&name) else {
+            continue;
+        };
         if indexed.contains(&id) {
             continue;
         }
         let Ok(entries) = pack::read_header(repo, &name, None) else {
             continue; // damaged: `check` reports it, `prune` removes it
         };
-        w.pack_sizes.insert(id, repo.backend.size(Kind::Pack, &name)?);
+        w.pack_sizes
+            .insert(id, repo.backend.size(Kind::Pack, &name)?);
         for (i, e) in entries.into_iter().enumerate() {
-            w.pending.push(Location { pack: id, ordinal: i as u32, blob: e });
+            w.pending.push(Location {
+                pack: id,
+                ordinal: i as u32,
+                blob: e,
+            });
         }
         w.sum.packs_adopted += 1;
     }
@@ -505,7 +563,8 @@ fn now_ns() -> i64 {
 
 /// The stored form of a path argument: absolute, without the leading '/'.
 fn stored_path(p: &Path) -> Result<(PathBuf, Vec<u8>)> {
-    let abs = std::path::absolute(p).map_err(|e| Error::InvalidArgument(format!("{}: {e}", p.display())))?;
+    let abs = std::path::absolute(p)
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", p.display())))?;
     let mut rel = Vec::new();
     for c in abs.components() {
         match c {
@@ -530,7 +589,11 @@ fn stored_path(p: &Path) -> Result<(PathBuf, Vec<u8>)> {
 
 /// The newest snapshot of this host with the same paths: the parent whose
 /// unchanged files are not read again.
-fn find_parent(repo: &Repository, host: &[u8], paths: &[Vec<u8>]) -> Result<Option<(String, Snapshot)>> {
+fn find_parent(
+    repo: &Repository,
+    host: &[u8],
+    paths: &[Vec<u8>],
+) -> Result<Option<(String, Snapshot)>> {
     let mut all = snapshot::list(repo)?;
     while let Some((n, s)) = all.pop() {
         if s.hostname == host && s.paths == paths {
@@ -541,9 +604,15 @@ fn find_parent(repo: &Repository, host: &[u8], paths: &[Vec<u8>]) -> Result<Opti
 }
 
 /// Backs up `paths` into a new snapshot.
-pub fn backup(repo: &Repository, paths: &[PathBuf], report: ProgressFn<'_>) -> Result<BackupSummary> {
+pub fn backup(
+    repo: &Repository,
+    paths: &[PathBuf],
+    report: ProgressFn<'_>,
+) -> Result<BackupSummary> {
     if paths.is_empty() {
-        return Err(Error::InvalidArgument("nothing to back up: give at least one path".into()));
+        return Err(Error::InvalidArgument(
+            "nothing to back up: give at least one path".into(),
+        ));
     }
     let _lock = Lock::shared(repo.backend.clone())?;
     let mut roots = Vec::new();
@@ -567,7 +636,13 @@ pub fn backup(repo: &Repository, paths: &[PathBuf], report: ProgressFn<'_>) -> R
     };
     let parent_map = parent_snap
         .as_ref()
-        .map(|s| s.entries.iter().enumerate().map(|(i, e)| (e.path.clone(), i)).collect())
+        .map(|s| {
+            s.entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (e.path.clone(), i))
+                .collect()
+        })
         .unwrap_or_default();
     let mut walk = Walk {
         w,
@@ -585,7 +660,12 @@ pub fn backup(repo: &Repository, paths: &[PathBuf], report: ProgressFn<'_>) -> R
         walk.visit(abs, rel.clone())?;
     }
     walk.flush_queue()?;
-    let Walk { w, mut entries, dropped, .. } = walk;
+    let Walk {
+        w,
+        mut entries,
+        dropped,
+        ..
+    } = walk;
     drop_entries(&mut entries, &dropped);
     let mut sum = w.finish()?;
     let snap = Snapshot {
@@ -627,10 +707,21 @@ fn drop_entries(entries: &mut Vec<Entry>, dropped: &HashSet<usize>) {
 }
 
 /// Backs up standard input (or any reader) as one file named `name`.
-pub fn backup_reader(repo: &Repository, name: &str, r: &mut dyn Read, report: ProgressFn<'_>) -> Result<BackupSummary> {
+pub fn backup_reader(
+    repo: &Repository,
+    name: &str,
+    r: &mut dyn Read,
+    report: ProgressFn<'_>,
+) -> Result<BackupSummary> {
     let rel = name.trim_start_matches('/').as_bytes().to_vec();
-    if rel.is_empty() || rel.split(|&b| b == b'/').any(|c| c.is_empty() || c == b"." || c == b"..") {
-        return Err(Error::InvalidArgument(format!("{name:?} is not a usable file name")));
+    if rel.is_empty()
+        || rel
+            .split(|&b| b == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..")
+    {
+        return Err(Error::InvalidArgument(format!(
+            "{name:?} is not a usable file name"
+        )));
     }
     let _lock = Lock::shared(repo.backend.clone())?;
     let mut w = Writer::new(repo);
@@ -641,7 +732,10 @@ pub fn backup_reader(repo: &Repository, name: &str, r: &mut dyn Read, report: Pr
             prog.bytes += n;
             report(prog);
         })
-        .map_err(|e| Error::Io { context: "reading standard input".into(), source: e })??;
+        .map_err(|e| Error::Io {
+            context: "reading standard input".into(),
+            source: e,
+        })??;
     let now = now_ns();
     w.sum.files_new = 1;
     w.sum.bytes_read = total;

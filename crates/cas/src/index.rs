@@ -81,7 +81,8 @@ impl IndexFile {
         if nbits == 0 {
             return false;
         }
-        bloom_positions(id, nbits, self.hashes).all(|b| self.bloom[(b / 64) as usize] >> (b % 64) & 1 == 1)
+        bloom_positions(id, nbits, self.hashes)
+            .all(|b| self.bloom[(b / 64) as usize] >> (b % 64) & 1 == 1)
     }
     fn block_for(&self, id: &[u8; 32]) -> Option<usize> {
         let i = self.blocks.partition_point(|b| b.first <= *id);
@@ -95,11 +96,14 @@ fn block_nonce(i: u32) -> [u8; 12] {
 const BLOCK_AAD: &[u8] = b"gvault-cas index block";
 const FOOTER_AAD: &[u8] = b"gvault-cas index footer";
 
+/// A cached block: its file's name and its number.
+type BlockKey = (String, usize);
+
 /// All index files' footers, and a bounded cache of opened blocks.
 #[derive(Default)]
 pub struct Index {
     files: RwLock<Vec<Arc<IndexFile>>>,
-    cache: Mutex<HashMap<(String, usize), Arc<Vec<Location>>>>,
+    cache: Mutex<HashMap<BlockKey, Arc<Vec<Location>>>>,
 }
 
 impl Index {
@@ -158,7 +162,11 @@ impl Index {
     }
 
     /// Every entry of every index file, one block at a time.
-    pub fn for_each(&self, repo: &Repository, mut f: impl FnMut(&IndexFile, &Location) -> Result<()>) -> Result<()> {
+    pub fn for_each(
+        &self,
+        repo: &Repository,
+        mut f: impl FnMut(&IndexFile, &Location) -> Result<()>,
+    ) -> Result<()> {
         for file in self.files() {
             for b in 0..file.blocks.len() {
                 for l in read_block(repo, &file, b)?.iter() {
@@ -173,11 +181,19 @@ impl Index {
 fn read_block(repo: &Repository, f: &IndexFile, b: usize) -> Result<Vec<Location>> {
     let what = || format!("index file {}", f.name);
     let r = &f.blocks[b];
-    let sealed = repo.backend.get_range(Kind::Index, &f.name, r.offset, r.sealed_len as usize)?;
+    let sealed = repo
+        .backend
+        .get_range(Kind::Index, &f.name, r.offset, r.sealed_len as usize)?;
     let id = crate::repo::parse_id(&f.name).ok_or_else(|| Error::corrupt(what(), "bad name"))?;
     let key = repo.keys.object_key(ObjectKind::Index, &id);
-    let body = accel_jobs::open_one(repo.accel(), &key, block_nonce(b as u32), BLOCK_AAD, &sealed)?
-        .ok_or_else(|| Error::corrupt(what(), format!("block {b} does not authenticate")))?;
+    let body = accel_jobs::open_one(
+        repo.accel(),
+        &key,
+        block_nonce(b as u32),
+        BLOCK_AAD,
+        &sealed,
+    )?
+    .ok_or_else(|| Error::corrupt(what(), format!("block {b} does not authenticate")))?;
     let bad = || Error::corrupt(what(), format!("block {b} is malformed"));
     if body.len() != r.count as usize * ENTRY_LEN {
         return Err(bad());
@@ -210,12 +226,15 @@ fn read_block(repo: &Repository, f: &IndexFile, b: usize) -> Result<Vec<Location
 
 fn read_footer(repo: &Repository, name: &str) -> Result<IndexFile> {
     let what = || format!("index file {name}");
-    let id = crate::repo::parse_id(name).ok_or_else(|| Error::corrupt(what(), "name is not an id"))?;
+    let id =
+        crate::repo::parse_id(name).ok_or_else(|| Error::corrupt(what(), "name is not an id"))?;
     let size = repo.backend.size(Kind::Index, name)?;
     if size < TRAILER_LEN as u64 {
         return Err(Error::corrupt(what(), "truncated"));
     }
-    let t = repo.backend.get_range(Kind::Index, name, size - TRAILER_LEN as u64, TRAILER_LEN)?;
+    let t = repo
+        .backend
+        .get_range(Kind::Index, name, size - TRAILER_LEN as u64, TRAILER_LEN)?;
     if t[4..] != INDEX_MAGIC {
         return Err(Error::corrupt(what(), "bad trailer magic (truncated?)"));
     }
@@ -224,7 +243,9 @@ fn read_footer(repo: &Repository, name: &str) -> Result<IndexFile> {
         return Err(Error::corrupt(what(), "footer length past the start"));
     }
     let foff = size - TRAILER_LEN as u64 - flen;
-    let sealed = repo.backend.get_range(Kind::Index, name, foff, flen as usize)?;
+    let sealed = repo
+        .backend
+        .get_range(Kind::Index, name, foff, flen as usize)?;
     let key = repo.keys.object_key(ObjectKind::Index, &id);
     let body = accel_jobs::open_one(repo.accel(), &key, FOOTER_NONCE, FOOTER_AAD, &sealed)?
         .ok_or_else(|| Error::corrupt(what(), "footer does not authenticate"))?;
@@ -276,8 +297,12 @@ fn read_footer(repo: &Repository, name: &str) -> Result<IndexFile> {
 
 /// Writes one index file of `entries` (any order; duplicates kept once)
 /// for packs of the given lengths, and returns its footer.
-pub fn write_file(repo: &Repository, mut entries: Vec<Location>, pack_sizes: &HashMap<[u8; 32], u64>) -> Result<IndexFile> {
-    entries.sort_by(|a, b| a.blob.id.cmp(&b.blob.id));
+pub fn write_file(
+    repo: &Repository,
+    mut entries: Vec<Location>,
+    pack_sizes: &HashMap<[u8; 32], u64>,
+) -> Result<IndexFile> {
+    entries.sort_by_key(|a| a.blob.id);
     entries.dedup_by(|a, b| a.blob.id == b.blob.id);
     let file_id = crate::repo::new_id();
     let name = hex::encode(file_id);

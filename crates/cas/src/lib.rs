@@ -27,7 +27,9 @@ pub mod snapshot;
 pub use backend::{Backend, Kind, LocalDir};
 pub use backup::{backup, backup_reader, BackupSummary, Progress};
 pub use error::{Error, Result};
-pub use maintenance::{check, diff, forget, prune, stats, CheckReport, DiffReport, PruneReport, Stats};
+pub use maintenance::{
+    check, diff, forget, prune, stats, CheckReport, DiffReport, PruneReport, Stats,
+};
 pub use repo::{Chunker, Config, InitOptions, Repository, FORMAT_VERSION};
 pub use restore::{dump, restore, Pattern, RestoreSummary};
 pub use snapshot::{Entry, EntryKind, Snapshot};

@@ -32,7 +32,11 @@ impl LockInfo {
     fn encode(&self) -> Vec<u8> {
         format!(
             "gvault-cas-lock 1 {} {} {} {}\n",
-            if self.exclusive { "exclusive" } else { "shared" },
+            if self.exclusive {
+                "exclusive"
+            } else {
+                "shared"
+            },
             self.pid,
             self.time,
             self.hostname
@@ -68,7 +72,11 @@ impl LockInfo {
     pub fn describe(&self) -> String {
         format!(
             "{} lock of process {} on {}",
-            if self.exclusive { "an exclusive" } else { "a shared" },
+            if self.exclusive {
+                "an exclusive"
+            } else {
+                "a shared"
+            },
             self.pid,
             self.hostname
         )

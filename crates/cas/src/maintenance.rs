@@ -34,7 +34,11 @@ impl CheckReport {
 /// Checks the structure (every snapshot opens and every chunk it names is
 /// indexed in a pack that exists with its recorded length); with
 /// `read_data`, also reads every pack and opens and re-hashes every chunk.
-pub fn check(repo: &Repository, read_data: bool, progress: &mut dyn FnMut(u64, u64)) -> Result<CheckReport> {
+pub fn check(
+    repo: &Repository,
+    read_data: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<CheckReport> {
     let mut r = CheckReport::default();
     let mut bad_chunks: HashMap<[u8; 32], String> = HashMap::new();
     // Index files and packs.
@@ -64,7 +68,10 @@ pub fn check(repo: &Repository, read_data: bool, progress: &mut dyn FnMut(u64, u
                 bad_packs.insert(*p, "missing".into());
             }
             Some(s) if s != len => {
-                bad_packs.insert(*p, format!("{s} bytes, the index says {len} (truncated or extended)"));
+                bad_packs.insert(
+                    *p,
+                    format!("{s} bytes, the index says {len} (truncated or extended)"),
+                );
             }
             _ => {}
         }
@@ -95,7 +102,10 @@ pub fn check(repo: &Repository, read_data: bool, progress: &mut dyn FnMut(u64, u
         r.errors.push(format!("pack {}: {why}", hex::encode(p)));
     }
     if read_data {
-        let total: u64 = by_pack.keys().map(|p| indexed_packs.get(p).copied().unwrap_or(0)).sum();
+        let total: u64 = by_pack
+            .keys()
+            .map(|p| indexed_packs.get(p).copied().unwrap_or(0))
+            .sum();
         let mut done = 0u64;
         for (p, locs) in &by_pack {
             let name = hex::encode(p);
@@ -114,25 +124,33 @@ pub fn check(repo: &Repository, read_data: bool, progress: &mut dyn FnMut(u64, u
                 Ok(h) => {
                     for l in locs {
                         if h.get(l.ordinal as usize) != Some(&l.blob) {
-                            r.errors.push(format!("pack {name}: its header and the index disagree on chunk {}", hex::encode(l.blob.id)));
+                            r.errors.push(format!(
+                                "pack {name}: its header and the index disagree on chunk {}",
+                                hex::encode(l.blob.id)
+                            ));
                         }
                     }
                 }
                 Err(e) => r.errors.push(e.to_string()),
             }
-            let blobs: Vec<(u32, pack::BlobEntry)> = locs.iter().map(|l| (l.ordinal, l.blob)).collect();
+            let blobs: Vec<(u32, pack::BlobEntry)> =
+                locs.iter().map(|l| (l.ordinal, l.blob)).collect();
             let sealed: Vec<Vec<u8>> = blobs
                 .iter()
                 .map(|(_, b)| {
                     let s = b.offset as usize;
-                    bytes.get(s..s + b.sealed_len as usize).map(|x| x.to_vec()).unwrap_or_default()
+                    bytes
+                        .get(s..s + b.sealed_len as usize)
+                        .map(|x| x.to_vec())
+                        .unwrap_or_default()
                 })
                 .collect();
             let opened = pack::open_blobs(repo, &name, &blobs, sealed)?;
             for ((_, b), o) in blobs.iter().zip(opened) {
                 r.chunks_read += 1;
                 if let Err(why) = o {
-                    r.errors.push(format!("pack {name}: chunk {} {why}", hex::encode(b.id)));
+                    r.errors
+                        .push(format!("pack {name}: chunk {} {why}", hex::encode(b.id)));
                     bad_chunks.insert(b.id, why);
                 }
             }
@@ -173,7 +191,8 @@ pub fn check(repo: &Repository, read_data: bool, progress: &mut dyn FnMut(u64, u
             }
             if let Some(w) = why {
                 let path = String::from_utf8_lossy(&e.path).into_owned();
-                r.errors.push(format!("snapshot {}: /{path}: {w}", &name[..8]));
+                r.errors
+                    .push(format!("snapshot {}: /{path}: {w}", &name[..8]));
                 r.affected.push((name.clone(), path));
             }
         }
@@ -184,7 +203,8 @@ pub fn check(repo: &Repository, read_data: bool, progress: &mut dyn FnMut(u64, u
 /// Removes all but the newest `keep_last` snapshots of each (host, paths)
 /// group; returns the names removed. Their data stays until `prune`.
 pub fn forget(repo: &Repository, keep_last: usize) -> Result<Vec<String>> {
-    let mut groups: BTreeMap<(Vec<u8>, Vec<Vec<u8>>), Vec<String>> = BTreeMap::new();
+    type Group = (Vec<u8>, Vec<Vec<u8>>);
+    let mut groups: BTreeMap<Group, Vec<String>> = BTreeMap::new();
     for (n, s) in snapshot::list(repo)? {
         groups.entry((s.hostname, s.paths)).or_default().push(n);
     }
@@ -231,7 +251,10 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
         }
         Ok(())
     })?;
-    let mut pack_sizes: HashMap<[u8; 32], u64> = old_files.iter().flat_map(|f| f.packs.iter().copied()).collect();
+    let mut pack_sizes: HashMap<[u8; 32], u64> = old_files
+        .iter()
+        .flat_map(|f| f.packs.iter().copied())
+        .collect();
     let mut keep: Vec<Location> = Vec::new();
     let mut delete: Vec<[u8; 32]> = Vec::new();
     let mut builder = PackBuilder::default();
@@ -249,15 +272,30 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
         }
         rep.packs_rewritten += 1;
         let name = hex::encode(p);
-        let live: Vec<(u32, pack::BlobEntry)> = locs.iter().filter(|l| used.contains(&l.blob.id)).map(|l| (l.ordinal, l.blob)).collect();
+        let live: Vec<(u32, pack::BlobEntry)> = locs
+            .iter()
+            .filter(|l| used.contains(&l.blob.id))
+            .map(|l| (l.ordinal, l.blob))
+            .collect();
         let sealed = live
             .iter()
-            .map(|(_, b)| repo.backend.get_range(Kind::Pack, &name, b.offset as u64, b.sealed_len as usize))
+            .map(|(_, b)| {
+                repo.backend
+                    .get_range(Kind::Pack, &name, b.offset as u64, b.sealed_len as usize)
+            })
             .collect::<Result<Vec<_>>>()?;
         let opened = pack::open_blobs(repo, &name, &live, sealed)?;
         for ((_, b), o) in live.iter().zip(opened) {
-            let data = o.map_err(|why| Error::corrupt(format!("chunk {} in pack {name}", hex::encode(b.id)), format!("{why}; prune stops (run check --read-data)")))?;
-            let (stored, flags) = match (b.flags & pack::FLAG_ZSTD != 0).then(|| pack::maybe_compress(&data)).flatten() {
+            let data = o.map_err(|why| {
+                Error::corrupt(
+                    format!("chunk {} in pack {name}", hex::encode(b.id)),
+                    format!("{why}; prune stops (run check --read-data)"),
+                )
+            })?;
+            let (stored, flags) = match (b.flags & pack::FLAG_ZSTD != 0)
+                .then(|| pack::maybe_compress(&data))
+                .flatten()
+            {
                 Some(c) => (c, pack::FLAG_ZSTD),
                 None => (data, 0),
             };
@@ -294,7 +332,13 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
     Ok(rep)
 }
 
-fn flush(repo: &Repository, b: &mut PackBuilder, written: &mut Vec<Location>, sizes: &mut HashMap<[u8; 32], u64>, rep: &mut PruneReport) -> Result<()> {
+fn flush(
+    repo: &Repository,
+    b: &mut PackBuilder,
+    written: &mut Vec<Location>,
+    sizes: &mut HashMap<[u8; 32], u64>,
+    rep: &mut PruneReport,
+) -> Result<()> {
     if b.is_empty() {
         return Ok(());
     }
@@ -303,7 +347,11 @@ fn flush(repo: &Repository, b: &mut PackBuilder, written: &mut Vec<Location>, si
     sizes.insert(pack, size);
     rep.packs_written += 1;
     for (i, e) in entries.into_iter().enumerate() {
-        written.push(Location { pack, ordinal: i as u32, blob: e });
+        written.push(Location {
+            pack,
+            ordinal: i as u32,
+            blob: e,
+        });
     }
     Ok(())
 }
@@ -325,7 +373,12 @@ pub struct DiffReport {
 }
 
 pub fn diff(a: &Snapshot, b: &Snapshot) -> DiffReport {
-    let chunks = |s: &Snapshot| -> HashMap<[u8; 32], u32> { s.entries.iter().flat_map(|e| e.chunks.iter().map(|c| (c.id, c.len))).collect() };
+    let chunks = |s: &Snapshot| -> HashMap<[u8; 32], u32> {
+        s.entries
+            .iter()
+            .flat_map(|e| e.chunks.iter().map(|c| (c.id, c.len)))
+            .collect()
+    };
     let (ca, cb) = (chunks(a), chunks(b));
     let mut r = DiffReport {
         bytes_a: a.entries.iter().map(|e| e.size).sum(),
@@ -339,9 +392,27 @@ pub fn diff(a: &Snapshot, b: &Snapshot) -> DiffReport {
             r.bytes_added += *len as u64;
         }
     }
-    r.bytes_removed = ca.iter().filter(|(id, _)| !cb.contains_key(*id)).map(|(_, l)| *l as u64).sum();
-    let map = |s: &Snapshot| -> BTreeMap<Vec<u8>, (EntryKind, Vec<[u8; 32]>, Vec<u8>, u32)> {
-        s.entries.iter().map(|e| (e.path.clone(), (e.kind, e.chunks.iter().map(|c| c.id).collect(), e.target.clone(), e.mode))).collect()
+    r.bytes_removed = ca
+        .iter()
+        .filter(|(id, _)| !cb.contains_key(*id))
+        .map(|(_, l)| *l as u64)
+        .sum();
+    type Shape = (EntryKind, Vec<[u8; 32]>, Vec<u8>, u32);
+    let map = |s: &Snapshot| -> BTreeMap<Vec<u8>, Shape> {
+        s.entries
+            .iter()
+            .map(|e| {
+                (
+                    e.path.clone(),
+                    (
+                        e.kind,
+                        e.chunks.iter().map(|c| c.id).collect(),
+                        e.target.clone(),
+                        e.mode,
+                    ),
+                )
+            })
+            .collect()
     };
     let (ma, mb) = (map(a), map(b));
     for (p, v) in &mb {

@@ -55,10 +55,13 @@ fn header_aad(pack_id: &[u8; 32]) -> Vec<u8> {
     a
 }
 
+/// A gathered chunk's id, raw length and flags.
+type BlobKey = ([u8; 32], u32, u8);
+
 /// Chunks gathered for one pack, not yet sealed.
 #[derive(Default)]
 pub struct PackBuilder {
-    blobs: Vec<(([u8; 32], u32, u8), Vec<u8>)>,
+    blobs: Vec<(BlobKey, Vec<u8>)>,
     bytes: usize,
 }
 
@@ -122,7 +125,13 @@ impl PackBuilder {
             put_u32(&mut header, e.raw_len);
             put_u8(&mut header, e.flags);
         }
-        let sealed = accel_jobs::seal_one(repo.accel(), &key, HEADER_NONCE, &header_aad(&pack_id), header)?;
+        let sealed = accel_jobs::seal_one(
+            repo.accel(),
+            &key,
+            HEADER_NONCE,
+            &header_aad(&pack_id),
+            header,
+        )?;
         out.extend_from_slice(&sealed);
         put_u32(&mut out, sealed.len() as u32);
         out.extend_from_slice(&PACK_MAGIC);
@@ -136,13 +145,17 @@ impl PackBuilder {
 /// ranged reads when `bytes` is `None`).
 pub fn read_header(repo: &Repository, name: &str, bytes: Option<&[u8]>) -> Result<Vec<BlobEntry>> {
     let what = || format!("pack {name}");
-    let pack_id = crate::repo::parse_id(name).ok_or_else(|| Error::corrupt(what(), "name is not a pack id"))?;
+    let pack_id = crate::repo::parse_id(name)
+        .ok_or_else(|| Error::corrupt(what(), "name is not a pack id"))?;
     let size = match bytes {
         Some(b) => b.len() as u64,
         None => repo.backend.size(Kind::Pack, name)?,
     };
     if size < TRAILER_LEN as u64 {
-        return Err(Error::corrupt(what(), format!("{size} bytes, shorter than its trailer (truncated)")));
+        return Err(Error::corrupt(
+            what(),
+            format!("{size} bytes, shorter than its trailer (truncated)"),
+        ));
     }
     let get = |off: u64, len: usize| -> Result<Vec<u8>> {
         match bytes {
@@ -152,17 +165,29 @@ pub fn read_header(repo: &Repository, name: &str, bytes: Option<&[u8]>) -> Resul
     };
     let trailer = get(size - TRAILER_LEN as u64, TRAILER_LEN)?;
     if trailer[4..] != PACK_MAGIC {
-        return Err(Error::corrupt(what(), "bad trailer magic (truncated or not a pack)"));
+        return Err(Error::corrupt(
+            what(),
+            "bad trailer magic (truncated or not a pack)",
+        ));
     }
     let hlen = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]) as u64;
     if hlen + TRAILER_LEN as u64 > size {
-        return Err(Error::corrupt(what(), "header length past the start of the pack"));
+        return Err(Error::corrupt(
+            what(),
+            "header length past the start of the pack",
+        ));
     }
     let hoff = size - TRAILER_LEN as u64 - hlen;
     let sealed = get(hoff, hlen as usize)?;
     let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
-    let header = accel_jobs::open_one(repo.accel(), &key, HEADER_NONCE, &header_aad(&pack_id), &sealed)?
-        .ok_or_else(|| Error::corrupt(what(), "header does not authenticate"))?;
+    let header = accel_jobs::open_one(
+        repo.accel(),
+        &key,
+        HEADER_NONCE,
+        &header_aad(&pack_id),
+        &sealed,
+    )?
+    .ok_or_else(|| Error::corrupt(what(), "header does not authenticate"))?;
     let bad = || Error::corrupt(what(), "malformed header");
     let mut d = Decoder::new(&header);
     let n = d.u32().ok_or_else(bad)? as usize;
@@ -194,9 +219,13 @@ pub fn open_blobs(
     blobs: &[(u32, BlobEntry)],
     mut sealed: Vec<Vec<u8>>,
 ) -> Result<Vec<std::result::Result<Vec<u8>, String>>> {
-    let pack_id = crate::repo::parse_id(pack).ok_or_else(|| Error::corrupt(format!("pack {pack}"), "bad name"))?;
+    let pack_id = crate::repo::parse_id(pack)
+        .ok_or_else(|| Error::corrupt(format!("pack {pack}"), "bad name"))?;
     let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
-    let aads: Vec<Vec<u8>> = blobs.iter().map(|(_, e)| blob_aad(&e.id, e.raw_len, e.flags)).collect();
+    let aads: Vec<Vec<u8>> = blobs
+        .iter()
+        .map(|(_, e)| blob_aad(&e.id, e.raw_len, e.flags))
+        .collect();
     let mut items = Vec::with_capacity(blobs.len());
     let mut short = vec![false; blobs.len()];
     for (k, ((i, _), (buf, aad))) in blobs.iter().zip(sealed.iter_mut().zip(&aads)).enumerate() {
@@ -238,7 +267,10 @@ pub fn open_blobs(
         }
     }
     // Every chunk's id is checked after opening it.
-    let ok_bufs: Vec<&[u8]> = plain.iter().filter_map(|p| p.as_ref().ok().map(|b| b.as_slice())).collect();
+    let ok_bufs: Vec<&[u8]> = plain
+        .iter()
+        .filter_map(|p| p.as_ref().ok().map(|b| b.as_slice()))
+        .collect();
     let ids = accel_jobs::keyed_digests(repo.accel(), &repo.keys.chunk_id, &ok_bufs)?;
     let mut ids = ids.into_iter();
     for (p, (_, e)) in plain.iter_mut().zip(blobs) {

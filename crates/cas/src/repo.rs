@@ -170,14 +170,15 @@ pub enum ObjectKind {
 impl Keys {
     fn new(data: &Aes256Key) -> Keys {
         let data = Zeroizing::new(*data.expose());
-        let chunk_id = accel_jobs::blake3_key(blake3::derive_key(
-            "gvault-cas v1 chunk id key",
-            &data[..],
-        ));
+        let chunk_id =
+            accel_jobs::blake3_key(blake3::derive_key("gvault-cas v1 chunk id key", &data[..]));
         Keys { data, chunk_id }
     }
     fn config_mac(&self, body: &[u8]) -> [u8; 32] {
-        let k = Zeroizing::new(blake3::derive_key("gvault-cas v1 config mac key", &self.data[..]));
+        let k = Zeroizing::new(blake3::derive_key(
+            "gvault-cas v1 config mac key",
+            &self.data[..],
+        ));
         *blake3::keyed_hash(&k, body).as_bytes()
     }
     /// The AES-256-GCM key of one object: derived from K and the object's
@@ -238,7 +239,12 @@ pub fn parse_id(name: &str) -> Option<[u8; 32]> {
 
 impl Repository {
     /// Creates a repository in `root` (which must be absent or empty).
-    pub fn init(root: &Path, enc: &Encryption, opts: InitOptions, accel: AccelBackend) -> Result<Repository> {
+    pub fn init(
+        root: &Path,
+        enc: &Encryption,
+        opts: InitOptions,
+        accel: AccelBackend,
+    ) -> Result<Repository> {
         opts.chunker.validate()?;
         if root.join(CONFIG_NAME).exists() {
             return Err(Error::InvalidArgument(format!(
@@ -312,7 +318,10 @@ impl Repository {
         let kd = keys_dir(root);
         let registry = Registry::load(&OsFs, &kd, enc, &*accel)?;
         let data = registry.keys.get(&config.key_id).ok_or_else(|| {
-            Error::corrupt("config", format!("names data key {} which keys/KEYS lacks", config.key_id))
+            Error::corrupt(
+                "config",
+                format!("names data key {} which keys/KEYS lacks", config.key_id),
+            )
         })?;
         let keys = Keys::new(data);
         let want = keys.config_mac(&bytes[..CONFIG_LEN - 32]);

@@ -33,12 +33,17 @@ pub struct RestoreSummary {
 }
 
 /// Fetches, opens and checks chunks; hands each plaintext to `out` in order.
-pub fn read_chunks(repo: &Repository, chunks: &[ChunkRef], out: &mut dyn FnMut(&ChunkRef, &[u8]) -> Result<()>) -> Result<()> {
+pub fn read_chunks(
+    repo: &Repository,
+    chunks: &[ChunkRef],
+    out: &mut dyn FnMut(&ChunkRef, &[u8]) -> Result<()>,
+) -> Result<()> {
     let mut start = 0;
     while start < chunks.len() {
         let mut end = start;
         let mut bytes = 0u64;
-        while end < chunks.len() && (end == start || bytes + chunks[end].len as u64 <= GROUP_BYTES) {
+        while end < chunks.len() && (end == start || bytes + chunks[end].len as u64 <= GROUP_BYTES)
+        {
             bytes += chunks[end].len as u64;
             end += 1;
         }
@@ -50,29 +55,44 @@ pub fn read_chunks(repo: &Repository, chunks: &[ChunkRef], out: &mut dyn FnMut(&
             if plain.contains_key(&c.id) {
                 continue;
             }
-            let loc = repo
-                .index
-                .lookup(repo, &c.id)?
-                .ok_or_else(|| Error::corrupt(format!("chunk {}", hex::encode(c.id)), "no index file names it (missing)"))?;
+            let loc = repo.index.lookup(repo, &c.id)?.ok_or_else(|| {
+                Error::corrupt(
+                    format!("chunk {}", hex::encode(c.id)),
+                    "no index file names it (missing)",
+                )
+            })?;
             plain.insert(c.id, Vec::new());
-            by_pack.entry(loc.pack).or_default().push((loc.ordinal, loc.blob));
+            by_pack
+                .entry(loc.pack)
+                .or_default()
+                .push((loc.ordinal, loc.blob));
         }
         for (p, blobs) in by_pack {
             let name = hex::encode(p);
             let mut sealed = Vec::with_capacity(blobs.len());
             for (_, b) in &blobs {
-                sealed.push(repo.backend.get_range(Kind::Pack, &name, b.offset as u64, b.sealed_len as usize)?);
+                sealed.push(repo.backend.get_range(
+                    Kind::Pack,
+                    &name,
+                    b.offset as u64,
+                    b.sealed_len as usize,
+                )?);
             }
             let opened = pack::open_blobs(repo, &name, &blobs, sealed)?;
             for ((_, b), r) in blobs.iter().zip(opened) {
-                let data = r.map_err(|why| Error::corrupt(format!("chunk {} in pack {name}", hex::encode(b.id)), why))?;
+                let data = r.map_err(|why| {
+                    Error::corrupt(format!("chunk {} in pack {name}", hex::encode(b.id)), why)
+                })?;
                 plain.insert(b.id, data);
             }
         }
         for c in group {
             let data = plain.get(&c.id).map(|v| v.as_slice()).unwrap_or_default();
             if data.len() != c.len as usize {
-                return Err(Error::corrupt(format!("chunk {}", hex::encode(c.id)), "length differs from the snapshot"));
+                return Err(Error::corrupt(
+                    format!("chunk {}", hex::encode(c.id)),
+                    "length differs from the snapshot",
+                ));
             }
             out(c, data)?;
         }
@@ -89,12 +109,19 @@ pub struct Pattern(Vec<u8>);
 
 impl Pattern {
     pub fn new(p: &str) -> Pattern {
-        Pattern(p.trim_start_matches('/').trim_end_matches('/').as_bytes().to_vec())
+        Pattern(
+            p.trim_start_matches('/')
+                .trim_end_matches('/')
+                .as_bytes()
+                .to_vec(),
+        )
     }
     fn matches_exact(p: &[u8], s: &[u8]) -> bool {
         match p.first() {
             None => s.is_empty(),
-            Some(b'*') if p.get(1) == Some(&b'*') => (0..=s.len()).any(|i| Self::matches_exact(&p[2..], &s[i..])),
+            Some(b'*') if p.get(1) == Some(&b'*') => {
+                (0..=s.len()).any(|i| Self::matches_exact(&p[2..], &s[i..]))
+            }
             Some(b'*') => (0..=s.len())
                 .take_while(|&i| i == 0 || s[i - 1] != b'/')
                 .any(|i| Self::matches_exact(&p[1..], &s[i..])),
@@ -117,7 +144,13 @@ fn fs_path(target: &Path, rel: &[u8]) -> Result<PathBuf> {
     let mut p = target.to_path_buf();
     for c in rel.split(|&b| b == b'/') {
         if c.is_empty() || c == b"." || c == b".." {
-            return Err(Error::corrupt("snapshot", format!("path {:?} has an unsafe component", String::from_utf8_lossy(rel))));
+            return Err(Error::corrupt(
+                "snapshot",
+                format!(
+                    "path {:?} has an unsafe component",
+                    String::from_utf8_lossy(rel)
+                ),
+            ));
         }
         p.push(OsStr::from_bytes(c));
     }
@@ -130,7 +163,11 @@ fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
         hex::encode(gvault_store::keys::random_bytes::<8>())
     ));
     let r = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp).ctx(|| format!("creating {}", tmp.display()))?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .ctx(|| format!("creating {}", tmp.display()))?;
         let sparse = e.flags & FLAG_SPARSE != 0;
         let mut pos = 0u64;
         read_chunks(repo, &e.chunks, &mut |_, data| {
@@ -138,13 +175,16 @@ fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
                 // Runs of zeros, a file-system block at a time, become holes.
                 for piece in data.chunks(HOLE_GRAIN) {
                     if piece.iter().all(|&b| b == 0) {
-                        f.seek(SeekFrom::Current(piece.len() as i64)).ctx(|| format!("seeking in {}", tmp.display()))?;
+                        f.seek(SeekFrom::Current(piece.len() as i64))
+                            .ctx(|| format!("seeking in {}", tmp.display()))?;
                     } else {
-                        f.write_all(piece).ctx(|| format!("writing {}", tmp.display()))?;
+                        f.write_all(piece)
+                            .ctx(|| format!("writing {}", tmp.display()))?;
                     }
                 }
             } else {
-                f.write_all(data).ctx(|| format!("writing {}", tmp.display()))?;
+                f.write_all(data)
+                    .ctx(|| format!("writing {}", tmp.display()))?;
             }
             pos += data.len() as u64;
             Ok(())
@@ -174,7 +214,9 @@ fn set_meta(e: &Entry, p: &Path, summary: &mut RestoreSummary) {
     }
     if e.kind != EntryKind::Symlink {
         if let Err(err) = fs::set_permissions(p, fs::Permissions::from_mode(e.mode & 0o7777)) {
-            summary.failed.push((p.display().to_string(), format!("setting its mode: {err}")));
+            summary
+                .failed
+                .push((p.display().to_string(), format!("setting its mode: {err}")));
         }
     }
     let ts = |t: i64| libc::timespec {
@@ -184,12 +226,23 @@ fn set_meta(e: &Entry, p: &Path, summary: &mut RestoreSummary) {
     let times = [ts(e.atime_ns), ts(e.mtime_ns)];
     // SAFETY: valid path and a two-element timespec array.
     unsafe {
-        libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW);
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        );
     }
 }
 
 /// Restores the entries of `snap` (those `include` selects) under `target`.
-pub fn restore(repo: &Repository, snap: &Snapshot, target: &Path, include: Option<&Pattern>, progress: &mut dyn FnMut(u64, u64)) -> Result<RestoreSummary> {
+pub fn restore(
+    repo: &Repository,
+    snap: &Snapshot,
+    target: &Path,
+    include: Option<&Pattern>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<RestoreSummary> {
     fs::create_dir_all(target).ctx(|| format!("creating {}", target.display()))?;
     let mut sum = RestoreSummary::default();
     let selected = |e: &Entry| include.is_none_or(|p| p.matches(&e.path));
@@ -204,7 +257,8 @@ pub fn restore(repo: &Repository, snap: &Snapshot, target: &Path, include: Optio
         let shown = dest.display().to_string();
         if let Some(parent) = dest.parent() {
             if let Err(err) = fs::create_dir_all(parent) {
-                sum.failed.push((shown, format!("creating its directory: {err}")));
+                sum.failed
+                    .push((shown, format!("creating its directory: {err}")));
                 continue;
             }
         }
@@ -212,7 +266,8 @@ pub fn restore(repo: &Repository, snap: &Snapshot, target: &Path, include: Optio
             EntryKind::Dir => {
                 match fs::create_dir(&dest) {
                     Ok(()) => {}
-                    Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
+                    Err(err)
+                        if err.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
                     Err(err) => {
                         sum.failed.push((shown, err.to_string()));
                         continue;
@@ -246,7 +301,8 @@ pub fn restore(repo: &Repository, snap: &Snapshot, target: &Path, include: Optio
                     // The file it links to was not selected: this path gets
                     // the contents itself and becomes the one later links use.
                     let Some(file) = snap.entries.get(e.link as usize) else {
-                        sum.failed.push((shown, "links to an entry the snapshot lacks".into()));
+                        sum.failed
+                            .push((shown, "links to an entry the snapshot lacks".into()));
                         continue;
                     };
                     match write_file(repo, file, &dest) {
@@ -278,21 +334,30 @@ pub fn restore(repo: &Repository, snap: &Snapshot, target: &Path, include: Optio
 
 /// Writes the contents of the file at `path` in `snap` to `out`.
 pub fn dump(repo: &Repository, snap: &Snapshot, path: &str, out: &mut dyn Write) -> Result<u64> {
-    let want = path.trim_start_matches('/').trim_end_matches('/').as_bytes();
+    let want = path
+        .trim_start_matches('/')
+        .trim_end_matches('/')
+        .as_bytes();
     let mut e = snap
         .entries
         .iter()
         .find(|e| e.path == want)
         .ok_or_else(|| Error::NotFound(format!("{path} is not in the snapshot")))?;
     if e.kind == EntryKind::HardLink {
-        e = snap.entries.get(e.link as usize).ok_or_else(|| Error::corrupt("snapshot", "bad hard link"))?;
+        e = snap
+            .entries
+            .get(e.link as usize)
+            .ok_or_else(|| Error::corrupt("snapshot", "bad hard link"))?;
     }
     if e.kind != EntryKind::File {
-        return Err(Error::InvalidArgument(format!("{path} is not a regular file")));
+        return Err(Error::InvalidArgument(format!(
+            "{path} is not a regular file"
+        )));
     }
     let mut n = 0u64;
     read_chunks(repo, &e.chunks, &mut |_, data| {
-        out.write_all(data).ctx(|| "writing the file out".to_string())?;
+        out.write_all(data)
+            .ctx(|| "writing the file out".to_string())?;
         n += data.len() as u64;
         Ok(())
     })?;

@@ -14,11 +14,24 @@ use gvault_store::keys::generate_key;
 use gvault_store::Encryption;
 use rand::{Rng, RngCore, SeedableRng};
 
-const SMALL_CDC: Chunker = Chunker::Cdc { min: 4096, avg: 16384, max: 65536 };
+const SMALL_CDC: Chunker = Chunker::Cdc {
+    min: 4096,
+    avg: 16384,
+    max: 65536,
+};
 
 fn init(dir: &Path, chunker: Chunker, compression: bool) -> (Repository, Encryption) {
     let enc = Encryption::with_key(generate_key());
-    let r = Repository::init(dir, &enc, InitOptions { chunker, compression }, cpu_backend()).unwrap();
+    let r = Repository::init(
+        dir,
+        &enc,
+        InitOptions {
+            chunker,
+            compression,
+        },
+        cpu_backend(),
+    )
+    .unwrap();
     (r, enc)
 }
 
@@ -70,17 +83,40 @@ enum Node {
 }
 
 /// Everything restore must reproduce, keyed by path; hard links as groups.
-fn describe(root: &Path) -> (BTreeMap<Vec<u8>, Node>, Vec<Vec<Vec<u8>>>) {
+///
+/// Each path's node, and the groups of paths that are hard links of each other.
+type Tree = (BTreeMap<Vec<u8>, Node>, Vec<Vec<Vec<u8>>>);
+
+fn describe(root: &Path) -> Tree {
     let mut out = BTreeMap::new();
     let mut inodes: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
-    fn walk(root: &Path, p: &Path, out: &mut BTreeMap<Vec<u8>, Node>, inodes: &mut BTreeMap<u64, Vec<Vec<u8>>>) {
+    fn walk(
+        root: &Path,
+        p: &Path,
+        out: &mut BTreeMap<Vec<u8>, Node>,
+        inodes: &mut BTreeMap<u64, Vec<Vec<u8>>>,
+    ) {
         for e in fs::read_dir(p).unwrap() {
             let e = e.unwrap();
             let path = e.path();
-            let rel = path.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
             let m = fs::symlink_metadata(&path).unwrap();
             if m.file_type().is_symlink() {
-                out.insert(rel, Node::Link(fs::read_link(&path).unwrap().as_os_str().as_bytes().to_vec()));
+                out.insert(
+                    rel,
+                    Node::Link(
+                        fs::read_link(&path)
+                            .unwrap()
+                            .as_os_str()
+                            .as_bytes()
+                            .to_vec(),
+                    ),
+                );
             } else if m.is_dir() {
                 out.insert(rel, Node::Dir(m.mode()));
                 walk(root, &path, out, inodes);
@@ -88,12 +124,21 @@ fn describe(root: &Path) -> (BTreeMap<Vec<u8>, Node>, Vec<Vec<Vec<u8>>>) {
                 if m.nlink() > 1 {
                     inodes.entry(m.ino()).or_default().push(rel.clone());
                 }
-                out.insert(rel, Node::File(m.mode(), fs::read(&path).unwrap(), m.mtime()));
+                out.insert(
+                    rel,
+                    Node::File(m.mode(), fs::read(&path).unwrap(), m.mtime()),
+                );
             }
         }
     }
     walk(root, root, &mut out, &mut inodes);
-    let mut groups: Vec<Vec<Vec<u8>>> = inodes.into_values().map(|mut v| { v.sort(); v }).collect();
+    let mut groups: Vec<Vec<Vec<u8>>> = inodes
+        .into_values()
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect();
     groups.sort();
     (out, groups)
 }
@@ -119,7 +164,11 @@ fn round_trip(chunker: Chunker, compression: bool) {
     // The sparse file stays sparse.
     let m = fs::metadata(restored_root(&target, &src).join("sparse")).unwrap();
     assert_eq!(m.len(), 64 << 20);
-    assert!(m.blocks() * 512 < 8 << 20, "restored sparse file uses {} blocks", m.blocks());
+    assert!(
+        m.blocks() * 512 < 8 << 20,
+        "restored sparse file uses {} blocks",
+        m.blocks()
+    );
     let c = gvault_cas::check(&repo, true, &mut |_, _| {}).unwrap();
     assert!(c.is_clean(), "{:?}", c.errors);
     assert!(c.chunks_read > 0);
@@ -162,12 +211,19 @@ fn second_backup_reads_only_changed_files_and_dedups() {
     fs::write(&big, &data).unwrap();
     let third = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).unwrap();
     assert_eq!(third.files_changed, 1);
-    assert!(third.bytes_new_raw < 200_000, "{} new bytes", third.bytes_new_raw);
+    assert!(
+        third.bytes_new_raw < 200_000,
+        "{} new bytes",
+        third.bytes_new_raw
+    );
     let a = gvault_cas::Snapshot::read(&repo, &first.snapshot).unwrap();
     let b = gvault_cas::Snapshot::read(&repo, &third.snapshot).unwrap();
     let diff = gvault_cas::diff(&a, &b);
     assert_eq!(diff.changed.len(), 1);
-    assert!(diff.bytes_shared > 3_000_000 && diff.bytes_added > 0 && diff.bytes_added < 200_000, "{diff:?}");
+    assert!(
+        diff.bytes_shared > 3_000_000 && diff.bytes_added > 0 && diff.bytes_added < 200_000,
+        "{diff:?}"
+    );
     // dump writes the one file.
     let mut out = Vec::new();
     let path = format!("{}/a/b/c/big", src.display());
@@ -184,7 +240,10 @@ fn stdin_backup_and_dump() {
     let s = gvault_cas::backup_reader(&repo, "db.sql", &mut &data[..], &mut |_| {}).unwrap();
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     let mut out = Vec::new();
-    assert_eq!(gvault_cas::dump(&repo, &snap, "db.sql", &mut out).unwrap(), data.len() as u64);
+    assert_eq!(
+        gvault_cas::dump(&repo, &snap, "db.sql", &mut out).unwrap(),
+        data.len() as u64
+    );
     assert_eq!(out, data);
 }
 
@@ -207,24 +266,46 @@ fn damage_is_found_and_named() {
     fs::write(&pack, &bad).unwrap();
     let repo = reopen(&root, &enc);
     let quick = gvault_cas::check(&repo, false, &mut |_, _| {}).unwrap();
-    assert!(quick.is_clean(), "a flipped byte keeps the size: {:?}", quick.errors);
+    assert!(
+        quick.is_clean(),
+        "a flipped byte keeps the size: {:?}",
+        quick.errors
+    );
     let c = gvault_cas::check(&repo, true, &mut |_, _| {}).unwrap();
     assert!(!c.is_clean());
     assert!(!c.affected.is_empty(), "{:?}", c.errors);
     let snaps = gvault_cas::snapshot::list(&repo).unwrap();
-    let r = gvault_cas::restore(&repo, &snaps[0].1, &d.path().join("out"), None, &mut |_, _| {}).unwrap();
+    let r = gvault_cas::restore(
+        &repo,
+        &snaps[0].1,
+        &d.path().join("out"),
+        None,
+        &mut |_, _| {},
+    )
+    .unwrap();
     assert!(!r.failed.is_empty());
     let failed: Vec<&String> = r.failed.iter().map(|f| &f.0).collect();
     for (_, p) in &c.affected {
-        assert!(failed.iter().any(|f| f.ends_with(p.as_str())), "{p} not reported by restore: {failed:?}");
+        assert!(
+            failed.iter().any(|f| f.ends_with(p.as_str())),
+            "{p} not reported by restore: {failed:?}"
+        );
     }
     // A truncated pack: found without reading data.
     fs::write(&pack, &orig[..orig.len() - 1]).unwrap();
     let c = gvault_cas::check(&reopen(&root, &enc), false, &mut |_, _| {}).unwrap();
-    assert!(c.errors.iter().any(|e| e.contains("truncated")), "{:?}", c.errors);
+    assert!(
+        c.errors.iter().any(|e| e.contains("truncated")),
+        "{:?}",
+        c.errors
+    );
     // Swapping two blobs' bytes inside a pack fails to authenticate.
     fs::write(&pack, &orig).unwrap();
-    assert!(gvault_cas::check(&reopen(&root, &enc), true, &mut |_, _| {}).unwrap().is_clean());
+    assert!(
+        gvault_cas::check(&reopen(&root, &enc), true, &mut |_, _| {})
+            .unwrap()
+            .is_clean()
+    );
     // A damaged index file or snapshot is refused with a clear error.
     let idx = repo.backend.list(gvault_cas::Kind::Index).unwrap();
     let ip = root.join("index").join(&idx[0]);
@@ -233,7 +314,9 @@ fn damage_is_found_and_named() {
     let n = b2.len();
     b2[n - 20] ^= 0x40;
     fs::write(&ip, &b2).unwrap();
-    let e = Repository::open(&root, Some(&enc), cpu_backend()).err().expect("damaged footer");
+    let e = Repository::open(&root, Some(&enc), cpu_backend())
+        .err()
+        .expect("damaged footer");
     assert!(e.to_string().contains("index file"), "{e}");
     fs::write(&ip, &ib).unwrap();
     let sp = root.join("snapshots").join(&snaps[0].0);
@@ -241,7 +324,11 @@ fn damage_is_found_and_named() {
     sb[3] ^= 1;
     fs::write(&sp, &sb).unwrap();
     let c = gvault_cas::check(&reopen(&root, &enc), false, &mut |_, _| {}).unwrap();
-    assert!(c.errors.iter().any(|e| e.contains("snapshot")), "{:?}", c.errors);
+    assert!(
+        c.errors.iter().any(|e| e.contains("snapshot")),
+        "{:?}",
+        c.errors
+    );
 }
 
 #[test]
@@ -250,7 +337,9 @@ fn wrong_key_missing_key_and_newer_format_are_clear_errors() {
     let root = d.path().join("repo");
     let (_, enc) = init(&root, SMALL_CDC, true);
     let wrong = Encryption::with_key(generate_key());
-    let e = Repository::open(&root, Some(&wrong), cpu_backend()).err().unwrap();
+    let e = Repository::open(&root, Some(&wrong), cpu_backend())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("wrong master key"), "{e}");
     let e = Repository::open(&root, None, cpu_backend()).err().unwrap();
     assert!(matches!(e, gvault_cas::Error::KeyRequired { .. }), "{e}");
@@ -258,14 +347,23 @@ fn wrong_key_missing_key_and_newer_format_are_clear_errors() {
     let mut b = fs::read(&cfg).unwrap();
     b[8] = 2; // version 2
     fs::write(&cfg, &b).unwrap();
-    let e = Repository::open(&root, Some(&enc), cpu_backend()).err().unwrap();
-    assert!(matches!(e, gvault_cas::Error::NewerFormat { found: 2, .. }), "{e}");
+    let e = Repository::open(&root, Some(&enc), cpu_backend())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, gvault_cas::Error::NewerFormat { found: 2, .. }),
+        "{e}"
+    );
     b[8] = 1;
     b[50] ^= 1; // chunker parameters: the MAC catches it
     fs::write(&cfg, &b).unwrap();
-    let e = Repository::open(&root, Some(&enc), cpu_backend()).err().unwrap();
+    let e = Repository::open(&root, Some(&enc), cpu_backend())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("MAC"), "{e}");
-    let e = Repository::open(&d.path().join("nothing"), Some(&enc), cpu_backend()).err().unwrap();
+    let e = Repository::open(&d.path().join("nothing"), Some(&enc), cpu_backend())
+        .err()
+        .unwrap();
     assert!(matches!(e, gvault_cas::Error::NotARepository { .. }), "{e}");
 }
 
@@ -290,7 +388,10 @@ fn forget_and_prune_free_space_and_keep_the_rest_whole() {
     assert!(p.chunks_removed > 0 && p.bytes_freed > 0, "{p:?}");
     let repo = reopen(&root, &enc);
     let after = gvault_cas::stats(&repo).unwrap();
-    assert!(after.unique_bytes + (2 << 20) <= before.unique_bytes + 65536, "{before:?} {after:?}");
+    assert!(
+        after.unique_bytes + (2 << 20) <= before.unique_bytes + 65536,
+        "{before:?} {after:?}"
+    );
     let c = gvault_cas::check(&repo, true, &mut |_, _| {}).unwrap();
     assert!(c.is_clean() && c.unindexed_packs.is_empty(), "{:?}", c);
     let snap = gvault_cas::Snapshot::read(&repo, &last.snapshot).unwrap();
@@ -313,7 +414,10 @@ fn include_restores_only_matching_entries() {
     let r = gvault_cas::restore(&repo, &snap, &target, Some(&pat), &mut |_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     let out = restored_root(&target, &src);
-    assert_eq!(fs::read(out.join("a/b/c/big")).unwrap(), fs::read(src.join("a/b/c/big")).unwrap());
+    assert_eq!(
+        fs::read(out.join("a/b/c/big")).unwrap(),
+        fs::read(src.join("a/b/c/big")).unwrap()
+    );
     assert!(!out.join("a/b/f1").exists());
     assert!(!out.join("sparse").exists());
 }
@@ -322,10 +426,18 @@ fn include_restores_only_matching_entries() {
 /// environment over and over until it is killed.
 #[test]
 fn kill_child_entry() {
-    let Ok(repo_dir) = std::env::var("GVAULT_CAS_KILL_REPO") else { return };
+    let Ok(repo_dir) = std::env::var("GVAULT_CAS_KILL_REPO") else {
+        return;
+    };
     let src = PathBuf::from(std::env::var("GVAULT_CAS_KILL_SRC").unwrap());
-    let key = gvault_store::keys::parse_hex_key(&std::env::var("GVAULT_CAS_KILL_KEY").unwrap()).unwrap();
-    let repo = Repository::open(Path::new(&repo_dir), Some(&Encryption::with_key(key)), cpu_backend()).unwrap();
+    let key =
+        gvault_store::keys::parse_hex_key(&std::env::var("GVAULT_CAS_KILL_KEY").unwrap()).unwrap();
+    let repo = Repository::open(
+        Path::new(&repo_dir),
+        Some(&Encryption::with_key(key)),
+        cpu_backend(),
+    )
+    .unwrap();
     let mut n = 0u64;
     loop {
         // A new file each round, so each backup writes new packs.
@@ -350,12 +462,26 @@ fn killed_backups_leave_a_consistent_repository() {
     let key = generate_key();
     let hex_key = hex::encode(key.expose());
     let enc = Encryption::with_key(key);
-    Repository::init(&root, &enc, InitOptions { chunker: SMALL_CDC, compression: true }, cpu_backend()).unwrap();
+    Repository::init(
+        &root,
+        &enc,
+        InitOptions {
+            chunker: SMALL_CDC,
+            compression: true,
+        },
+        cpu_backend(),
+    )
+    .unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut rng = rand::thread_rng();
     for round in 0..6 {
         let mut child = std::process::Command::new(&exe)
-            .args(["--exact", "kill_child_entry", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "kill_child_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("GVAULT_CAS_KILL_REPO", &root)
             .env("GVAULT_CAS_KILL_SRC", &src)
             .env("GVAULT_CAS_KILL_KEY", &hex_key)
@@ -403,13 +529,20 @@ fn include_of_a_hard_link_alone_restores_its_contents() {
     let s = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).unwrap();
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     // "a/b/f2" is found first (the walk sorts names), "hard" links to it.
-    let link = snap.entries.iter().find(|e| e.kind == gvault_cas::EntryKind::HardLink).unwrap();
+    let link = snap
+        .entries
+        .iter()
+        .find(|e| e.kind == gvault_cas::EntryKind::HardLink)
+        .unwrap();
     let pat = gvault_cas::Pattern::new(&String::from_utf8_lossy(&link.path));
     let target = d.path().join("out");
     let r = gvault_cas::restore(&repo, &snap, &target, Some(&pat), &mut |_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     let out = restored_root(&target, &src);
-    assert_eq!(fs::read(out.join("hard")).unwrap(), fs::read(src.join("hard")).unwrap());
+    assert_eq!(
+        fs::read(out.join("hard")).unwrap(),
+        fs::read(src.join("hard")).unwrap()
+    );
     assert!(!out.join("a").exists());
 }
 
@@ -431,7 +564,9 @@ fn concurrent_backups_are_safe() {
                 let (root, enc) = (&root, &enc);
                 sc.spawn(move || {
                     let repo = reopen(root, enc);
-                    gvault_cas::backup(&repo, std::slice::from_ref(s), &mut |_| {}).unwrap().snapshot
+                    gvault_cas::backup(&repo, std::slice::from_ref(s), &mut |_| {})
+                        .unwrap()
+                        .snapshot
                 })
             })
             .collect();
@@ -460,7 +595,13 @@ fn unreadable_files_are_reported_and_skipped() {
     let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, true);
     let mem = PathBuf::from("/proc/self/mem");
     let s = gvault_cas::backup(&repo, &[src.clone(), mem], &mut |_| {}).unwrap();
-    assert!(s.warnings.iter().any(|w| w.contains("/proc/self/mem") && w.ends_with("skipped")), "{:?}", s.warnings);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("/proc/self/mem") && w.ends_with("skipped")),
+        "{:?}",
+        s.warnings
+    );
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     assert!(!snap.entries.iter().any(|e| e.path == b"proc/self/mem"));
     let target = d.path().join("out");

@@ -278,7 +278,14 @@ fn execute(cmd: RepoCommand) -> CmdResult {
             max_size,
             block_size,
             no_compression,
-        } => init(&repo, &kdf, chunker, (min_size, avg_size, max_size), block_size, !no_compression),
+        } => init(
+            &repo,
+            &kdf,
+            chunker,
+            (min_size, avg_size, max_size),
+            block_size,
+            !no_compression,
+        ),
         RepoCommand::Backup { repo, paths, stdin } => backup(&repo, &paths, stdin.as_deref()),
         RepoCommand::Snapshots { repo } => {
             let r = repo.open()?;
@@ -301,7 +308,8 @@ fn execute(cmd: RepoCommand) -> CmdResult {
                 print_json(&json!({ "snapshots": v }))?;
             } else {
                 for (n, s) in &list {
-                    let paths: Vec<String> = s.paths.iter().map(|p| format!("/{}", lossy(p))).collect();
+                    let paths: Vec<String> =
+                        s.paths.iter().map(|p| format!("/{}", lossy(p))).collect();
                     println!(
                         "{}  {}  {}  {:>10}  {}",
                         &n[..16],
@@ -347,19 +355,38 @@ fn execute(cmd: RepoCommand) -> CmdResult {
                             .unwrap_or_default(),
                         _ => String::new(),
                     };
-                    println!("{:<8} {:>7o} {:>12} /{}{}", kind_name(e.kind), e.mode & 0o7777, e.size, lossy(&e.path), extra);
+                    println!(
+                        "{:<8} {:>7o} {:>12} /{}{}",
+                        kind_name(e.kind),
+                        e.mode & 0o7777,
+                        e.size,
+                        lossy(&e.path),
+                        extra
+                    );
                 }
             }
             Ok(0)
         }
-        RepoCommand::Restore { repo, snapshot, target, include } => {
+        RepoCommand::Restore {
+            repo,
+            snapshot,
+            target,
+            include,
+        } => {
             let r = repo.open()?;
             let name = gvault_cas::snapshot::resolve(&r, &snapshot)?;
             let s = gvault_cas::Snapshot::read(&r, &name)?;
             let pat = include.as_deref().map(gvault_cas::Pattern::new);
-            let total: u64 = s.entries.iter().filter(|e| pat.as_ref().is_none_or(|p| p.matches(&e.path))).map(|e| e.size).sum();
+            let total: u64 = s
+                .entries
+                .iter()
+                .filter(|e| pat.as_ref().is_none_or(|p| p.matches(&e.path)))
+                .map(|e| e.size)
+                .sum();
             let pb = crate::progress::bytes("restoring", Some(total));
-            let sum = gvault_cas::restore(&r, &s, &target, pat.as_ref(), &mut |_, b| pb.set_position(b))?;
+            let sum = gvault_cas::restore(&r, &s, &target, pat.as_ref(), &mut |_, b| {
+                pb.set_position(b)
+            })?;
             pb.finish_and_clear();
             for (p, why) in &sum.failed {
                 eprintln!("gvault: not restored: {p}: {why}");
@@ -378,12 +405,24 @@ fn execute(cmd: RepoCommand) -> CmdResult {
                     sum.links,
                     human(sum.bytes),
                     target.display(),
-                    if sum.failed.is_empty() { String::new() } else { format!("; {} could not be restored", sum.failed.len()) }
+                    if sum.failed.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {} could not be restored", sum.failed.len())
+                    }
                 );
             }
-            Ok(if sum.failed.is_empty() { 0 } else { EXIT_INCOMPLETE })
+            Ok(if sum.failed.is_empty() {
+                0
+            } else {
+                EXIT_INCOMPLETE
+            })
         }
-        RepoCommand::Dump { repo, snapshot, path } => {
+        RepoCommand::Dump {
+            repo,
+            snapshot,
+            path,
+        } => {
             let r = repo.open()?;
             let name = gvault_cas::snapshot::resolve(&r, &snapshot)?;
             let s = gvault_cas::Snapshot::read(&r, &name)?;
@@ -393,8 +432,14 @@ fn execute(cmd: RepoCommand) -> CmdResult {
         }
         RepoCommand::Diff { repo, a, b } => {
             let r = repo.open()?;
-            let (na, nb) = (gvault_cas::snapshot::resolve(&r, &a)?, gvault_cas::snapshot::resolve(&r, &b)?);
-            let d = gvault_cas::diff(&gvault_cas::Snapshot::read(&r, &na)?, &gvault_cas::Snapshot::read(&r, &nb)?);
+            let (na, nb) = (
+                gvault_cas::snapshot::resolve(&r, &a)?,
+                gvault_cas::snapshot::resolve(&r, &b)?,
+            );
+            let d = gvault_cas::diff(
+                &gvault_cas::Snapshot::read(&r, &na)?,
+                &gvault_cas::Snapshot::read(&r, &nb)?,
+            );
             if repo.json {
                 print_json(&json!({
                     "a": na, "b": nb, "bytes_a": d.bytes_a, "bytes_b": d.bytes_b,
@@ -415,7 +460,8 @@ fn execute(cmd: RepoCommand) -> CmdResult {
                     "shared {} of {} ({:.1}%), added {}, removed {}",
                     human(d.bytes_shared),
                     human(d.bytes_shared + d.bytes_added),
-                    100.0 * d.bytes_shared as f64 / ((d.bytes_shared + d.bytes_added).max(1)) as f64,
+                    100.0 * d.bytes_shared as f64
+                        / ((d.bytes_shared + d.bytes_added).max(1)) as f64,
                     human(d.bytes_added),
                     human(d.bytes_removed)
                 );
@@ -443,8 +489,20 @@ fn execute(cmd: RepoCommand) -> CmdResult {
                     c.snapshots,
                     c.index_files,
                     c.packs,
-                    if read_data { format!(", {} chunks read and verified", c.chunks_read) } else { String::new() },
-                    if c.is_clean() { "no damage found".to_string() } else { format!("{} problems, {} snapshot files affected", c.errors.len(), c.affected.len()) }
+                    if read_data {
+                        format!(", {} chunks read and verified", c.chunks_read)
+                    } else {
+                        String::new()
+                    },
+                    if c.is_clean() {
+                        "no damage found".to_string()
+                    } else {
+                        format!(
+                            "{} problems, {} snapshot files affected",
+                            c.errors.len(),
+                            c.affected.len()
+                        )
+                    }
                 );
                 if !c.unindexed_packs.is_empty() {
                     println!("{} packs no index names (an interrupted backup; the next backup reuses them, prune removes them)", c.unindexed_packs.len());
@@ -458,7 +516,10 @@ fn execute(cmd: RepoCommand) -> CmdResult {
             if repo.json {
                 print_json(&json!({ "removed": removed }))?;
             } else {
-                println!("removed {} snapshots (run `gvault repo prune` to free their data)", removed.len());
+                println!(
+                    "removed {} snapshots (run `gvault repo prune` to free their data)",
+                    removed.len()
+                );
             }
             Ok(0)
         }
@@ -498,9 +559,21 @@ fn execute(cmd: RepoCommand) -> CmdResult {
                 println!("snapshots      {}", s.snapshots);
                 println!("files          {}", s.files);
                 println!("logical bytes  {}", human(s.logical_bytes));
-                println!("unique bytes   {} in {} chunks", human(s.unique_bytes), s.chunks);
-                println!("stored bytes   {} in {} packs, {} index files", human(s.stored_bytes), s.packs, s.index_files);
-                println!("dedup ratio    {:.2}x", s.logical_bytes as f64 / s.unique_bytes.max(1) as f64);
+                println!(
+                    "unique bytes   {} in {} chunks",
+                    human(s.unique_bytes),
+                    s.chunks
+                );
+                println!(
+                    "stored bytes   {} in {} packs, {} index files",
+                    human(s.stored_bytes),
+                    s.packs,
+                    s.index_files
+                );
+                println!(
+                    "dedup ratio    {:.2}x",
+                    s.logical_bytes as f64 / s.unique_bytes.max(1) as f64
+                );
             }
             Ok(0)
         }
@@ -516,20 +589,45 @@ fn kind_name(k: gvault_cas::EntryKind) -> &'static str {
     }
 }
 
-fn init(repo: &RepoArgs, kdf: &KdfArgs, kind: ChunkerKind, cdc: (u32, u32, u32), block: u32, compression: bool) -> CmdResult {
+fn init(
+    repo: &RepoArgs,
+    kdf: &KdfArgs,
+    kind: ChunkerKind,
+    cdc: (u32, u32, u32),
+    block: u32,
+    compression: bool,
+) -> CmdResult {
     let dir = repo.path()?;
     let chunker = match kind {
-        ChunkerKind::Cdc => Chunker::Cdc { min: cdc.0, avg: cdc.1, max: cdc.2 },
+        ChunkerKind::Cdc => Chunker::Cdc {
+            min: cdc.0,
+            avg: cdc.1,
+            max: cdc.2,
+        },
         ChunkerKind::Fixed => Chunker::Fixed { size: block },
     };
     chunker.validate()?;
     let (enc, what, created) = keys::init_key(&dir, &repo.keys, kdf)?;
-    match Repository::init(&dir, &enc, InitOptions { chunker, compression }, repo.accel()?) {
+    match Repository::init(
+        &dir,
+        &enc,
+        InitOptions {
+            chunker,
+            compression,
+        },
+        repo.accel()?,
+    ) {
         Ok(r) => {
             if repo.json {
-                print_json(&json!({ "repo": dir, "id": hex::encode(r.config.repo_id), "key": what }))?;
+                print_json(
+                    &json!({ "repo": dir, "id": hex::encode(r.config.repo_id), "key": what }),
+                )?;
             } else {
-                println!("created repository {} ({}), key: {what}", dir.display(), chunker_text(&chunker));
+                println!(
+                    "created repository {} ({}), key: {what}",
+                    dir.display(),
+                    chunker_text(&chunker)
+                );
             }
             Ok(0)
         }
@@ -544,7 +642,12 @@ fn init(repo: &RepoArgs, kdf: &KdfArgs, kind: ChunkerKind, cdc: (u32, u32, u32),
 
 fn chunker_text(c: &Chunker) -> String {
     match c {
-        Chunker::Cdc { min, avg, max } => format!("FastCDC {} / {} / {}", human(*min as u64), human(*avg as u64), human(*max as u64)),
+        Chunker::Cdc { min, avg, max } => format!(
+            "FastCDC {} / {} / {}",
+            human(*min as u64),
+            human(*avg as u64),
+            human(*max as u64)
+        ),
         Chunker::Fixed { size } => format!("fixed {} blocks", human(*size as u64)),
     }
 }
@@ -558,7 +661,9 @@ fn backup(repo: &RepoArgs, paths: &[PathBuf], stdin: Option<&str>) -> CmdResult 
         pb.set_message(format!("backing up: {} files", p.files));
     };
     let sum = match stdin {
-        Some(name) => gvault_cas::backup_reader(&r, name, &mut std::io::stdin().lock(), &mut report)?,
+        Some(name) => {
+            gvault_cas::backup_reader(&r, name, &mut std::io::stdin().lock(), &mut report)?
+        }
         None => gvault_cas::backup(&r, paths, &mut report)?,
     };
     pb.finish_and_clear();
@@ -592,7 +697,17 @@ fn backup(repo: &RepoArgs, paths: &[PathBuf], stdin: Option<&str>) -> CmdResult 
             human(sum.bytes_new_raw)
         );
     }
-    Ok(if sum.warnings.iter().any(|w| w.ends_with("skipped") || w.contains("not backed up")) { EXIT_INCOMPLETE } else { 0 })
+    Ok(
+        if sum
+            .warnings
+            .iter()
+            .any(|w| w.ends_with("skipped") || w.contains("not backed up"))
+        {
+            EXIT_INCOMPLETE
+        } else {
+            0
+        },
+    )
 }
 
 #[allow(dead_code)]
