@@ -668,6 +668,7 @@ pub fn backup(
     } = walk;
     drop_entries(&mut entries, &dropped);
     let mut sum = w.finish()?;
+    _lock.check_held()?;
     let snap = Snapshot {
         time_ns: now_ns(),
         hostname: host,
@@ -758,6 +759,7 @@ pub fn backup_reader(
         chunks,
     };
     let mut sum = w.finish()?;
+    _lock.check_held()?;
     let snap = Snapshot {
         time_ns: now,
         hostname: crate::lock::hostname().into_bytes(),

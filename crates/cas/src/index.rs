@@ -104,6 +104,11 @@ type BlockKey = (String, usize);
 pub struct Index {
     files: RwLock<Vec<Arc<IndexFile>>>,
     cache: Mutex<HashMap<BlockKey, Arc<Vec<Location>>>>,
+    /// Index files whose footer could not be read (name, why): their chunks
+    /// are missing to lookups. `check` reports them; the next backup
+    /// re-indexes their packs from the pack headers, and `prune` replaces
+    /// them.
+    pub damaged: Vec<(String, String)>,
 }
 
 impl Index {
@@ -113,10 +118,13 @@ impl Index {
 
     /// Reads the footer of every index file.
     pub fn load(repo: &Repository) -> Result<Index> {
-        let idx = Index::empty();
+        let mut idx = Index::empty();
         for name in repo.backend.list(Kind::Index)? {
-            let f = read_footer(repo, &name)?;
-            idx.add(f);
+            match read_footer(repo, &name) {
+                Ok(f) => idx.add(f),
+                Err(e @ Error::Corrupt { .. }) => idx.damaged.push((name, e.to_string())),
+                Err(e) => return Err(e),
+            }
         }
         Ok(idx)
     }

@@ -194,6 +194,20 @@ fn conflicting(backend: &dyn Backend, own: &str, exclusive: bool) -> Result<Opti
     Ok(None)
 }
 
+impl Lock {
+    /// Fails when the lock object is gone: another process found it stale
+    /// (not refreshed in time) and removed it, so a prune may have run.
+    pub fn check_held(&self) -> Result<()> {
+        if self.backend.exists(Kind::Lock, &self.name)? {
+            Ok(())
+        } else {
+            Err(Error::Locked(
+                "this process's lock was removed as stale by another process; nothing was committed, run the command again".into(),
+            ))
+        }
+    }
+}
+
 impl Drop for Lock {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

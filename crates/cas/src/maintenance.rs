@@ -43,7 +43,9 @@ pub fn check(
     let mut bad_chunks: HashMap<[u8; 32], String> = HashMap::new();
     // Index files and packs.
     let files = repo.index.files();
-    r.index_files = files.len() as u64;
+    r.index_files = (files.len() + repo.index.damaged.len()) as u64;
+    r.errors
+        .extend(repo.index.damaged.iter().map(|(_, why)| why.clone()));
     let present: HashMap<String, u64> = repo
         .backend
         .list(Kind::Pack)?
@@ -255,6 +257,34 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
         .iter()
         .flat_map(|f| f.packs.iter().copied())
         .collect();
+    let indexed_packs = pack_sizes.len();
+    // Packs no readable index names (an interrupted backup, a damaged or
+    // lost index file) are judged by their own headers, so that a chunk a
+    // snapshot uses is never deleted for want of an index entry. A pack
+    // whose header cannot be read is left alone for `check` to report.
+    for n in repo.backend.list(Kind::Pack)? {
+        let Some(id) = crate::repo::parse_id(&n) else {
+            continue;
+        };
+        if pack_sizes.contains_key(&id) {
+            continue;
+        }
+        let Ok(entries) = pack::read_header(repo, &n, None) else {
+            continue;
+        };
+        pack_sizes.insert(id, repo.backend.size(Kind::Pack, &n)?);
+        let locs = by_pack.entry(id).or_default();
+        for (i, e) in entries.into_iter().enumerate() {
+            if seen.insert(e.id) {
+                locs.push(Location {
+                    pack: id,
+                    ordinal: i as u32,
+                    blob: e,
+                });
+            }
+        }
+    }
+    let unindexed = pack_sizes.len() > indexed_packs;
     let mut keep: Vec<Location> = Vec::new();
     let mut delete: Vec<[u8; 32]> = Vec::new();
     let mut builder = PackBuilder::default();
@@ -307,19 +337,14 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
     }
     flush(repo, &mut builder, &mut written, &mut pack_sizes, &mut rep)?;
     keep.extend(written);
-    // Packs no index names at all (from interrupted backups).
-    let indexed: HashSet<[u8; 32]> = pack_sizes.keys().copied().collect();
-    for n in repo.backend.list(Kind::Pack)? {
-        match crate::repo::parse_id(&n) {
-            Some(id) if indexed.contains(&id) => {}
-            Some(id) => delete.push(id),
-            None => {}
-        }
-    }
-    if !(delete.is_empty() && old_files.len() <= 1) {
+    if !delete.is_empty() || old_files.len() > 1 || unindexed || !repo.index.damaged.is_empty() {
         index::write_file(repo, keep, &pack_sizes)?;
-        for f in &old_files {
-            repo.backend.delete(Kind::Index, &f.name)?;
+        let old = old_files
+            .iter()
+            .map(|f| f.name.clone())
+            .chain(repo.index.damaged.iter().map(|d| d.0.clone()));
+        for name in old {
+            repo.backend.delete(Kind::Index, &name)?;
             rep.index_files_replaced += 1;
         }
     }

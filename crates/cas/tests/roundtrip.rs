@@ -314,11 +314,28 @@ fn damage_is_found_and_named() {
     let n = b2.len();
     b2[n - 20] ^= 0x40;
     fs::write(&ip, &b2).unwrap();
-    let e = Repository::open(&root, Some(&enc), cpu_backend())
-        .err()
-        .expect("damaged footer");
-    assert!(e.to_string().contains("index file"), "{e}");
-    fs::write(&ip, &ib).unwrap();
+    // The repository still opens; check names the index file and the
+    // files whose chunks only it located; prune re-indexes from the pack
+    // headers and replaces it.
+    let damaged = reopen(&root, &enc);
+    let c = gvault_cas::check(&damaged, false, &mut |_, _| {}).unwrap();
+    assert!(
+        c.errors.iter().any(|e| e.contains("index file")),
+        "{:?}",
+        c.errors
+    );
+    assert!(!c.affected.is_empty());
+    let p = gvault_cas::prune(&damaged).unwrap();
+    assert_eq!(p.chunks_removed, 0, "{p:?}");
+    let c = gvault_cas::check(&reopen(&root, &enc), true, &mut |_, _| {}).unwrap();
+    assert!(c.is_clean(), "{:?}", c.errors);
+    // A lost index file: prune keeps every pack a snapshot needs.
+    for n in repo.backend.list(gvault_cas::Kind::Index).unwrap() {
+        fs::remove_file(root.join("index").join(n)).unwrap();
+    }
+    gvault_cas::prune(&reopen(&root, &enc)).unwrap();
+    let c = gvault_cas::check(&reopen(&root, &enc), true, &mut |_, _| {}).unwrap();
+    assert!(c.is_clean() && c.chunks_read > 0, "{:?}", c.errors);
     let sp = root.join("snapshots").join(&snaps[0].0);
     let mut sb = fs::read(&sp).unwrap();
     sb[3] ^= 1;
