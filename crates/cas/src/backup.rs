@@ -17,6 +17,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rayon::prelude::*;
@@ -26,7 +27,7 @@ use crate::backend::Kind;
 use crate::error::{Error, Result};
 use crate::index::{self, Location};
 use crate::lock::Lock;
-use crate::pack::{self, PackBuilder, FLAG_ZSTD, PACK_TARGET};
+use crate::pack::{self, PackBuilder, SealedPack, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::{Chunker, Repository};
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 
@@ -72,9 +73,104 @@ pub struct Progress {
 
 pub type ProgressFn<'a> = &'a mut dyn FnMut(Progress);
 
+/// Packs sealed but not yet written go to this many writer threads, so
+/// that sealing and chunking go on while a pack is written and synced.
+const UPLOAD_THREADS: usize = 2;
+/// Sealed packs waiting for a writer thread (bounds memory: at most this
+/// many plus `UPLOAD_THREADS` packs are held).
+const UPLOAD_QUEUE: usize = 2;
+
+type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
+
+/// Writes sealed packs on background threads; results come back in any
+/// order, and a pack's chunks are indexed only once it is durable.
+struct Uploads {
+    tx: Option<std::sync::mpsc::SyncSender<SealedPack>>,
+    rx: std::sync::mpsc::Receiver<Uploaded>,
+    in_flight: usize,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Uploads {
+    fn new(backend: Arc<dyn crate::backend::Backend>) -> Uploads {
+        let (tx, work) = std::sync::mpsc::sync_channel::<SealedPack>(UPLOAD_QUEUE);
+        let (done, rx) = std::sync::mpsc::channel::<Uploaded>();
+        let work = Arc::new(Mutex::new(work));
+        let threads = (0..UPLOAD_THREADS)
+            .map(|_| {
+                let (work, done, backend) = (work.clone(), done.clone(), backend.clone());
+                std::thread::spawn(move || loop {
+                    let next = match work.lock() {
+                        Ok(w) => w.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(p) = next else { return };
+                    let r = backend
+                        .put(Kind::Pack, &p.name, &p.bytes)
+                        .map(|()| (p.name, p.bytes.len() as u64, p.entries));
+                    if done.send(r).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        Uploads {
+            tx: Some(tx),
+            rx,
+            in_flight: 0,
+            threads,
+        }
+    }
+
+    fn send(&mut self, p: SealedPack) -> Result<()> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| Error::Accel("pack writers stopped".into()))?;
+        tx.send(p)
+            .map_err(|_| Error::Accel("pack writer threads ended".into()))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Results ready now (`wait`: all of them).
+    fn collect(&mut self, wait: bool) -> Vec<Uploaded> {
+        let mut out = Vec::new();
+        while self.in_flight > 0 {
+            let r = if wait {
+                self.rx.recv().map_err(|_| ())
+            } else {
+                self.rx.try_recv().map_err(|_| ())
+            };
+            match r {
+                Ok(x) => {
+                    self.in_flight -= 1;
+                    out.push(x);
+                }
+                Err(()) if wait => {
+                    out.push(Err(Error::Accel("a pack writer thread ended".into())));
+                    self.in_flight = 0;
+                }
+                Err(()) => break,
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Uploads {
+    fn drop(&mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Chunks go through here: dedup, compression, packs, index entries.
 struct Writer<'r> {
     repo: &'r Repository,
+    uploads: Uploads,
     packer: PackBuilder,
     /// Ids written this session whose index file is not yet written.
     session: HashSet<[u8; 32]>,
@@ -87,6 +183,7 @@ impl<'r> Writer<'r> {
     fn new(repo: &'r Repository) -> Self {
         Writer {
             repo,
+            uploads: Uploads::new(repo.backend.clone()),
             packer: PackBuilder::default(),
             session: HashSet::new(),
             pending: Vec::new(),
@@ -145,25 +242,39 @@ impl<'r> Writer<'r> {
             return Ok(());
         }
         let p = std::mem::take(&mut self.packer);
-        let (name, size, entries) = p.write(self.repo)?;
-        let pack = crate::repo::parse_id(&name).unwrap_or_default();
-        self.pack_sizes.insert(pack, size);
-        self.sum.bytes_added += size;
-        self.sum.packs_written += 1;
-        for (i, e) in entries.into_iter().enumerate() {
-            self.pending.push(Location {
-                pack,
-                ordinal: i as u32,
-                blob: e,
-            });
-        }
+        let sealed = p.seal(self.repo)?;
+        self.uploads.send(sealed)?;
+        let done = self.uploads.collect(false);
+        self.written(done)?;
         if self.pending.len() >= INDEX_FLUSH {
             self.flush_index()?;
         }
         Ok(())
     }
 
+    /// Records packs that are now durable.
+    fn written(&mut self, done: Vec<Uploaded>) -> Result<()> {
+        for r in done {
+            let (name, size, entries) = r?;
+            let pack = crate::repo::parse_id(&name).unwrap_or_default();
+            self.pack_sizes.insert(pack, size);
+            self.sum.bytes_added += size;
+            self.sum.packs_written += 1;
+            for (i, e) in entries.into_iter().enumerate() {
+                self.pending.push(Location {
+                    pack,
+                    ordinal: i as u32,
+                    blob: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn flush_index(&mut self) -> Result<()> {
+        // Every pack sent is durable before an index names any of it.
+        let done = self.uploads.collect(true);
+        self.written(done)?;
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -171,7 +282,8 @@ impl<'r> Writer<'r> {
         let f = index::write_file(self.repo, entries, &self.pack_sizes)?;
         self.sum.bytes_added += self.repo.backend.size(Kind::Index, &f.name)?;
         self.repo.index.add(f);
-        // Ids still in the packer stay in the session set.
+        // Ids still in the packer stay in the session set (every sent
+        // pack is written and indexed now).
         self.session.clear();
         for id in self.packer_ids() {
             self.session.insert(id);

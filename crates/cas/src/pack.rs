@@ -83,6 +83,14 @@ impl PackBuilder {
     /// Seals every blob in one accel job, writes the pack, and returns its
     /// name, its length and its entries.
     pub fn write(self, repo: &Repository) -> Result<(String, u64, Vec<BlobEntry>)> {
+        let sealed = self.seal(repo)?;
+        repo.backend.put(Kind::Pack, &sealed.name, &sealed.bytes)?;
+        Ok((sealed.name, sealed.bytes.len() as u64, sealed.entries))
+    }
+
+    /// Seals every blob in one accel job and lays out the pack's bytes,
+    /// without writing them.
+    pub fn seal(self, repo: &Repository) -> Result<SealedPack> {
         let pack_id = crate::repo::new_id();
         let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
         let mut blobs = self.blobs;
@@ -135,10 +143,19 @@ impl PackBuilder {
         out.extend_from_slice(&sealed);
         put_u32(&mut out, sealed.len() as u32);
         out.extend_from_slice(&PACK_MAGIC);
-        let name = hex::encode(pack_id);
-        repo.backend.put(Kind::Pack, &name, &out)?;
-        Ok((name, out.len() as u64, entries))
+        Ok(SealedPack {
+            name: hex::encode(pack_id),
+            bytes: out,
+            entries,
+        })
     }
+}
+
+/// A pack ready to be written.
+pub struct SealedPack {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub entries: Vec<BlobEntry>,
 }
 
 /// Reads and opens a pack's header (from the whole pack's bytes, or by
