@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -440,7 +439,9 @@ fn include_restores_only_matching_entries() {
 }
 
 /// The child side of the kill test: backs up the tree named by the
-/// environment over and over until it is killed.
+/// environment over and over until it is killed; with
+/// `GVAULT_CAS_KILL_PRUNE`, forgets all but the newest snapshot and prunes
+/// after each backup.
 #[test]
 fn kill_child_entry() {
     let Ok(repo_dir) = std::env::var("GVAULT_CAS_KILL_REPO") else {
@@ -449,25 +450,25 @@ fn kill_child_entry() {
     let src = PathBuf::from(std::env::var("GVAULT_CAS_KILL_SRC").unwrap());
     let key =
         gvault_store::keys::parse_hex_key(&std::env::var("GVAULT_CAS_KILL_KEY").unwrap()).unwrap();
-    let repo = Repository::open(
-        Path::new(&repo_dir),
-        Some(&Encryption::with_key(key)),
-        cpu_backend(),
-    )
-    .unwrap();
-    let mut n = 0u64;
-    loop {
+    let enc = Encryption::with_key(key);
+    let prune = std::env::var_os("GVAULT_CAS_KILL_PRUNE").is_some();
+    for n in 0u64.. {
         // A new file each round, so each backup writes new packs.
         let mut data = vec![0u8; 3 << 20];
         rand::thread_rng().fill_bytes(&mut data);
         fs::write(src.join(format!("round{n}")), &data).unwrap();
+        let repo = reopen(Path::new(&repo_dir), &enc);
         gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).unwrap();
-        n += 1;
-        let _ = std::io::stdout().flush();
+        if prune {
+            fs::remove_file(src.join(format!("round{n}"))).unwrap();
+            gvault_cas::forget(&repo, 1).unwrap();
+            gvault_cas::prune(&reopen(Path::new(&repo_dir), &enc)).unwrap();
+        }
     }
 }
 
-/// kill -9 a backup at random moments: every snapshot left restores whole,
+/// kill -9 a backup (and, every other round, a forget + prune) at random
+/// moments: every snapshot left restores whole,
 /// `check --read-data` is clean, the next backup adopts the orphan packs,
 /// and prune removes what nothing uses.
 #[test]
@@ -491,8 +492,12 @@ fn killed_backups_leave_a_consistent_repository() {
     .unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut rng = rand::thread_rng();
-    for round in 0..6 {
-        let mut child = std::process::Command::new(&exe)
+    for round in 0..8 {
+        let mut cmd = std::process::Command::new(&exe);
+        if round % 2 == 1 {
+            cmd.env("GVAULT_CAS_KILL_PRUNE", "1");
+        }
+        let mut child = cmd
             .args([
                 "--exact",
                 "kill_child_entry",
@@ -506,7 +511,7 @@ fn killed_backups_leave_a_consistent_repository() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(rng.gen_range(100..1500)));
+        std::thread::sleep(std::time::Duration::from_millis(rng.gen_range(100..2500)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         // The dead child's lock is stale (its pid no longer runs).
