@@ -39,6 +39,7 @@ pub fn check(
     read_data: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<CheckReport> {
+    let _lock = Lock::shared(repo.backend.clone())?;
     let mut r = CheckReport::default();
     let mut bad_chunks: HashMap<[u8; 32], String> = HashMap::new();
     // Index files and packs.

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use crate::backend::Kind;
 use crate::error::{Error, IoContext, Result};
+use crate::lock::Lock;
 use crate::pack;
 use crate::repo::Repository;
 use crate::snapshot::{ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
@@ -243,6 +244,8 @@ pub fn restore(
     include: Option<&Pattern>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<RestoreSummary> {
+    // Shared: a prune (exclusive) cannot delete packs while they are read.
+    let _lock = Lock::shared(repo.backend.clone())?;
     fs::create_dir_all(target).ctx(|| format!("creating {}", target.display()))?;
     let mut sum = RestoreSummary::default();
     let selected = |e: &Entry| include.is_none_or(|p| p.matches(&e.path));
@@ -354,6 +357,7 @@ pub fn dump(repo: &Repository, snap: &Snapshot, path: &str, out: &mut dyn Write)
             "{path} is not a regular file"
         )));
     }
+    let _lock = Lock::shared(repo.backend.clone())?;
     let mut n = 0u64;
     read_chunks(repo, &e.chunks, &mut |_, data| {
         out.write_all(data)

@@ -398,6 +398,14 @@ fn forget_and_prune_free_space_and_keep_the_rest_whole() {
     fs::remove_file(src.join("junk")).unwrap();
     let last = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).unwrap();
     let before = gvault_cas::stats(&repo).unwrap();
+    // While a backup (or restore, or check) holds a shared lock, prune
+    // refuses to run.
+    let held = gvault_cas::lock::Lock::shared(repo.backend.clone()).unwrap();
+    let e = gvault_cas::prune(&reopen(&root, &enc))
+        .err()
+        .expect("locked");
+    assert!(matches!(e, gvault_cas::Error::Locked(_)), "{e}");
+    drop(held);
     let removed = gvault_cas::forget(&repo, 1).unwrap();
     assert_eq!(removed.len(), 2);
     let p = gvault_cas::prune(&reopen(&root, &enc)).unwrap();
