@@ -11,6 +11,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use std::sync::atomic::Ordering;
+
+use rayon::prelude::*;
+
 use crate::backend::Kind;
 use crate::error::{Error, IoContext, Result};
 use crate::lock::Lock;
@@ -19,7 +23,7 @@ use crate::repo::Repository;
 use crate::snapshot::{ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 
 /// Chunks fetched and opened together (one accel job per pack in a group).
-const GROUP_BYTES: u64 = 64 << 20;
+const GROUP_BYTES: u64 = 32 << 20;
 /// In a sparse file, zero runs of this many bytes (aligned) are left as holes.
 const HOLE_GRAIN: usize = 4096;
 
@@ -202,22 +206,19 @@ fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
     r
 }
 
-fn set_meta(e: &Entry, p: &Path, summary: &mut RestoreSummary) {
-    let c = match std::ffi::CString::new(p.as_os_str().as_bytes()) {
-        Ok(c) => c,
-        Err(_) => return,
-    };
+/// Sets owner (where permitted), mode and times; returns a failure to report.
+fn set_meta(e: &Entry, p: &Path) -> Option<(String, String)> {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
     // SAFETY: c is a valid C string; lchown on a path does not follow links.
+    // Owners are kept when the restorer may set them (root); others keep
+    // their own, so its failure is not reported.
     unsafe {
-        // Owners are kept when the restorer may set them (root); others
-        // keep their own.
         let _ = libc::lchown(c.as_ptr(), e.uid, e.gid);
     }
+    let mut failure = None;
     if e.kind != EntryKind::Symlink {
         if let Err(err) = fs::set_permissions(p, fs::Permissions::from_mode(e.mode & 0o7777)) {
-            summary
-                .failed
-                .push((p.display().to_string(), format!("setting its mode: {err}")));
+            failure = Some((p.display().to_string(), format!("setting its mode: {err}")));
         }
     }
     let ts = |t: i64| libc::timespec {
@@ -234,66 +235,103 @@ fn set_meta(e: &Entry, p: &Path, summary: &mut RestoreSummary) {
             libc::AT_SYMLINK_NOFOLLOW,
         );
     }
+    failure
 }
 
-/// Restores the entries of `snap` (those `include` selects) under `target`.
+/// Restores the entries of `snap` (those `include` selects) under `target`:
+/// directories first, then files in parallel (each chunk's id checked),
+/// then symlinks and hard links, then the directories' metadata.
 pub fn restore(
     repo: &Repository,
     snap: &Snapshot,
     target: &Path,
     include: Option<&Pattern>,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<RestoreSummary> {
     // Shared: a prune (exclusive) cannot delete packs while they are read.
     let _lock = Lock::shared(repo.backend.clone())?;
     fs::create_dir_all(target).ctx(|| format!("creating {}", target.display()))?;
     let mut sum = RestoreSummary::default();
-    let selected = |e: &Entry| include.is_none_or(|p| p.matches(&e.path));
-    let mut dirs: Vec<(&Entry, PathBuf)> = Vec::new();
-    let mut restored: HashMap<usize, PathBuf> = HashMap::new();
+    // Directories on the way to a selected entry are made as needed.
+    let mut chosen: Vec<(usize, &Entry, PathBuf)> = Vec::new();
     for (i, e) in snap.entries.iter().enumerate() {
-        // Directories on the way to a selected entry are made as needed.
-        if !selected(e) {
+        if include.is_none_or(|p| p.matches(&e.path)) {
+            chosen.push((i, e, fs_path(target, &e.path)?));
+        }
+    }
+    let mut dirs: Vec<(&Entry, &PathBuf)> = Vec::new();
+    let mut ready = vec![true; chosen.len()];
+    for (k, (_, e, dest)) in chosen.iter().enumerate() {
+        let made = match e.kind {
+            EntryKind::Dir => fs::create_dir_all(dest),
+            _ => dest.parent().map_or(Ok(()), fs::create_dir_all),
+        };
+        if let Err(err) = made {
+            sum.failed.push((
+                dest.display().to_string(),
+                format!("creating directory: {err}"),
+            ));
+            ready[k] = false;
+        } else if e.kind == EntryKind::Dir {
+            dirs.push((e, dest));
+            sum.dirs += 1;
+        }
+    }
+    // Files, in parallel; each holds at most one group of chunks.
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let bytes = std::sync::atomic::AtomicU64::new(0);
+    let results: Vec<(
+        usize,
+        std::result::Result<u64, String>,
+        Option<(String, String)>,
+    )> = chosen
+        .par_iter()
+        .zip(ready.par_iter())
+        .filter(|((_, e, _), ok)| **ok && e.kind == EntryKind::File)
+        .map(|((i, e, dest), _)| match write_file(repo, e, dest) {
+            Ok(n) => {
+                let meta = set_meta(e, dest);
+                let f = done.fetch_add(1, Ordering::Relaxed) + 1;
+                let b = bytes.fetch_add(n, Ordering::Relaxed) + n;
+                progress(f, b);
+                (*i, Ok(n), meta)
+            }
+            Err(err) => (*i, Err(err.to_string()), None),
+        })
+        .collect();
+    let mut restored: HashMap<usize, PathBuf> = HashMap::new();
+    let dest_of: HashMap<usize, &PathBuf> = chosen.iter().map(|(i, _, d)| (*i, d)).collect();
+    for (i, r, meta) in results {
+        match r {
+            Ok(n) => {
+                sum.files += 1;
+                sum.bytes += n;
+                if let Some(d) = dest_of.get(&i) {
+                    restored.insert(i, (*d).clone());
+                }
+            }
+            Err(why) => {
+                let shown = dest_of
+                    .get(&i)
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default();
+                sum.failed.push((shown, why));
+            }
+        }
+        sum.failed.extend(meta);
+    }
+    for (k, (_, e, dest)) in chosen.iter().enumerate() {
+        if !ready[k] {
             continue;
         }
-        let dest = fs_path(target, &e.path)?;
         let shown = dest.display().to_string();
-        if let Some(parent) = dest.parent() {
-            if let Err(err) = fs::create_dir_all(parent) {
-                sum.failed
-                    .push((shown, format!("creating its directory: {err}")));
-                continue;
-            }
-        }
         match e.kind {
-            EntryKind::Dir => {
-                match fs::create_dir(&dest) {
-                    Ok(()) => {}
-                    Err(err)
-                        if err.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
-                    Err(err) => {
-                        sum.failed.push((shown, err.to_string()));
-                        continue;
-                    }
-                }
-                dirs.push((e, dest));
-                sum.dirs += 1;
-            }
-            EntryKind::File => match write_file(repo, e, &dest) {
-                Ok(n) => {
-                    sum.files += 1;
-                    sum.bytes += n;
-                    set_meta(e, &dest, &mut sum);
-                    restored.insert(i, dest);
-                    progress(sum.files, sum.bytes);
-                }
-                Err(err) => sum.failed.push((shown, err.to_string())),
-            },
+            EntryKind::Dir | EntryKind::File => {}
             EntryKind::Symlink => {
-                let _ = fs::remove_file(&dest);
-                match std::os::unix::fs::symlink(OsStr::from_bytes(&e.target), &dest) {
+                let _ = fs::remove_file(dest);
+                match std::os::unix::fs::symlink(OsStr::from_bytes(&e.target), dest) {
                     Ok(()) => {
-                        set_meta(e, &dest, &mut sum);
+                        sum.failed.extend(set_meta(e, dest));
                         sum.links += 1;
                     }
                     Err(err) => sum.failed.push((shown, err.to_string())),
@@ -308,19 +346,19 @@ pub fn restore(
                             .push((shown, "links to an entry the snapshot lacks".into()));
                         continue;
                     };
-                    match write_file(repo, file, &dest) {
+                    match write_file(repo, file, dest) {
                         Ok(n) => {
                             sum.files += 1;
                             sum.bytes += n;
-                            set_meta(file, &dest, &mut sum);
-                            restored.insert(e.link as usize, dest);
+                            sum.failed.extend(set_meta(file, dest));
+                            restored.insert(e.link as usize, dest.clone());
                         }
                         Err(err) => sum.failed.push((shown, err.to_string())),
                     }
                     continue;
                 };
-                let _ = fs::remove_file(&dest);
-                match fs::hard_link(&first, &dest) {
+                let _ = fs::remove_file(dest);
+                match fs::hard_link(&first, dest) {
                     Ok(()) => sum.links += 1,
                     Err(err) => sum.failed.push((shown, err.to_string())),
                 }
@@ -330,7 +368,7 @@ pub fn restore(
     // Directories last, deepest first, so that writing into them does not
     // change their times after they were set.
     for (e, p) in dirs.iter().rev() {
-        set_meta(e, p, &mut sum);
+        sum.failed.extend(set_meta(e, p));
     }
     Ok(sum)
 }

@@ -157,7 +157,7 @@ fn round_trip(chunker: Chunker, compression: bool) {
     let repo = reopen(&d.path().join("repo"), &enc);
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     let target = d.path().join("out");
-    let r = gvault_cas::restore(&repo, &snap, &target, None, &mut |_, _| {}).unwrap();
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     assert_eq!(describe(&src), describe(&restored_root(&target, &src)));
     // The sparse file stays sparse.
@@ -274,14 +274,8 @@ fn damage_is_found_and_named() {
     assert!(!c.is_clean());
     assert!(!c.affected.is_empty(), "{:?}", c.errors);
     let snaps = gvault_cas::snapshot::list(&repo).unwrap();
-    let r = gvault_cas::restore(
-        &repo,
-        &snaps[0].1,
-        &d.path().join("out"),
-        None,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let r =
+        gvault_cas::restore(&repo, &snaps[0].1, &d.path().join("out"), None, &|_, _| {}).unwrap();
     assert!(!r.failed.is_empty());
     let failed: Vec<&String> = r.failed.iter().map(|f| &f.0).collect();
     for (_, p) in &c.affected {
@@ -420,7 +414,7 @@ fn forget_and_prune_free_space_and_keep_the_rest_whole() {
     assert!(c.is_clean() && c.unindexed_packs.is_empty(), "{:?}", c);
     let snap = gvault_cas::Snapshot::read(&repo, &last.snapshot).unwrap();
     let target = d.path().join("out");
-    let r = gvault_cas::restore(&repo, &snap, &target, None, &mut |_, _| {}).unwrap();
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     assert_eq!(describe(&src), describe(&restored_root(&target, &src)));
 }
@@ -435,7 +429,7 @@ fn include_restores_only_matching_entries() {
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     let target = d.path().join("out");
     let pat = gvault_cas::Pattern::new(&format!("{}/a/b/c", src.display()));
-    let r = gvault_cas::restore(&repo, &snap, &target, Some(&pat), &mut |_, _| {}).unwrap();
+    let r = gvault_cas::restore(&repo, &snap, &target, Some(&pat), &|_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     let out = restored_root(&target, &src);
     assert_eq!(
@@ -528,7 +522,7 @@ fn killed_backups_leave_a_consistent_repository() {
         assert!(c.is_clean(), "round {round}: {:?}", c.errors);
         for (name, snap) in gvault_cas::snapshot::list(&repo).unwrap() {
             let out = d.path().join(format!("out-{round}-{}", &name[..8]));
-            let r = gvault_cas::restore(&repo, &snap, &out, None, &mut |_, _| {}).unwrap();
+            let r = gvault_cas::restore(&repo, &snap, &out, None, &|_, _| {}).unwrap();
             assert!(r.failed.is_empty(), "round {round}: {:?}", r.failed);
             fs::remove_dir_all(&out).unwrap();
         }
@@ -545,7 +539,7 @@ fn killed_backups_leave_a_consistent_repository() {
     assert!(c.is_clean() && c.unindexed_packs.is_empty(), "{c:?}");
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     let out = d.path().join("final");
-    let r = gvault_cas::restore(&repo, &snap, &out, None, &mut |_, _| {}).unwrap();
+    let r = gvault_cas::restore(&repo, &snap, &out, None, &|_, _| {}).unwrap();
     assert!(r.failed.is_empty());
     assert_eq!(describe(&src), describe(&restored_root(&out, &src)));
 }
@@ -566,7 +560,7 @@ fn include_of_a_hard_link_alone_restores_its_contents() {
         .unwrap();
     let pat = gvault_cas::Pattern::new(&String::from_utf8_lossy(&link.path));
     let target = d.path().join("out");
-    let r = gvault_cas::restore(&repo, &snap, &target, Some(&pat), &mut |_, _| {}).unwrap();
+    let r = gvault_cas::restore(&repo, &snap, &target, Some(&pat), &|_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     let out = restored_root(&target, &src);
     assert_eq!(
@@ -608,7 +602,7 @@ fn concurrent_backups_are_safe() {
     for (name, src) in names.iter().zip(&srcs) {
         let snap = gvault_cas::Snapshot::read(&repo, name).unwrap();
         let out = d.path().join(format!("out-{}", &name[..8]));
-        let r = gvault_cas::restore(&repo, &snap, &out, None, &mut |_, _| {}).unwrap();
+        let r = gvault_cas::restore(&repo, &snap, &out, None, &|_, _| {}).unwrap();
         assert!(r.failed.is_empty(), "{:?}", r.failed);
         assert_eq!(describe(src), describe(&restored_root(&out, src)));
     }
@@ -635,7 +629,7 @@ fn unreadable_files_are_reported_and_skipped() {
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     assert!(!snap.entries.iter().any(|e| e.path == b"proc/self/mem"));
     let target = d.path().join("out");
-    let r = gvault_cas::restore(&repo, &snap, &target, None, &mut |_, _| {}).unwrap();
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     assert_eq!(describe(&src), describe(&restored_root(&target, &src)));
 }

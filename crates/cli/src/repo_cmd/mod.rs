@@ -384,9 +384,8 @@ fn execute(cmd: RepoCommand) -> CmdResult {
                 .map(|e| e.size)
                 .sum();
             let pb = crate::progress::bytes("restoring", Some(total));
-            let sum = gvault_cas::restore(&r, &s, &target, pat.as_ref(), &mut |_, b| {
-                pb.set_position(b)
-            })?;
+            let sum =
+                gvault_cas::restore(&r, &s, &target, pat.as_ref(), &|_, b| pb.set_position(b))?;
             pb.finish_and_clear();
             for (p, why) in &sum.failed {
                 eprintln!("gvault: not restored: {p}: {why}");
