@@ -22,6 +22,14 @@ use crate::pack;
 use crate::repo::Repository;
 use crate::snapshot::{ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 
+/// A file restored in parallel: its entry index, its bytes or why it
+/// failed, and a metadata failure to report.
+type FileResult = (
+    usize,
+    std::result::Result<u64, String>,
+    Option<(String, String)>,
+);
+
 /// Chunks fetched and opened together (one accel job per pack in a group).
 const GROUP_BYTES: u64 = 32 << 20;
 /// In a sparse file, zero runs of this many bytes (aligned) are left as holes.
@@ -280,11 +288,7 @@ pub fn restore(
     // Files, in parallel; each holds at most one group of chunks.
     let done = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
-    let results: Vec<(
-        usize,
-        std::result::Result<u64, String>,
-        Option<(String, String)>,
-    )> = chosen
+    let results: Vec<FileResult> = chosen
         .par_iter()
         .zip(ready.par_iter())
         .filter(|((_, e, _), ok)| **ok && e.kind == EntryKind::File)
