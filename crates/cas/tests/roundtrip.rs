@@ -395,9 +395,7 @@ fn forget_and_prune_free_space_and_keep_the_rest_whole() {
     // While a backup (or restore, or check) holds a shared lock, prune
     // refuses to run.
     let held = gvault_cas::lock::Lock::shared(repo.backend.clone()).unwrap();
-    let e = gvault_cas::prune(&reopen(&root, &enc))
-        .err()
-        .expect("locked");
+    let e = gvault_cas::prune(&reopen(&root, &enc)).expect_err("locked");
     assert!(matches!(e, gvault_cas::Error::Locked(_)), "{e}");
     drop(held);
     let removed = gvault_cas::forget(&repo, 1).unwrap();
