@@ -155,6 +155,9 @@ impl Pattern {
 
 fn fs_path(target: &Path, rel: &[u8]) -> Result<PathBuf> {
     let mut p = target.to_path_buf();
+    if rel.is_empty() {
+        return Ok(p); // the root of a backup of `/`
+    }
     for c in rel.split(|&b| b == b'/') {
         if c.is_empty() || c == b"." || c == b".." {
             return Err(Error::corrupt(
