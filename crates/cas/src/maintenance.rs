@@ -245,10 +245,13 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
             used.extend(e.chunks.iter().map(|c| c.id));
         }
     }
-    let old_files = repo.index.files();
+    // The index as it is now that no backup runs (the one loaded at open
+    // may predate a backup that finished since).
+    let index = crate::index::Index::load(repo)?;
+    let old_files = index.files();
     let mut by_pack: HashMap<[u8; 32], Vec<Location>> = HashMap::new();
     let mut seen = HashSet::new();
-    repo.index.for_each(repo, |_, l| {
+    index.for_each(repo, |_, l| {
         if seen.insert(l.blob.id) {
             by_pack.entry(l.pack).or_default().push(*l);
         }
@@ -290,9 +293,15 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
     let mut delete: Vec<[u8; 32]> = Vec::new();
     let mut builder = PackBuilder::default();
     let mut written: Vec<Location> = Vec::new();
-    for (p, locs) in &by_pack {
+    // Every known pack: one whose chunks all live in other packs too (two
+    // backups wrote the same chunk) has no entries here and goes.
+    let mut packs: Vec<[u8; 32]> = pack_sizes.keys().copied().collect();
+    packs.sort();
+    let none = Vec::new();
+    for p in &packs {
+        let locs = by_pack.get(p).unwrap_or(&none);
         let n_used = locs.iter().filter(|l| used.contains(&l.blob.id)).count();
-        if n_used == locs.len() {
+        if !locs.is_empty() && n_used == locs.len() {
             keep.extend(locs.iter().copied());
             continue;
         }
@@ -338,12 +347,12 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
     }
     flush(repo, &mut builder, &mut written, &mut pack_sizes, &mut rep)?;
     keep.extend(written);
-    if !delete.is_empty() || old_files.len() > 1 || unindexed || !repo.index.damaged.is_empty() {
+    if !delete.is_empty() || old_files.len() > 1 || unindexed || !index.damaged.is_empty() {
         index::write_file(repo, keep, &pack_sizes)?;
         let old = old_files
             .iter()
             .map(|f| f.name.clone())
-            .chain(repo.index.damaged.iter().map(|d| d.0.clone()));
+            .chain(index.damaged.iter().map(|d| d.0.clone()));
         for name in old {
             repo.backend.delete(Kind::Index, &name)?;
             rep.index_files_replaced += 1;
