@@ -11,7 +11,6 @@
 //! (flushed to an index file every `INDEX_FLUSH` chunks).
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -886,9 +885,4 @@ pub fn backup_reader(
 fn unsafe_uid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }
-}
-
-#[allow(dead_code)]
-fn os(b: &[u8]) -> &OsStr {
-    OsStr::from_bytes(b)
 }

@@ -7,7 +7,7 @@
 //! it could not read. 141: stdout closed early.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gvault_cas::{accel_jobs, Chunker, InitOptions, Repository};
 use serde_json::{json, Value};
@@ -708,6 +708,3 @@ fn backup(repo: &RepoArgs, paths: &[PathBuf], stdin: Option<&str>) -> CmdResult 
         },
     )
 }
-
-#[allow(dead_code)]
-fn _assert_path(_: &Path) {}
