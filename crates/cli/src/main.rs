@@ -14,6 +14,7 @@ mod output;
 mod bench;
 mod doctor;
 mod progress;
+mod repo_cmd;
 mod store_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -48,6 +49,9 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Deduplicating, encrypted backups: `gvault repo init`, `backup`, `restore`, `check`, ...
+    #[command(subcommand)]
+    Repo(repo_cmd::RepoCommand),
     #[command(flatten)]
     Store(store_cmd::StoreCommand),
 }
@@ -67,6 +71,7 @@ fn main() {
                 print!("{}", String::from_utf8_lossy(&out));
                 Ok(())
             }
+            Command::Repo(cmd) => return repo_cmd::run(cmd),
             Command::Store(cmd) => return store_cmd::run(cmd),
         };
         match result {

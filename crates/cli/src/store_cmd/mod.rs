@@ -6,7 +6,7 @@
 //! stdout closed early (see `crate::output`).
 
 mod demo;
-mod keys;
+pub(crate) mod keys;
 mod records;
 mod report;
 

@@ -1,0 +1,216 @@
+//! Where the repository's objects live: a [`Backend`] of whole, immutable
+//! objects (put, get, ranged get, list, delete), so that object storage can
+//! be added beside the local directory without touching the rest. Crash
+//! safety never depends on updating an object in place: an object either
+//! exists with all its bytes or does not exist.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{IoContext, Result};
+
+/// The kinds of objects, each in its own namespace (a directory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Pack,
+    Index,
+    Snapshot,
+    Lock,
+}
+
+impl Kind {
+    pub fn dir(self) -> &'static str {
+        match self {
+            Kind::Pack => "data",
+            Kind::Index => "index",
+            Kind::Snapshot => "snapshots",
+            Kind::Lock => "locks",
+        }
+    }
+    pub const ALL: [Kind; 4] = [Kind::Pack, Kind::Index, Kind::Snapshot, Kind::Lock];
+}
+
+pub trait Backend: Send + Sync {
+    /// Stores `data` as the object `name` of `kind`; when it returns, the
+    /// object is durable and complete, and never visible half written.
+    /// Overwriting an existing object replaces it atomically.
+    fn put(&self, kind: Kind, name: &str, data: &[u8]) -> Result<()>;
+    fn get(&self, kind: Kind, name: &str) -> Result<Vec<u8>>;
+    /// `len` bytes from `offset`; an object too short is an error.
+    fn get_range(&self, kind: Kind, name: &str, offset: u64, len: usize) -> Result<Vec<u8>>;
+    fn size(&self, kind: Kind, name: &str) -> Result<u64>;
+    /// Names of the objects of `kind`, sorted.
+    fn list(&self, kind: Kind) -> Result<Vec<String>>;
+    fn delete(&self, kind: Kind, name: &str) -> Result<()>;
+    fn exists(&self, kind: Kind, name: &str) -> Result<bool>;
+    /// The small singleton files (`config`): put/get by name at the root.
+    fn put_root(&self, name: &str, data: &[u8]) -> Result<()>;
+    fn get_root(&self, name: &str) -> Result<Vec<u8>>;
+}
+
+/// A repository in a local directory: `<root>/<kind dir>/<name>`. Writes go
+/// to a temporary file in the same directory, which is fsynced, renamed
+/// over the name, and the directory fsynced.
+#[derive(Debug, Clone)]
+pub struct LocalDir {
+    root: PathBuf,
+}
+
+/// Temporary files start with this; `list` skips them and they are never
+/// valid object names (names are lowercase hex).
+const TEMP_PREFIX: &str = ".tmp-";
+
+impl LocalDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    /// Creates the root and the object directories.
+    pub fn create_dirs(&self) -> Result<()> {
+        for k in Kind::ALL {
+            let d = self.root.join(k.dir());
+            fs::create_dir_all(&d).ctx(|| format!("creating {}", d.display()))?;
+        }
+        sync_dir(&self.root)
+    }
+    fn path(&self, kind: Kind, name: &str) -> PathBuf {
+        self.root.join(kind.dir()).join(name)
+    }
+    fn write_atomic(&self, dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+        let tmp = dir.join(format!(
+            "{TEMP_PREFIX}{name}-{}",
+            hex::encode(gvault_store::keys::random_bytes::<8>())
+        ));
+        let target = dir.join(name);
+        let r = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .ctx(|| format!("creating {}", tmp.display()))?;
+            f.write_all(data)
+                .and_then(|_| f.sync_all())
+                .ctx(|| format!("writing {}", tmp.display()))?;
+            drop(f);
+            fs::rename(&tmp, &target)
+                .ctx(|| format!("renaming {} to {}", tmp.display(), target.display()))?;
+            sync_dir(dir)
+        })();
+        if r.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        r
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx(|| format!("syncing directory {}", dir.display()))
+}
+
+fn valid_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.starts_with('.')
+        || name.contains('/')
+        || name.contains('\0')
+        || name.len() > 200
+    {
+        return Err(crate::Error::InvalidArgument(format!(
+            "{name:?} is not a valid object name"
+        )));
+    }
+    Ok(())
+}
+
+impl Backend for LocalDir {
+    fn put(&self, kind: Kind, name: &str, data: &[u8]) -> Result<()> {
+        valid_name(name)?;
+        self.write_atomic(&self.root.join(kind.dir()), name, data)
+    }
+    fn get(&self, kind: Kind, name: &str) -> Result<Vec<u8>> {
+        valid_name(name)?;
+        let p = self.path(kind, name);
+        fs::read(&p).ctx(|| format!("reading {}", p.display()))
+    }
+    fn get_range(&self, kind: Kind, name: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+        valid_name(name)?;
+        let p = self.path(kind, name);
+        let mut f = File::open(&p).ctx(|| format!("opening {}", p.display()))?;
+        let mut buf = vec![0u8; len];
+        f.seek(SeekFrom::Start(offset))
+            .and_then(|_| f.read_exact(&mut buf))
+            .ctx(|| format!("reading {len} bytes at {offset} of {}", p.display()))?;
+        Ok(buf)
+    }
+    fn size(&self, kind: Kind, name: &str) -> Result<u64> {
+        valid_name(name)?;
+        let p = self.path(kind, name);
+        Ok(fs::metadata(&p)
+            .ctx(|| format!("reading {}", p.display()))?
+            .len())
+    }
+    fn list(&self, kind: Kind) -> Result<Vec<String>> {
+        let d = self.root.join(kind.dir());
+        let mut out = Vec::new();
+        for e in fs::read_dir(&d).ctx(|| format!("listing {}", d.display()))? {
+            let e = e.ctx(|| format!("listing {}", d.display()))?;
+            if let Some(n) = e.file_name().to_str() {
+                if !n.starts_with('.') {
+                    out.push(n.to_string());
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+    fn delete(&self, kind: Kind, name: &str) -> Result<()> {
+        valid_name(name)?;
+        let p = self.path(kind, name);
+        match fs::remove_file(&p) {
+            Ok(()) => sync_dir(&self.root.join(kind.dir())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).ctx(|| format!("removing {}", p.display())),
+        }
+    }
+    fn exists(&self, kind: Kind, name: &str) -> Result<bool> {
+        valid_name(name)?;
+        Ok(self.path(kind, name).exists())
+    }
+    fn put_root(&self, name: &str, data: &[u8]) -> Result<()> {
+        valid_name(name)?;
+        self.write_atomic(&self.root, name, data)
+    }
+    fn get_root(&self, name: &str) -> Result<Vec<u8>> {
+        valid_name(name)?;
+        let p = self.root.join(name);
+        fs::read(&p).ctx(|| format!("reading {}", p.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_get_list_delete_round_trip_and_leave_no_temp_files() {
+        let d = tempfile::tempdir().unwrap();
+        let b = LocalDir::new(d.path());
+        b.create_dirs().unwrap();
+        b.put(Kind::Pack, "ab", b"hello").unwrap();
+        b.put(Kind::Pack, "aa", b"x").unwrap();
+        b.put(Kind::Pack, "ab", b"hello world").unwrap();
+        assert_eq!(b.get(Kind::Pack, "ab").unwrap(), b"hello world");
+        assert_eq!(b.get_range(Kind::Pack, "ab", 6, 5).unwrap(), b"world");
+        assert!(b.get_range(Kind::Pack, "ab", 8, 5).is_err());
+        assert_eq!(b.list(Kind::Pack).unwrap(), vec!["aa", "ab"]);
+        assert!(b.list(Kind::Index).unwrap().is_empty());
+        b.delete(Kind::Pack, "aa").unwrap();
+        assert_eq!(b.list(Kind::Pack).unwrap(), vec!["ab"]);
+        assert_eq!(fs::read_dir(d.path().join("data")).unwrap().count(), 1);
+        assert!(b.put(Kind::Pack, "../x", b"").is_err());
+    }
+}

@@ -1,0 +1,888 @@
+//! Backup: read → chunk + id (one accel job per batch of small files or per
+//! window of a large file) → index lookup → compress → seal (one accel job
+//! per pack) → pack writes; then the index file, then the snapshot. A
+//! snapshot is written only after every chunk it names is in a pack and an
+//! index file, so a backup killed at any moment leaves a consistent
+//! repository: at worst packs no index names, which the next backup adopts
+//! and `prune` removes if nothing uses them.
+//!
+//! Memory is bounded by the read window (32 MiB, or four times the largest
+//! chunk), one pack being filled (16 MiB) and the session's index entries
+//! (flushed to an index file every `INDEX_FLUSH` chunks).
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rayon::prelude::*;
+
+use crate::accel_jobs::{self, IdChunk};
+use crate::backend::Kind;
+use crate::error::{Error, Result};
+use crate::index::{self, Location};
+use crate::lock::Lock;
+use crate::pack::{self, PackBuilder, SealedPack, FLAG_ZSTD, PACK_TARGET};
+use crate::repo::{Chunker, Repository};
+use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
+
+const WINDOW: usize = 32 << 20;
+/// Files up to this size are read whole and chunked many to one job.
+const SMALL_FILE: u64 = 4 << 20;
+const BATCH_FILES: usize = 4096;
+const INDEX_FLUSH: usize = 200_000;
+
+/// What a backup did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackupSummary {
+    pub snapshot: String,
+    pub parent: Option<String>,
+    pub files_new: u64,
+    pub files_changed: u64,
+    pub files_unchanged: u64,
+    pub dirs: u64,
+    /// Bytes of file contents read.
+    pub bytes_read: u64,
+    /// Bytes of all files in the snapshot.
+    pub bytes_total: u64,
+    pub chunks_new: u64,
+    pub chunks_known: u64,
+    /// Plaintext bytes of the new chunks.
+    pub bytes_new_raw: u64,
+    /// Bytes added to the repository (sealed, after dedup and compression).
+    pub bytes_added: u64,
+    pub packs_written: u64,
+    /// Unindexed packs of an interrupted backup, indexed by this one.
+    pub packs_adopted: u64,
+    /// Files and directories that could not be read (skipped) or changed
+    /// while read, one message each.
+    pub warnings: Vec<String>,
+}
+
+/// Progress as files are read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+pub type ProgressFn<'a> = &'a mut dyn FnMut(Progress);
+
+/// Packs sealed but not yet written go to this many writer threads, so
+/// that sealing and chunking go on while a pack is written and synced.
+const UPLOAD_THREADS: usize = 2;
+/// Sealed packs waiting for a writer thread (bounds memory: at most this
+/// many plus `UPLOAD_THREADS` packs are held).
+const UPLOAD_QUEUE: usize = 2;
+
+type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
+
+/// Writes sealed packs on background threads; results come back in any
+/// order, and a pack's chunks are indexed only once it is durable.
+struct Uploads {
+    tx: Option<std::sync::mpsc::SyncSender<SealedPack>>,
+    rx: std::sync::mpsc::Receiver<Uploaded>,
+    in_flight: usize,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Uploads {
+    fn new(backend: Arc<dyn crate::backend::Backend>) -> Uploads {
+        let (tx, work) = std::sync::mpsc::sync_channel::<SealedPack>(UPLOAD_QUEUE);
+        let (done, rx) = std::sync::mpsc::channel::<Uploaded>();
+        let work = Arc::new(Mutex::new(work));
+        let threads = (0..UPLOAD_THREADS)
+            .map(|_| {
+                let (work, done, backend) = (work.clone(), done.clone(), backend.clone());
+                std::thread::spawn(move || loop {
+                    let next = match work.lock() {
+                        Ok(w) => w.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(p) = next else { return };
+                    let r = backend
+                        .put(Kind::Pack, &p.name, &p.bytes)
+                        .map(|()| (p.name, p.bytes.len() as u64, p.entries));
+                    if done.send(r).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        Uploads {
+            tx: Some(tx),
+            rx,
+            in_flight: 0,
+            threads,
+        }
+    }
+
+    fn send(&mut self, p: SealedPack) -> Result<()> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| Error::Accel("pack writers stopped".into()))?;
+        tx.send(p)
+            .map_err(|_| Error::Accel("pack writer threads ended".into()))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Results ready now (`wait`: all of them).
+    fn collect(&mut self, wait: bool) -> Vec<Uploaded> {
+        let mut out = Vec::new();
+        while self.in_flight > 0 {
+            let r = if wait {
+                self.rx.recv().map_err(|_| ())
+            } else {
+                self.rx.try_recv().map_err(|_| ())
+            };
+            match r {
+                Ok(x) => {
+                    self.in_flight -= 1;
+                    out.push(x);
+                }
+                Err(()) if wait => {
+                    out.push(Err(Error::Accel("a pack writer thread ended".into())));
+                    self.in_flight = 0;
+                }
+                Err(()) => break,
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Uploads {
+    fn drop(&mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Chunks go through here: dedup, compression, packs, index entries.
+struct Writer<'r> {
+    repo: &'r Repository,
+    uploads: Uploads,
+    packer: PackBuilder,
+    /// Ids written this session whose index file is not yet written.
+    session: HashSet<[u8; 32]>,
+    pending: Vec<Location>,
+    pack_sizes: HashMap<[u8; 32], u64>,
+    sum: BackupSummary,
+}
+
+impl<'r> Writer<'r> {
+    fn new(repo: &'r Repository) -> Self {
+        Writer {
+            repo,
+            uploads: Uploads::new(repo.backend.clone()),
+            packer: PackBuilder::default(),
+            session: HashSet::new(),
+            pending: Vec::new(),
+            pack_sizes: HashMap::new(),
+            sum: BackupSummary::default(),
+        }
+    }
+
+    fn known(&self, id: &[u8; 32]) -> Result<bool> {
+        Ok(self.session.contains(id) || self.repo.index.lookup(self.repo, id)?.is_some())
+    }
+
+    /// Adds the chunks of `data`; returns the file's chunk list part.
+    fn add(&mut self, data: &[u8], chunks: &[IdChunk]) -> Result<Vec<ChunkRef>> {
+        let mut fresh: Vec<(usize, &[u8])> = Vec::new();
+        let mut seen_here = HashSet::new();
+        for (i, c) in chunks.iter().enumerate() {
+            if self.known(&c.id)? || !seen_here.insert(c.id) {
+                self.sum.chunks_known += 1;
+            } else {
+                let s = c.offset as usize;
+                fresh.push((i, &data[s..s + c.len as usize]));
+            }
+        }
+        let compress = self.repo.config.compression;
+        let stored: Vec<(Vec<u8>, u8)> = fresh
+            .par_iter()
+            .map(
+                |(_, bytes)| match compress.then(|| pack::maybe_compress(bytes)).flatten() {
+                    Some(c) => (c, FLAG_ZSTD),
+                    None => (bytes.to_vec(), 0),
+                },
+            )
+            .collect();
+        for ((i, bytes), (s, flags)) in fresh.iter().zip(stored) {
+            let c = &chunks[*i];
+            self.session.insert(c.id);
+            self.sum.chunks_new += 1;
+            self.sum.bytes_new_raw += bytes.len() as u64;
+            self.packer.add(c.id, c.len, flags, s);
+            if self.packer.bytes() >= PACK_TARGET {
+                self.flush_pack()?;
+            }
+        }
+        Ok(chunks
+            .iter()
+            .map(|c| ChunkRef {
+                id: c.id,
+                len: c.len,
+            })
+            .collect())
+    }
+
+    fn flush_pack(&mut self) -> Result<()> {
+        if self.packer.is_empty() {
+            return Ok(());
+        }
+        let p = std::mem::take(&mut self.packer);
+        let sealed = p.seal(self.repo)?;
+        self.uploads.send(sealed)?;
+        let done = self.uploads.collect(false);
+        self.written(done)?;
+        if self.pending.len() >= INDEX_FLUSH {
+            self.flush_index()?;
+        }
+        Ok(())
+    }
+
+    /// Records packs that are now durable.
+    fn written(&mut self, done: Vec<Uploaded>) -> Result<()> {
+        for r in done {
+            let (name, size, entries) = r?;
+            let pack = crate::repo::parse_id(&name).unwrap_or_default();
+            self.pack_sizes.insert(pack, size);
+            self.sum.bytes_added += size;
+            self.sum.packs_written += 1;
+            for (i, e) in entries.into_iter().enumerate() {
+                self.pending.push(Location {
+                    pack,
+                    ordinal: i as u32,
+                    blob: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_index(&mut self) -> Result<()> {
+        // Every pack sent is durable before an index names any of it.
+        let done = self.uploads.collect(true);
+        self.written(done)?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let entries = std::mem::take(&mut self.pending);
+        let f = index::write_file(self.repo, entries, &self.pack_sizes)?;
+        self.sum.bytes_added += self.repo.backend.size(Kind::Index, &f.name)?;
+        self.repo.index.add(f);
+        // Ids still in the packer stay in the session set (every sent
+        // pack is written and indexed now).
+        self.session.clear();
+        for id in self.packer_ids() {
+            self.session.insert(id);
+        }
+        Ok(())
+    }
+
+    fn packer_ids(&self) -> Vec<[u8; 32]> {
+        self.packer.ids()
+    }
+
+    fn finish(mut self) -> Result<BackupSummary> {
+        self.flush_pack()?;
+        self.flush_index()?;
+        Ok(self.sum)
+    }
+
+    /// Chunk ids of segments.
+    fn chunk(&self, segments: &[&[u8]]) -> Result<Vec<Vec<IdChunk>>> {
+        let repo = self.repo;
+        match repo.config.chunker {
+            Chunker::Cdc { .. } => {
+                let params = repo
+                    .config
+                    .chunker
+                    .params()
+                    .ok_or_else(|| Error::corrupt("config", "invalid chunker parameters"))?;
+                accel_jobs::chunk_digest(repo.accel(), params, &repo.keys.chunk_id, segments)
+            }
+            Chunker::Fixed { size } => {
+                let mut spans: Vec<(usize, u64, u32)> = Vec::new();
+                let mut slices: Vec<&[u8]> = Vec::new();
+                for (si, s) in segments.iter().enumerate() {
+                    for (k, block) in s.chunks(size as usize).enumerate() {
+                        spans.push((si, k as u64 * size as u64, block.len() as u32));
+                        slices.push(block);
+                    }
+                }
+                let ids = accel_jobs::keyed_digests(repo.accel(), &repo.keys.chunk_id, &slices)?;
+                let mut out = vec![Vec::new(); segments.len()];
+                for ((si, offset, len), id) in spans.into_iter().zip(ids) {
+                    out[si].push(IdChunk { offset, len, id });
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Reads `r` to its end in windows; returns the chunk list and the
+    /// bytes read.
+    fn stream(
+        &mut self,
+        r: &mut dyn Read,
+        progress: &mut dyn FnMut(u64),
+    ) -> std::io::Result<Result<(Vec<ChunkRef>, u64)>> {
+        let max = self.repo.config.chunker.max_len() as usize;
+        let window = WINDOW.max(4 * max);
+        let mut buf: Vec<u8> = Vec::with_capacity(window);
+        let mut out = Vec::new();
+        let mut total = 0u64;
+        loop {
+            let start = buf.len();
+            buf.resize(window, 0);
+            let mut filled = start;
+            while filled < window {
+                match r.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            buf.truncate(filled);
+            let eof = filled < window;
+            total += (filled - start) as u64;
+            progress((filled - start) as u64);
+            if buf.is_empty() {
+                break;
+            }
+            let chunks = match self.chunk(&[&buf]) {
+                Ok(mut c) => c.pop().unwrap_or_default(),
+                Err(e) => return Ok(Err(e)),
+            };
+            // Without the end of the input, the last chunk may have been cut
+            // by the window: it is chunked again with what follows (FastCDC
+            // starts afresh at every boundary, so this equals one pass).
+            let keep = if eof {
+                chunks.len()
+            } else {
+                chunks.len().saturating_sub(1)
+            };
+            let done = match self.add(&buf, &chunks[..keep]) {
+                Ok(d) => d,
+                Err(e) => return Ok(Err(e)),
+            };
+            out.extend(done);
+            let consumed = chunks[..keep].iter().map(|c| c.len as usize).sum::<usize>();
+            buf.drain(..consumed);
+            if eof {
+                break;
+            }
+        }
+        Ok(Ok((out, total)))
+    }
+}
+
+fn ns(secs: i64, nsec: i64) -> i64 {
+    secs.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+fn entry_from(path: Vec<u8>, kind: EntryKind, m: &std::fs::Metadata) -> Entry {
+    let sparse = kind == EntryKind::File && m.blocks().saturating_mul(512) < m.size();
+    Entry {
+        path,
+        kind,
+        mode: m.mode(),
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime_ns: ns(m.mtime(), m.mtime_nsec()),
+        atime_ns: ns(m.atime(), m.atime_nsec()),
+        ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        dev: m.dev(),
+        ino: m.ino(),
+        size: if kind == EntryKind::File { m.size() } else { 0 },
+        flags: if sparse { FLAG_SPARSE } else { 0 },
+        target: Vec::new(),
+        link: 0,
+        chunks: Vec::new(),
+    }
+}
+
+/// A small file read whole, waiting for its batch's chunk job.
+struct Queued {
+    entry: usize,
+    data: Vec<u8>,
+    before: std::fs::Metadata,
+    path: PathBuf,
+}
+
+struct Walk<'r, 'p> {
+    w: Writer<'r>,
+    entries: Vec<Entry>,
+    parent: HashMap<Vec<u8>, usize>,
+    parent_snap: Option<Snapshot>,
+    links: HashMap<(u64, u64), usize>,
+    queue: Vec<Queued>,
+    queued_bytes: usize,
+    progress: Progress,
+    report: ProgressFn<'p>,
+    /// Entries of files that could not be read, removed at the end.
+    dropped: HashSet<usize>,
+}
+
+impl Walk<'_, '_> {
+    fn warn(&mut self, msg: String) {
+        self.w.sum.warnings.push(msg);
+    }
+
+    fn visit(&mut self, fs_path: &Path, rel: Vec<u8>) -> Result<()> {
+        let m = match std::fs::symlink_metadata(fs_path) {
+            Ok(m) => m,
+            Err(e) => {
+                self.warn(format!("{}: {e}; skipped", fs_path.display()));
+                return Ok(());
+            }
+        };
+        let ft = m.file_type();
+        if ft.is_dir() {
+            self.entries
+                .push(entry_from(rel.clone(), EntryKind::Dir, &m));
+            self.w.sum.dirs += 1;
+            let rd = match std::fs::read_dir(fs_path) {
+                Ok(rd) => rd,
+                Err(e) => {
+                    self.warn(format!(
+                        "{}: {e}; its contents are skipped",
+                        fs_path.display()
+                    ));
+                    return Ok(());
+                }
+            };
+            let mut names: Vec<std::ffi::OsString> = Vec::new();
+            for e in rd {
+                match e {
+                    Ok(e) => names.push(e.file_name()),
+                    Err(e) => self.warn(format!("{}: {e}", fs_path.display())),
+                }
+            }
+            names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            for n in names {
+                let mut r = rel.clone();
+                if !r.is_empty() {
+                    r.push(b'/');
+                }
+                r.extend_from_slice(n.as_bytes());
+                self.visit(&fs_path.join(&n), r)?;
+            }
+        } else if ft.is_symlink() {
+            let mut e = entry_from(rel, EntryKind::Symlink, &m);
+            match std::fs::read_link(fs_path) {
+                Ok(t) => {
+                    e.target = t.as_os_str().as_bytes().to_vec();
+                    self.entries.push(e);
+                }
+                Err(err) => self.warn(format!("{}: {err}; skipped", fs_path.display())),
+            }
+        } else if ft.is_file() {
+            if m.nlink() > 1 {
+                if let Some(&first) = self.links.get(&(m.dev(), m.ino())) {
+                    let mut e = entry_from(rel, EntryKind::HardLink, &m);
+                    e.link = first as u64;
+                    self.entries.push(e);
+                    return Ok(());
+                }
+                self.links.insert((m.dev(), m.ino()), self.entries.len());
+            }
+            self.file(fs_path, rel, m)?;
+        } else {
+            let what = if ft.is_fifo() {
+                "a FIFO"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "a device node"
+            };
+            self.warn(format!("{}: {what}; not backed up", fs_path.display()));
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, fs_path: &Path, rel: Vec<u8>, m: std::fs::Metadata) -> Result<()> {
+        let mut e = entry_from(rel, EntryKind::File, &m);
+        let idx = self.entries.len();
+        if let Some(&pi) = self.parent.get(&e.path) {
+            if let Some(p) = self.parent_snap.as_ref().map(|s| &s.entries[pi]) {
+                if p.kind == EntryKind::File
+                    && p.size == e.size
+                    && p.mtime_ns == e.mtime_ns
+                    && p.ino == e.ino
+                {
+                    e.chunks = p.chunks.clone();
+                    self.w.sum.files_unchanged += 1;
+                    self.w.sum.bytes_total += e.size;
+                    self.entries.push(e);
+                    return Ok(());
+                }
+                self.w.sum.files_changed += 1;
+            }
+        } else {
+            self.w.sum.files_new += 1;
+        }
+        self.entries.push(e);
+        let mut f = match File::open(fs_path) {
+            Ok(f) => f,
+            Err(err) => {
+                self.warn(format!("{}: {err}; skipped", fs_path.display()));
+                self.dropped.insert(idx);
+                return Ok(());
+            }
+        };
+        if m.size() <= SMALL_FILE {
+            let mut data = Vec::with_capacity(m.size() as usize);
+            if let Err(err) = f.read_to_end(&mut data) {
+                self.warn(format!("{}: {err}; skipped", fs_path.display()));
+                self.dropped.insert(idx);
+                return Ok(());
+            }
+            self.queued_bytes += data.len();
+            self.queue.push(Queued {
+                entry: idx,
+                data,
+                before: m,
+                path: fs_path.to_owned(),
+            });
+            if self.queued_bytes >= WINDOW || self.queue.len() >= BATCH_FILES {
+                self.flush_queue()?;
+            }
+            return Ok(());
+        }
+        let mut prog = self.progress;
+        let report = &mut self.report;
+        let r = self.w.stream(&mut f, &mut |n| {
+            prog.bytes += n;
+            report(prog);
+        });
+        self.progress = prog;
+        match r {
+            Err(err) => {
+                self.warn(format!("{}: {err}; skipped", fs_path.display()));
+                self.dropped.insert(idx);
+            }
+            Ok(Err(e)) => return Err(e),
+            Ok(Ok((chunks, total))) => {
+                self.finish_file(idx, chunks, total, &m, fs_path);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_file(
+        &mut self,
+        idx: usize,
+        chunks: Vec<ChunkRef>,
+        total: u64,
+        before: &std::fs::Metadata,
+        path: &Path,
+    ) {
+        let after = std::fs::symlink_metadata(path).ok();
+        let changed = match &after {
+            Some(a) => {
+                a.size() != before.size()
+                    || a.mtime() != before.mtime()
+                    || a.mtime_nsec() != before.mtime_nsec()
+                    || total != before.size()
+            }
+            None => true,
+        };
+        if changed {
+            self.w.sum.warnings.push(format!(
+                "{}: changed while it was read; the snapshot holds the {total} bytes read",
+                path.display()
+            ));
+        }
+        let e = &mut self.entries[idx];
+        e.chunks = chunks;
+        e.size = total;
+        self.w.sum.bytes_read += total;
+        self.w.sum.bytes_total += total;
+        self.progress.files += 1;
+        (self.report)(self.progress);
+    }
+
+    fn flush_queue(&mut self) -> Result<()> {
+        if self.queue.is_empty() {
+            return Ok(());
+        }
+        let queue = std::mem::take(&mut self.queue);
+        self.queued_bytes = 0;
+        let segs: Vec<&[u8]> = queue.iter().map(|q| q.data.as_slice()).collect();
+        let chunked = self.w.chunk(&segs)?;
+        for (q, chunks) in queue.iter().zip(chunked) {
+            let refs = self.w.add(&q.data, &chunks)?;
+            self.progress.bytes += q.data.len() as u64;
+            self.finish_file(q.entry, refs, q.data.len() as u64, &q.before, &q.path);
+        }
+        Ok(())
+    }
+}
+
+/// Packs that no index file names (left by a backup that was killed): their
+/// headers are read and indexed, so that their chunks are reused.
+fn adopt_orphans(repo: &Repository, w: &mut Writer<'_>) -> Result<()> {
+    let indexed: HashSet<[u8; 32]> = repo
+        .index
+        .files()
+        .iter()
+        .flat_map(|f| f.packs.iter().map(|p| p.0))
+        .collect();
+    for name in repo.backend.list(Kind::Pack)? {
+        let Some(id) = crate::repo::parse_id(&name) else {
+            continue;
+        };
+        if indexed.contains(&id) {
+            continue;
+        }
+        let Ok(entries) = pack::read_header(repo, &name, None) else {
+            continue; // damaged: `check` reports it, `prune` removes it
+        };
+        w.pack_sizes
+            .insert(id, repo.backend.size(Kind::Pack, &name)?);
+        for (i, e) in entries.into_iter().enumerate() {
+            w.pending.push(Location {
+                pack: id,
+                ordinal: i as u32,
+                blob: e,
+            });
+        }
+        w.sum.packs_adopted += 1;
+    }
+    w.flush_index()
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// The stored form of a path argument: absolute, without the leading '/'.
+fn stored_path(p: &Path) -> Result<(PathBuf, Vec<u8>)> {
+    let abs = std::path::absolute(p)
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", p.display())))?;
+    let mut rel = Vec::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::Normal(s) => {
+                if !rel.is_empty() {
+                    rel.push(b'/');
+                }
+                rel.extend_from_slice(s.as_bytes());
+            }
+            std::path::Component::ParentDir => {
+                while let Some(b) = rel.pop() {
+                    if b == b'/' {
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((abs, rel))
+}
+
+/// The newest snapshot of this host with the same paths: the parent whose
+/// unchanged files are not read again.
+fn find_parent(
+    repo: &Repository,
+    host: &[u8],
+    paths: &[Vec<u8>],
+) -> Result<Option<(String, Snapshot)>> {
+    let mut all = snapshot::list(repo)?;
+    while let Some((n, s)) = all.pop() {
+        if s.hostname == host && s.paths == paths {
+            return Ok(Some((n, s)));
+        }
+    }
+    Ok(None)
+}
+
+/// Backs up `paths` into a new snapshot.
+pub fn backup(
+    repo: &Repository,
+    paths: &[PathBuf],
+    report: ProgressFn<'_>,
+) -> Result<BackupSummary> {
+    if paths.is_empty() {
+        return Err(Error::InvalidArgument(
+            "nothing to back up: give at least one path".into(),
+        ));
+    }
+    let _lock = Lock::shared(repo.backend.clone())?;
+    let mut roots = Vec::new();
+    for p in paths {
+        let (abs, rel) = stored_path(p)?;
+        if std::fs::symlink_metadata(&abs).is_err() {
+            return Err(Error::NotFound(format!("{} does not exist", p.display())));
+        }
+        roots.push((abs, rel));
+    }
+    roots.sort_by(|a, b| a.1.cmp(&b.1));
+    roots.dedup_by(|a, b| a.1 == b.1);
+    let stored: Vec<Vec<u8>> = roots.iter().map(|r| r.1.clone()).collect();
+    let host = crate::lock::hostname().into_bytes();
+    let parent = find_parent(repo, &host, &stored)?;
+    let mut w = Writer::new(repo);
+    adopt_orphans(repo, &mut w)?;
+    let (parent_name, parent_snap) = match parent {
+        Some((n, s)) => (Some(n), Some(s)),
+        None => (None, None),
+    };
+    let parent_map = parent_snap
+        .as_ref()
+        .map(|s| {
+            s.entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (e.path.clone(), i))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut walk = Walk {
+        w,
+        entries: Vec::new(),
+        parent: parent_map,
+        parent_snap,
+        links: HashMap::new(),
+        queue: Vec::new(),
+        queued_bytes: 0,
+        progress: Progress::default(),
+        report,
+        dropped: HashSet::new(),
+    };
+    for (abs, rel) in &roots {
+        walk.visit(abs, rel.clone())?;
+    }
+    walk.flush_queue()?;
+    let Walk {
+        w,
+        mut entries,
+        dropped,
+        ..
+    } = walk;
+    drop_entries(&mut entries, &dropped);
+    let mut sum = w.finish()?;
+    _lock.check_held()?;
+    let snap = Snapshot {
+        time_ns: now_ns(),
+        hostname: host,
+        paths: stored,
+        parent: parent_name.as_deref().and_then(crate::repo::parse_id),
+        entries,
+    };
+    sum.snapshot = snap.write(repo)?;
+    sum.parent = parent_name;
+    Ok(sum)
+}
+
+/// Removes entries of files that could not be read; hard links to them
+/// are removed too, and the link indexes of the rest renumbered.
+fn drop_entries(entries: &mut Vec<Entry>, dropped: &HashSet<usize>) {
+    if dropped.is_empty() {
+        return;
+    }
+    let mut new_index = vec![usize::MAX; entries.len()];
+    let mut kept = Vec::with_capacity(entries.len());
+    for (i, e) in std::mem::take(entries).into_iter().enumerate() {
+        if dropped.contains(&i) {
+            continue;
+        }
+        if e.kind == EntryKind::HardLink && new_index[e.link as usize] == usize::MAX {
+            continue;
+        }
+        new_index[i] = kept.len();
+        kept.push(e);
+    }
+    for e in kept.iter_mut() {
+        if e.kind == EntryKind::HardLink {
+            e.link = new_index[e.link as usize] as u64;
+        }
+    }
+    *entries = kept;
+}
+
+/// Backs up standard input (or any reader) as one file named `name`.
+pub fn backup_reader(
+    repo: &Repository,
+    name: &str,
+    r: &mut dyn Read,
+    report: ProgressFn<'_>,
+) -> Result<BackupSummary> {
+    let rel = name.trim_start_matches('/').as_bytes().to_vec();
+    if rel.is_empty()
+        || rel
+            .split(|&b| b == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..")
+    {
+        return Err(Error::InvalidArgument(format!(
+            "{name:?} is not a usable file name"
+        )));
+    }
+    let _lock = Lock::shared(repo.backend.clone())?;
+    let mut w = Writer::new(repo);
+    adopt_orphans(repo, &mut w)?;
+    let mut prog = Progress::default();
+    let (chunks, total) = w
+        .stream(r, &mut |n| {
+            prog.bytes += n;
+            report(prog);
+        })
+        .map_err(|e| Error::Io {
+            context: "reading standard input".into(),
+            source: e,
+        })??;
+    let now = now_ns();
+    w.sum.files_new = 1;
+    w.sum.bytes_read = total;
+    w.sum.bytes_total = total;
+    let entry = Entry {
+        path: rel.clone(),
+        kind: EntryKind::File,
+        mode: 0o100644,
+        uid: unsafe_uid(),
+        gid: 0,
+        mtime_ns: now,
+        atime_ns: now,
+        ctime_ns: now,
+        dev: 0,
+        ino: 0,
+        size: total,
+        flags: 0,
+        target: Vec::new(),
+        link: 0,
+        chunks,
+    };
+    let mut sum = w.finish()?;
+    _lock.check_held()?;
+    let snap = Snapshot {
+        time_ns: now,
+        hostname: crate::lock::hostname().into_bytes(),
+        paths: vec![rel],
+        parent: None,
+        entries: vec![entry],
+    };
+    sum.snapshot = snap.write(repo)?;
+    Ok(sum)
+}
+
+fn unsafe_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}

@@ -1,0 +1,35 @@
+//! gvault-cas: a content-addressable, deduplicating, encrypted backup
+//! repository (seed 001's content-addressable store, grown up).
+//!
+//! - [`backend`]: whole immutable objects behind a [`Backend`] trait; the
+//!   local directory ([`LocalDir`]) with atomic writes.
+//! - [`repo`]: config (format version, chunker), keys (gvault-store's key
+//!   registry; per-object keys derived from the data key), [`Repository`].
+//! - [`pack`], [`index`], [`snapshot`]: the objects; [`lock`]: locks.
+//! - [`backup`], [`restore`], [`maintenance`]: the operations.
+//! - [`accel_jobs`]: every call into gvault-accel (chunk + id, seal, open).
+//!
+//! docs/repository.md pins every byte.
+
+pub mod accel_jobs;
+pub mod backend;
+pub mod backup;
+mod coding;
+pub mod error;
+pub mod index;
+pub mod lock;
+pub mod maintenance;
+pub mod pack;
+pub mod repo;
+pub mod restore;
+pub mod snapshot;
+
+pub use backend::{Backend, Kind, LocalDir};
+pub use backup::{backup, backup_reader, BackupSummary, Progress};
+pub use error::{Error, Result};
+pub use maintenance::{
+    check, diff, forget, prune, stats, CheckReport, DiffReport, PruneReport, Stats,
+};
+pub use repo::{Chunker, Config, InitOptions, Repository, FORMAT_VERSION};
+pub use restore::{dump, restore, Pattern, RestoreSummary};
+pub use snapshot::{Entry, EntryKind, Snapshot};

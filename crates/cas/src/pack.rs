@@ -1,0 +1,312 @@
+//! Packs: many sealed chunks in one object (docs/repository.md §4).
+//!
+//! `blob_0 ‖ … ‖ blob_{n-1} ‖ header ‖ header_len (u32) ‖ "GVCASPK1"`, every
+//! blob and the header sealed with AES-256-GCM under the pack's own key
+//! (derived from K and the pack id). Blob i has nonce i; the header has
+//! nonce all-ones. A blob's associated data binds its chunk id, raw length
+//! and flags, so a blob moved within or between packs, or a header entry
+//! pointing at another blob, fails to open.
+
+use crate::accel_jobs::{self, CipherItem, TAG_LEN};
+use crate::backend::Kind;
+use crate::coding::{put_u32, put_u8, Decoder};
+use crate::error::{Error, Result};
+use crate::repo::{ObjectKind, Repository};
+
+pub const PACK_MAGIC: [u8; 8] = *b"GVCASPK1";
+const TRAILER_LEN: usize = 12;
+const ENTRY_LEN: usize = 32 + 4 + 4 + 4 + 1;
+pub const HEADER_NONCE: [u8; 12] = [0xff; 12];
+/// Flag bit: the chunk is zstd-compressed.
+pub const FLAG_ZSTD: u8 = 1;
+/// A pack is written once its blobs reach this many bytes.
+pub const PACK_TARGET: usize = 16 << 20;
+
+/// Where a chunk lives in its pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlobEntry {
+    pub id: [u8; 32],
+    /// Offset of the sealed blob in the pack.
+    pub offset: u32,
+    /// Sealed length: stored bytes plus the 16-byte tag.
+    pub sealed_len: u32,
+    /// The chunk's plaintext length.
+    pub raw_len: u32,
+    pub flags: u8,
+}
+
+pub fn blob_nonce(i: u32) -> [u8; 12] {
+    let mut n = [0u8; 12];
+    n[..4].copy_from_slice(&i.to_le_bytes());
+    n
+}
+
+pub fn blob_aad(id: &[u8; 32], raw_len: u32, flags: u8) -> Vec<u8> {
+    let mut a = b"gvault-cas blob".to_vec();
+    a.extend_from_slice(id);
+    put_u32(&mut a, raw_len);
+    put_u8(&mut a, flags);
+    a
+}
+
+fn header_aad(pack_id: &[u8; 32]) -> Vec<u8> {
+    let mut a = b"gvault-cas pack header".to_vec();
+    a.extend_from_slice(pack_id);
+    a
+}
+
+/// A gathered chunk's id, raw length and flags.
+type BlobKey = ([u8; 32], u32, u8);
+
+/// Chunks gathered for one pack, not yet sealed.
+#[derive(Default)]
+pub struct PackBuilder {
+    blobs: Vec<(BlobKey, Vec<u8>)>,
+    bytes: usize,
+}
+
+impl PackBuilder {
+    pub fn add(&mut self, id: [u8; 32], raw_len: u32, flags: u8, stored: Vec<u8>) {
+        self.bytes += stored.len() + TAG_LEN;
+        self.blobs.push(((id, raw_len, flags), stored));
+    }
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    pub fn is_empty(&self) -> bool {
+        self.blobs.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.blobs.len()
+    }
+
+    /// Seals every blob in one accel job, writes the pack, and returns its
+    /// name, its length and its entries.
+    pub fn write(self, repo: &Repository) -> Result<(String, u64, Vec<BlobEntry>)> {
+        let sealed = self.seal(repo)?;
+        repo.backend.put(Kind::Pack, &sealed.name, &sealed.bytes)?;
+        Ok((sealed.name, sealed.bytes.len() as u64, sealed.entries))
+    }
+
+    /// Seals every blob in one accel job and lays out the pack's bytes,
+    /// without writing them.
+    pub fn seal(self, repo: &Repository) -> Result<SealedPack> {
+        let pack_id = crate::repo::new_id();
+        let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+        let mut blobs = self.blobs;
+        let aads: Vec<Vec<u8>> = blobs
+            .iter()
+            .map(|((id, raw, fl), _)| blob_aad(id, *raw, *fl))
+            .collect();
+        let items = blobs
+            .iter_mut()
+            .zip(&aads)
+            .enumerate()
+            .map(|(i, ((_, data), aad))| CipherItem {
+                nonce: blob_nonce(i as u32),
+                aad,
+                data: data.as_mut_slice(),
+            })
+            .collect();
+        let tags = accel_jobs::seal(repo.accel(), &key, items)?;
+        let mut out = Vec::with_capacity(self.bytes + blobs.len() * ENTRY_LEN + 64);
+        let mut entries = Vec::with_capacity(blobs.len());
+        for (((id, raw_len, flags), data), tag) in blobs.iter().zip(&tags) {
+            let offset = u32::try_from(out.len())
+                .map_err(|_| Error::InvalidArgument("pack larger than 4 GiB".into()))?;
+            out.extend_from_slice(data);
+            out.extend_from_slice(tag);
+            entries.push(BlobEntry {
+                id: *id,
+                offset,
+                sealed_len: (data.len() + TAG_LEN) as u32,
+                raw_len: *raw_len,
+                flags: *flags,
+            });
+        }
+        let mut header = Vec::with_capacity(4 + entries.len() * ENTRY_LEN);
+        put_u32(&mut header, entries.len() as u32);
+        for e in &entries {
+            header.extend_from_slice(&e.id);
+            put_u32(&mut header, e.offset);
+            put_u32(&mut header, e.sealed_len);
+            put_u32(&mut header, e.raw_len);
+            put_u8(&mut header, e.flags);
+        }
+        let sealed = accel_jobs::seal_one(
+            repo.accel(),
+            &key,
+            HEADER_NONCE,
+            &header_aad(&pack_id),
+            header,
+        )?;
+        out.extend_from_slice(&sealed);
+        put_u32(&mut out, sealed.len() as u32);
+        out.extend_from_slice(&PACK_MAGIC);
+        Ok(SealedPack {
+            name: hex::encode(pack_id),
+            bytes: out,
+            entries,
+        })
+    }
+}
+
+/// A pack ready to be written.
+pub struct SealedPack {
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub entries: Vec<BlobEntry>,
+}
+
+/// Reads and opens a pack's header (from the whole pack's bytes, or by
+/// ranged reads when `bytes` is `None`).
+pub fn read_header(repo: &Repository, name: &str, bytes: Option<&[u8]>) -> Result<Vec<BlobEntry>> {
+    let what = || format!("pack {name}");
+    let pack_id = crate::repo::parse_id(name)
+        .ok_or_else(|| Error::corrupt(what(), "name is not a pack id"))?;
+    let size = match bytes {
+        Some(b) => b.len() as u64,
+        None => repo.backend.size(Kind::Pack, name)?,
+    };
+    if size < TRAILER_LEN as u64 {
+        return Err(Error::corrupt(
+            what(),
+            format!("{size} bytes, shorter than its trailer (truncated)"),
+        ));
+    }
+    let get = |off: u64, len: usize| -> Result<Vec<u8>> {
+        match bytes {
+            Some(b) => Ok(b[off as usize..off as usize + len].to_vec()),
+            None => repo.backend.get_range(Kind::Pack, name, off, len),
+        }
+    };
+    let trailer = get(size - TRAILER_LEN as u64, TRAILER_LEN)?;
+    if trailer[4..] != PACK_MAGIC {
+        return Err(Error::corrupt(
+            what(),
+            "bad trailer magic (truncated or not a pack)",
+        ));
+    }
+    let hlen = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]) as u64;
+    if hlen + TRAILER_LEN as u64 > size {
+        return Err(Error::corrupt(
+            what(),
+            "header length past the start of the pack",
+        ));
+    }
+    let hoff = size - TRAILER_LEN as u64 - hlen;
+    let sealed = get(hoff, hlen as usize)?;
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let header = accel_jobs::open_one(
+        repo.accel(),
+        &key,
+        HEADER_NONCE,
+        &header_aad(&pack_id),
+        &sealed,
+    )?
+    .ok_or_else(|| Error::corrupt(what(), "header does not authenticate"))?;
+    let bad = || Error::corrupt(what(), "malformed header");
+    let mut d = Decoder::new(&header);
+    let n = d.u32().ok_or_else(bad)? as usize;
+    if d.remaining() != n * ENTRY_LEN {
+        return Err(bad());
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let e = BlobEntry {
+            id: d.array().ok_or_else(bad)?,
+            offset: d.u32().ok_or_else(bad)?,
+            sealed_len: d.u32().ok_or_else(bad)?,
+            raw_len: d.u32().ok_or_else(bad)?,
+            flags: d.u8().ok_or_else(bad)?,
+        };
+        if e.offset as u64 + e.sealed_len as u64 > hoff || (e.sealed_len as usize) < TAG_LEN {
+            return Err(bad());
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// Opens, decompresses and checks a batch of blobs of one pack. Per blob:
+/// the plaintext, or why it could not be had.
+pub fn open_blobs(
+    repo: &Repository,
+    pack: &str,
+    blobs: &[(u32, BlobEntry)],
+    mut sealed: Vec<Vec<u8>>,
+) -> Result<Vec<std::result::Result<Vec<u8>, String>>> {
+    let pack_id = crate::repo::parse_id(pack)
+        .ok_or_else(|| Error::corrupt(format!("pack {pack}"), "bad name"))?;
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let aads: Vec<Vec<u8>> = blobs
+        .iter()
+        .map(|(_, e)| blob_aad(&e.id, e.raw_len, e.flags))
+        .collect();
+    let mut items = Vec::with_capacity(blobs.len());
+    let mut short = vec![false; blobs.len()];
+    for (k, ((i, _), (buf, aad))) in blobs.iter().zip(sealed.iter_mut().zip(&aads)).enumerate() {
+        if buf.len() < TAG_LEN {
+            short[k] = true;
+            continue;
+        }
+        let split = buf.len() - TAG_LEN;
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&buf[split..]);
+        items.push((
+            CipherItem {
+                nonce: blob_nonce(*i),
+                aad,
+                data: &mut buf[..split],
+            },
+            tag,
+        ));
+    }
+    let oks = accel_jobs::open(repo.accel(), &key, items)?;
+    let mut oks = oks.into_iter();
+    let mut plain: Vec<std::result::Result<Vec<u8>, String>> = Vec::with_capacity(blobs.len());
+    for (k, (_, e)) in blobs.iter().enumerate() {
+        let mut buf = std::mem::take(&mut sealed[k]);
+        if short[k] || !oks.next().unwrap_or(false) {
+            plain.push(Err("does not authenticate (damaged or moved bytes)".into()));
+            continue;
+        }
+        buf.truncate(buf.len() - TAG_LEN);
+        if e.flags & FLAG_ZSTD != 0 {
+            match zstd::bulk::decompress(&buf, e.raw_len as usize) {
+                Ok(b) if b.len() == e.raw_len as usize => plain.push(Ok(b)),
+                _ => plain.push(Err("does not decompress".into())),
+            }
+        } else if buf.len() == e.raw_len as usize {
+            plain.push(Ok(buf));
+        } else {
+            plain.push(Err("length differs from the index".into()));
+        }
+    }
+    // Every chunk's id is checked after opening it.
+    let ok_bufs: Vec<&[u8]> = plain
+        .iter()
+        .filter_map(|p| p.as_ref().ok().map(|b| b.as_slice()))
+        .collect();
+    let ids = accel_jobs::keyed_digests(repo.accel(), &repo.keys.chunk_id, &ok_bufs)?;
+    let mut ids = ids.into_iter();
+    for (p, (_, e)) in plain.iter_mut().zip(blobs) {
+        if p.is_ok() && ids.next() != Some(e.id) {
+            *p = Err("content does not match its chunk id".into());
+        }
+    }
+    Ok(plain)
+}
+
+/// Compresses a chunk with zstd when that saves at least 1/32 of it.
+pub fn maybe_compress(data: &[u8]) -> Option<Vec<u8>> {
+    let c = zstd::bulk::compress(data, 3).ok()?;
+    (c.len() + data.len() / 32 < data.len()).then_some(c)
+}
+
+impl PackBuilder {
+    /// Ids of the chunks gathered so far.
+    pub fn ids(&self) -> Vec<[u8; 32]> {
+        self.blobs.iter().map(|((id, _, _), _)| *id).collect()
+    }
+}

@@ -1,0 +1,710 @@
+//! The repository commands (`gvault repo init`, `backup`, `restore`, …):
+//! deduplicating, encrypted backups in a gvault-cas repository.
+//!
+//! Exit codes: 0 success, 2 error (message on stderr), 3 the command
+//! finished but not everything was done or found whole: `check` found
+//! damage, `restore` could not restore some files, `backup` skipped files
+//! it could not read. 141: stdout closed early.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use gvault_cas::{accel_jobs, Chunker, InitOptions, Repository};
+use serde_json::{json, Value};
+
+use crate::store_cmd::keys::{self, KdfArgs, KeyArgs};
+
+const EXIT_ERROR: i32 = 2;
+const EXIT_INCOMPLETE: i32 = 3;
+
+type CmdResult = Result<i32, Box<dyn std::error::Error>>;
+
+/// Where the repository is, its key, and the output form.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RepoArgs {
+    /// Repository directory [default: $GVAULT_REPO].
+    #[arg(long = "repo", value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    keys: KeyArgs,
+}
+
+impl RepoArgs {
+    fn path(&self) -> Result<PathBuf, String> {
+        self.dir
+            .clone()
+            .or_else(|| std::env::var_os("GVAULT_REPO").map(PathBuf::from))
+            .ok_or_else(|| "no repository: pass --repo DIR or set GVAULT_REPO".into())
+    }
+
+    fn accel(&self) -> Result<accel_jobs::AccelBackend, String> {
+        Ok(self.keys.backend()?.unwrap_or_else(accel_jobs::cpu_backend))
+    }
+
+    /// Opens the repository with the key the command line names, else the
+    /// key file `init` makes beside it (`<repo>.key`) if it exists.
+    fn open(&self) -> Result<Repository, Box<dyn std::error::Error>> {
+        let dir = self.path()?;
+        let enc = match self.keys.encryption()? {
+            Some(e) => Some(e),
+            None => {
+                let f = keys::default_key_file(&dir)?;
+                if f.exists() {
+                    Some(gvault_store::Encryption::with_key(
+                        gvault_store::keys::read_key_file(&f)?,
+                    ))
+                } else {
+                    None
+                }
+            }
+        };
+        Ok(Repository::open(&dir, enc.as_ref(), self.accel()?)?)
+    }
+}
+
+/// Sizes such as 1048576, 512K, 8M (powers of 1024).
+fn parse_size(text: &str) -> Result<u32, String> {
+    let t = text.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| format!("expected a size such as 4096, 512K or 8M; got {text:?}"))
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkerKind {
+    /// Content-defined (FastCDC 2020, normalized): edits shift no boundaries.
+    Cdc,
+    /// Fixed-size blocks (seed 001's MosaStore mode).
+    Fixed,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum RepoCommand {
+    /// Create an empty repository (its master key as `gvault init --encrypt`
+    /// makes one: --key-file, a passphrase, $GVAULT_KEY, or by default a new
+    /// key file <DIR>.key beside it).
+    Init {
+        #[command(flatten)]
+        repo: RepoArgs,
+        #[command(flatten)]
+        kdf: KdfArgs,
+        /// How files are cut into chunks.
+        #[arg(long, value_enum, default_value = "cdc")]
+        chunker: ChunkerKind,
+        /// CDC minimum chunk size.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "512K")]
+        min_size: u32,
+        /// CDC average chunk size.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1M")]
+        avg_size: u32,
+        /// CDC maximum chunk size.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "8M")]
+        max_size: u32,
+        /// Block size of the fixed chunker.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "1M")]
+        block_size: u32,
+        /// Store chunks uncompressed (by default zstd, where it pays).
+        #[arg(long)]
+        no_compression: bool,
+    },
+    /// Back up files and directories (or stdin) into a new snapshot.
+    ///
+    /// Files unchanged since the last snapshot of the same paths on this
+    /// host (size, mtime, inode) are not read again. Files that cannot be
+    /// read are reported and skipped (exit 3).
+    Backup {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Files and directories to back up.
+        #[arg(required_unless_present = "stdin", conflicts_with = "stdin")]
+        paths: Vec<PathBuf>,
+        /// Back up standard input as one file of this name.
+        #[arg(long, value_name = "NAME")]
+        stdin: Option<String>,
+    },
+    /// List snapshots, oldest first.
+    Snapshots {
+        #[command(flatten)]
+        repo: RepoArgs,
+    },
+    /// List the entries of a snapshot.
+    Ls {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Snapshot id (a unique prefix) or `latest`.
+        snapshot: String,
+    },
+    /// Restore a snapshot (or the entries --include selects) under a directory.
+    ///
+    /// Every chunk's id is checked after it is opened; files that cannot be
+    /// restored whole are named and the exit status is 3.
+    Restore {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Snapshot id (a unique prefix) or `latest`.
+        snapshot: String,
+        /// Directory to restore into (entries keep their full paths below it).
+        #[arg(long, value_name = "DIR")]
+        target: PathBuf,
+        /// Restore only paths matching this pattern and what lies below them
+        /// (`*` within a name, `**` across directories, `?` one byte).
+        #[arg(long, value_name = "PATTERN")]
+        include: Option<String>,
+    },
+    /// Write one file of a snapshot to stdout.
+    Dump {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Snapshot id (a unique prefix) or `latest`.
+        snapshot: String,
+        /// The file's path as `ls` shows it.
+        path: String,
+    },
+    /// Bytes shared and added between two snapshots, and the paths that differ.
+    Diff {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// The older snapshot.
+        a: String,
+        /// The newer snapshot.
+        b: String,
+    },
+    /// Check the repository; exit 3 if anything is damaged.
+    Check {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// Also read every pack, open every chunk and check its id.
+        #[arg(long)]
+        read_data: bool,
+    },
+    /// Remove all but the newest N snapshots of each host and path set
+    /// (their data stays until `prune`).
+    Forget {
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// How many snapshots of each group to keep.
+        #[arg(long, value_name = "N")]
+        keep_last: usize,
+    },
+    /// Delete data no snapshot uses (waits for no one: fails while a backup
+    /// holds the repository).
+    Prune {
+        #[command(flatten)]
+        repo: RepoArgs,
+    },
+    /// Sizes: snapshots, logical bytes, unique bytes, stored bytes.
+    Stats {
+        #[command(flatten)]
+        repo: RepoArgs,
+    },
+}
+
+/// Runs one command; returns the process exit code.
+pub fn run(cmd: RepoCommand) -> i32 {
+    match execute(cmd) {
+        Ok(code) => code,
+        Err(e) if crate::output::is_broken_pipe(&*e) => crate::output::EXIT_BROKEN_PIPE,
+        Err(e) => {
+            eprintln!("gvault: {e}");
+            EXIT_ERROR
+        }
+    }
+}
+
+fn print_json(v: &Value) -> Result<(), Box<dyn std::error::Error>> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, v)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+fn human(n: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+fn time_str(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let t = secs as libc::time_t;
+    // SAFETY: gmtime_r writes into tm only.
+    if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
+        return secs.to_string();
+    }
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}Z",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn execute(cmd: RepoCommand) -> CmdResult {
+    match cmd {
+        RepoCommand::Init {
+            repo,
+            kdf,
+            chunker,
+            min_size,
+            avg_size,
+            max_size,
+            block_size,
+            no_compression,
+        } => init(
+            &repo,
+            &kdf,
+            chunker,
+            (min_size, avg_size, max_size),
+            block_size,
+            !no_compression,
+        ),
+        RepoCommand::Backup { repo, paths, stdin } => backup(&repo, &paths, stdin.as_deref()),
+        RepoCommand::Snapshots { repo } => {
+            let r = repo.open()?;
+            let list = gvault_cas::snapshot::list(&r)?;
+            if repo.json {
+                let v: Vec<Value> = list
+                    .iter()
+                    .map(|(n, s)| {
+                        json!({
+                            "id": n,
+                            "time_ns": s.time_ns,
+                            "hostname": lossy(&s.hostname),
+                            "paths": s.paths.iter().map(|p| format!("/{}", lossy(p))).collect::<Vec<_>>(),
+                            "parent": s.parent.map(hex::encode),
+                            "entries": s.entries.len(),
+                            "bytes": s.entries.iter().map(|e| e.size).sum::<u64>(),
+                        })
+                    })
+                    .collect();
+                print_json(&json!({ "snapshots": v }))?;
+            } else {
+                for (n, s) in &list {
+                    let paths: Vec<String> =
+                        s.paths.iter().map(|p| format!("/{}", lossy(p))).collect();
+                    println!(
+                        "{}  {}  {}  {:>10}  {}",
+                        &n[..16],
+                        time_str(s.time_ns),
+                        lossy(&s.hostname),
+                        human(s.entries.iter().map(|e| e.size).sum()),
+                        paths.join(" ")
+                    );
+                }
+            }
+            Ok(0)
+        }
+        RepoCommand::Ls { repo, snapshot } => {
+            let r = repo.open()?;
+            let name = gvault_cas::snapshot::resolve(&r, &snapshot)?;
+            let s = gvault_cas::Snapshot::read(&r, &name)?;
+            if repo.json {
+                let v: Vec<Value> = s
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        json!({
+                            "path": format!("/{}", lossy(&e.path)),
+                            "kind": kind_name(e.kind),
+                            "mode": format!("{:o}", e.mode),
+                            "uid": e.uid, "gid": e.gid,
+                            "mtime_ns": e.mtime_ns,
+                            "size": e.size,
+                            "chunks": e.chunks.len(),
+                            "target": (e.kind == gvault_cas::EntryKind::Symlink).then(|| lossy(&e.target)),
+                        })
+                    })
+                    .collect();
+                print_json(&json!({ "snapshot": name, "entries": v }))?;
+            } else {
+                for e in &s.entries {
+                    let extra = match e.kind {
+                        gvault_cas::EntryKind::Symlink => format!(" -> {}", lossy(&e.target)),
+                        gvault_cas::EntryKind::HardLink => s
+                            .entries
+                            .get(e.link as usize)
+                            .map(|t| format!(" => /{}", lossy(&t.path)))
+                            .unwrap_or_default(),
+                        _ => String::new(),
+                    };
+                    println!(
+                        "{:<8} {:>7o} {:>12} /{}{}",
+                        kind_name(e.kind),
+                        e.mode & 0o7777,
+                        e.size,
+                        lossy(&e.path),
+                        extra
+                    );
+                }
+            }
+            Ok(0)
+        }
+        RepoCommand::Restore {
+            repo,
+            snapshot,
+            target,
+            include,
+        } => {
+            let r = repo.open()?;
+            let name = gvault_cas::snapshot::resolve(&r, &snapshot)?;
+            let s = gvault_cas::Snapshot::read(&r, &name)?;
+            let pat = include.as_deref().map(gvault_cas::Pattern::new);
+            let total: u64 = s
+                .entries
+                .iter()
+                .filter(|e| pat.as_ref().is_none_or(|p| p.matches(&e.path)))
+                .map(|e| e.size)
+                .sum();
+            let pb = crate::progress::bytes("restoring", Some(total));
+            let sum =
+                gvault_cas::restore(&r, &s, &target, pat.as_ref(), &|_, b| pb.set_position(b))?;
+            pb.finish_and_clear();
+            for (p, why) in &sum.failed {
+                eprintln!("gvault: not restored: {p}: {why}");
+            }
+            if repo.json {
+                print_json(&json!({
+                    "snapshot": name, "files": sum.files, "dirs": sum.dirs, "links": sum.links,
+                    "bytes": sum.bytes,
+                    "failed": sum.failed.iter().map(|(p, w)| json!({"path": p, "error": w})).collect::<Vec<_>>(),
+                }))?;
+            } else {
+                println!(
+                    "restored {} files, {} directories, {} links, {} into {}{}",
+                    sum.files,
+                    sum.dirs,
+                    sum.links,
+                    human(sum.bytes),
+                    target.display(),
+                    if sum.failed.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {} could not be restored", sum.failed.len())
+                    }
+                );
+            }
+            Ok(if sum.failed.is_empty() {
+                0
+            } else {
+                EXIT_INCOMPLETE
+            })
+        }
+        RepoCommand::Dump {
+            repo,
+            snapshot,
+            path,
+        } => {
+            let r = repo.open()?;
+            let name = gvault_cas::snapshot::resolve(&r, &snapshot)?;
+            let s = gvault_cas::Snapshot::read(&r, &name)?;
+            let mut out = std::io::stdout().lock();
+            gvault_cas::dump(&r, &s, &path, &mut out)?;
+            Ok(0)
+        }
+        RepoCommand::Diff { repo, a, b } => {
+            let r = repo.open()?;
+            let (na, nb) = (
+                gvault_cas::snapshot::resolve(&r, &a)?,
+                gvault_cas::snapshot::resolve(&r, &b)?,
+            );
+            let d = gvault_cas::diff(
+                &gvault_cas::Snapshot::read(&r, &na)?,
+                &gvault_cas::Snapshot::read(&r, &nb)?,
+            );
+            if repo.json {
+                print_json(&json!({
+                    "a": na, "b": nb, "bytes_a": d.bytes_a, "bytes_b": d.bytes_b,
+                    "bytes_shared": d.bytes_shared, "bytes_added": d.bytes_added, "bytes_removed": d.bytes_removed,
+                    "added": d.added, "removed": d.removed, "changed": d.changed,
+                }))?;
+            } else {
+                for p in &d.added {
+                    println!("+ /{p}");
+                }
+                for p in &d.removed {
+                    println!("- /{p}");
+                }
+                for p in &d.changed {
+                    println!("M /{p}");
+                }
+                println!(
+                    "shared {} of {} ({:.1}%), added {}, removed {}",
+                    human(d.bytes_shared),
+                    human(d.bytes_shared + d.bytes_added),
+                    100.0 * d.bytes_shared as f64
+                        / ((d.bytes_shared + d.bytes_added).max(1)) as f64,
+                    human(d.bytes_added),
+                    human(d.bytes_removed)
+                );
+            }
+            Ok(0)
+        }
+        RepoCommand::Check { repo, read_data } => {
+            let r = repo.open()?;
+            let pb = crate::progress::bytes("reading packs", None);
+            let c = gvault_cas::check(&r, read_data, &mut |done, _| pb.set_position(done))?;
+            pb.finish_and_clear();
+            if repo.json {
+                print_json(&json!({
+                    "clean": c.is_clean(), "snapshots": c.snapshots, "index_files": c.index_files,
+                    "packs": c.packs, "chunks_read": c.chunks_read, "errors": c.errors,
+                    "affected": c.affected.iter().map(|(s, p)| json!({"snapshot": s, "path": format!("/{p}")})).collect::<Vec<_>>(),
+                    "unindexed_packs": c.unindexed_packs,
+                }))?;
+            } else {
+                for e in &c.errors {
+                    eprintln!("gvault: {e}");
+                }
+                println!(
+                    "{} snapshots, {} index files, {} packs{}: {}",
+                    c.snapshots,
+                    c.index_files,
+                    c.packs,
+                    if read_data {
+                        format!(", {} chunks read and verified", c.chunks_read)
+                    } else {
+                        String::new()
+                    },
+                    if c.is_clean() {
+                        "no damage found".to_string()
+                    } else {
+                        format!(
+                            "{} problems, {} snapshot files affected",
+                            c.errors.len(),
+                            c.affected.len()
+                        )
+                    }
+                );
+                if !c.unindexed_packs.is_empty() {
+                    println!("{} packs no index names (an interrupted backup; the next backup reuses them, prune removes them)", c.unindexed_packs.len());
+                }
+            }
+            Ok(if c.is_clean() { 0 } else { EXIT_INCOMPLETE })
+        }
+        RepoCommand::Forget { repo, keep_last } => {
+            let r = repo.open()?;
+            let removed = gvault_cas::forget(&r, keep_last)?;
+            if repo.json {
+                print_json(&json!({ "removed": removed }))?;
+            } else {
+                println!(
+                    "removed {} snapshots (run `gvault repo prune` to free their data)",
+                    removed.len()
+                );
+            }
+            Ok(0)
+        }
+        RepoCommand::Prune { repo } => {
+            let r = repo.open()?;
+            let pb = crate::progress::spinner("pruning");
+            let p = gvault_cas::prune(&r)?;
+            pb.finish_and_clear();
+            if repo.json {
+                print_json(&json!({
+                    "packs_deleted": p.packs_deleted, "packs_rewritten": p.packs_rewritten,
+                    "packs_written": p.packs_written, "chunks_removed": p.chunks_removed,
+                    "bytes_freed": p.bytes_freed, "index_files_replaced": p.index_files_replaced,
+                }))?;
+            } else {
+                println!(
+                    "removed {} chunks: {} packs deleted ({} rewritten into {}), {} freed",
+                    p.chunks_removed,
+                    p.packs_deleted,
+                    p.packs_rewritten,
+                    p.packs_written,
+                    human(p.bytes_freed)
+                );
+            }
+            Ok(0)
+        }
+        RepoCommand::Stats { repo } => {
+            let r = repo.open()?;
+            let s = gvault_cas::stats(&r)?;
+            if repo.json {
+                print_json(&json!({
+                    "snapshots": s.snapshots, "files": s.files, "logical_bytes": s.logical_bytes,
+                    "chunks": s.chunks, "unique_bytes": s.unique_bytes, "packs": s.packs,
+                    "index_files": s.index_files, "stored_bytes": s.stored_bytes,
+                }))?;
+            } else {
+                println!("snapshots      {}", s.snapshots);
+                println!("files          {}", s.files);
+                println!("logical bytes  {}", human(s.logical_bytes));
+                println!(
+                    "unique bytes   {} in {} chunks",
+                    human(s.unique_bytes),
+                    s.chunks
+                );
+                println!(
+                    "stored bytes   {} in {} packs, {} index files",
+                    human(s.stored_bytes),
+                    s.packs,
+                    s.index_files
+                );
+                println!(
+                    "dedup ratio    {:.2}x",
+                    s.logical_bytes as f64 / s.unique_bytes.max(1) as f64
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn kind_name(k: gvault_cas::EntryKind) -> &'static str {
+    match k {
+        gvault_cas::EntryKind::Dir => "dir",
+        gvault_cas::EntryKind::File => "file",
+        gvault_cas::EntryKind::Symlink => "symlink",
+        gvault_cas::EntryKind::HardLink => "hardlink",
+    }
+}
+
+fn init(
+    repo: &RepoArgs,
+    kdf: &KdfArgs,
+    kind: ChunkerKind,
+    cdc: (u32, u32, u32),
+    block: u32,
+    compression: bool,
+) -> CmdResult {
+    let dir = repo.path()?;
+    let chunker = match kind {
+        ChunkerKind::Cdc => Chunker::Cdc {
+            min: cdc.0,
+            avg: cdc.1,
+            max: cdc.2,
+        },
+        ChunkerKind::Fixed => Chunker::Fixed { size: block },
+    };
+    chunker.validate()?;
+    let (enc, what, created) = keys::init_key(&dir, &repo.keys, kdf)?;
+    match Repository::init(
+        &dir,
+        &enc,
+        InitOptions {
+            chunker,
+            compression,
+        },
+        repo.accel()?,
+    ) {
+        Ok(r) => {
+            if repo.json {
+                print_json(
+                    &json!({ "repo": dir, "id": hex::encode(r.config.repo_id), "key": what }),
+                )?;
+            } else {
+                println!(
+                    "created repository {} ({}), key: {what}",
+                    dir.display(),
+                    chunker_text(&chunker)
+                );
+            }
+            Ok(0)
+        }
+        Err(e) => {
+            if let Some(f) = created {
+                let _ = std::fs::remove_file(f);
+            }
+            Err(e.into())
+        }
+    }
+}
+
+fn chunker_text(c: &Chunker) -> String {
+    match c {
+        Chunker::Cdc { min, avg, max } => format!(
+            "FastCDC {} / {} / {}",
+            human(*min as u64),
+            human(*avg as u64),
+            human(*max as u64)
+        ),
+        Chunker::Fixed { size } => format!("fixed {} blocks", human(*size as u64)),
+    }
+}
+
+fn backup(repo: &RepoArgs, paths: &[PathBuf], stdin: Option<&str>) -> CmdResult {
+    let r = repo.open()?;
+    let start = std::time::Instant::now();
+    let pb = crate::progress::bytes("backing up", None);
+    let mut report = |p: gvault_cas::Progress| {
+        pb.set_position(p.bytes);
+        pb.set_message(format!("backing up: {} files", p.files));
+    };
+    let sum = match stdin {
+        Some(name) => {
+            gvault_cas::backup_reader(&r, name, &mut std::io::stdin().lock(), &mut report)?
+        }
+        None => gvault_cas::backup(&r, paths, &mut report)?,
+    };
+    pb.finish_and_clear();
+    for w in &sum.warnings {
+        eprintln!("gvault: warning: {w}");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if repo.json {
+        print_json(&json!({
+            "snapshot": sum.snapshot, "parent": sum.parent,
+            "files_new": sum.files_new, "files_changed": sum.files_changed, "files_unchanged": sum.files_unchanged,
+            "dirs": sum.dirs, "bytes_total": sum.bytes_total, "bytes_read": sum.bytes_read,
+            "chunks_new": sum.chunks_new, "chunks_known": sum.chunks_known,
+            "bytes_new_raw": sum.bytes_new_raw, "bytes_added": sum.bytes_added,
+            "packs_written": sum.packs_written, "packs_adopted": sum.packs_adopted,
+            "warnings": sum.warnings, "seconds": secs,
+        }))?;
+    } else {
+        println!(
+            "snapshot {} saved: {} new, {} changed, {} unchanged files, {} dirs; read {} of {} in {:.2}s ({}/s); added {} ({} new before compression)",
+            &sum.snapshot[..16],
+            sum.files_new,
+            sum.files_changed,
+            sum.files_unchanged,
+            sum.dirs,
+            human(sum.bytes_read),
+            human(sum.bytes_total),
+            secs,
+            human((sum.bytes_read as f64 / secs.max(1e-9)) as u64),
+            human(sum.bytes_added),
+            human(sum.bytes_new_raw)
+        );
+    }
+    Ok(
+        if sum
+            .warnings
+            .iter()
+            .any(|w| w.ends_with("skipped") || w.contains("not backed up"))
+        {
+            EXIT_INCOMPLETE
+        } else {
+            0
+        },
+    )
+}
