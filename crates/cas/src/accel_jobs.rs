@@ -210,15 +210,15 @@ pub fn open_one(
     Ok(ok[0].then_some(body))
 }
 
-/// The accelerator callers use by default: `AutoBackend`, the calibrated
-/// per-job choice between the CPU and the GPU.
+/// The accelerator callers use by default: the process's shared
+/// `AutoBackend`, the calibrated per-job choice between the CPU and the GPU.
 pub fn auto_backend() -> AccelBackend {
-    Arc::new(gvault_accel::AutoBackend::new())
+    gvault_accel::AutoBackend::shared()
 }
 
-/// CPU only: the store's shared CPU backend.
+/// CPU only: the process's shared CPU backend.
 pub fn cpu_backend() -> AccelBackend {
-    gvault_store::crypto::shared_cpu_backend()
+    gvault_accel::CpuBackend::shared()
 }
 
 /// Validated FastCDC parameters.
