@@ -23,8 +23,9 @@
 #              cipher tests with each table layout, GCM tests with each GHASH
 #              kernel, hash and chunking tests with the default and the direct
 #              gear loads, fused CRC-32C tests with each table scheme, fused
-#              chunk-digest tests with the chunk list built on the host, and a
-#              fused job over 4 GiB groups (once an illegal address).
+#              chunk-digest tests with the chunk list built on the host, the
+#              CAS backing up one tree through the CPU then the GPU (same
+#              chunks), and a fused job over 4 GiB groups (once an illegal address).
 #              TEST_TABLES [narrow wide].                       -> tests.txt
 #   primitive  `bench link --quick`, then `bench primitive --pinned` (cpu-all, gpu,
 #              gpu-pinned, gpu-kernel columns) over the ciphers and the hashes
@@ -139,6 +140,8 @@ if [ "${1:-}" = "--build" ]; then
   cp "$bin" "$B/gpu-tests"
   bin=$(test_binary gvault-accel gpu_hash)
   cp "$bin" "$B/gpu-hash-tests"
+  bin=$(test_binary gvault-cas gpu_chunking)
+  cp "$bin" "$B/cas-gpu-tests"
   cargo build --release -p gvault-store --example read_cost --example write_cost
   cp target/release/examples/read_cost target/release/examples/write_cost "$B/"
   strip "$B"/* 2>/dev/null || true
@@ -175,7 +178,7 @@ D=${LSM_DIR:-/tmp/gvault-lsm}
 mkdir -p "$OUT"
 if [ -z "$DRY" ]; then
   need=(gvault)
-  pick tests "${phases[*]}" && need+=(gpu-tests gpu-hash-tests)
+  pick tests "${phases[*]}" && need+=(gpu-tests gpu-hash-tests cas-gpu-tests)
   pick costs "${phases[*]}" && need+=(read_cost write_cost)
   for f in "${need[@]}"; do
     [ -x "$B/$f" ] || { echo "no $B/$f: run scripts/gpu.sh --build on the build machine and carry .gpu" >&2; exit 2; }
@@ -283,6 +286,7 @@ phase_tests() {
     run $f env GVAULT_B3_CRC=$c "$B/gpu-hash-tests" --include-ignored crc32c --test-threads=1 --nocapture
   done
   run $f env GVAULT_FUSED_DESC=host "$B/gpu-hash-tests" --include-ignored chunk_digest --test-threads=1
+  run $f "$B/cas-gpu-tests" --include-ignored --test-threads=1
   run $f env GVAULT_FUSED_GROUP_BYTES=4294967296 "${P[@]}" --ops fastcdc-blake3 --sizes 1G
 }
 

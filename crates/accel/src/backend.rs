@@ -21,6 +21,14 @@ pub trait Backend: Send + Sync {
     /// is one result per segment, in order.
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError>;
 
+    /// Whether small AES-GCM work (one block up to 1 MiB, a seal group up
+    /// to 256 KiB) runs on the calling thread on the CPU, outside the job
+    /// API: true for the CPU and auto backends, where that is what a job
+    /// would do anyway; false (every block a job) for the others.
+    fn small_gcm_on_caller(&self) -> bool {
+        false
+    }
+
     /// Seals one block in place with AES-256-GCM and returns its tag: a
     /// one-segment seal job, which the CPU and auto backends run on the
     /// calling thread without a job's allocations (a store's block writes
@@ -32,6 +40,9 @@ pub trait Backend: Send + Sync {
         aad: &[u8],
         data: &mut [u8],
     ) -> Result<Tag, BlockError> {
+        if self.small_gcm_on_caller() && crate::cpu::block_runs_on_caller(data.len()) {
+            return Ok(crate::cpu::seal_on_caller(key, nonce, aad, data));
+        }
         seal_block_as_job(self, key, nonce, aad, data)
     }
 
@@ -46,6 +57,11 @@ pub trait Backend: Send + Sync {
         segments: &mut [SealSegment<'_>],
         tags: &mut [Tag],
     ) -> Result<(), BlockError> {
+        if self.small_gcm_on_caller() {
+            if let Some(done) = crate::cpu::seal_blocks_on_caller(key, segments, tags) {
+                return done;
+            }
+        }
         seal_blocks_as_job(self, key, segments, tags)
     }
 
@@ -60,6 +76,9 @@ pub trait Backend: Send + Sync {
         tag: Tag,
         data: &mut [u8],
     ) -> Result<(), BlockError> {
+        if self.small_gcm_on_caller() && crate::cpu::block_runs_on_caller(data.len()) {
+            return Ok(crate::cpu::open_on_caller(key, nonce, aad, tag, data)?);
+        }
         open_block_as_job(self, key, nonce, aad, tag, data)
     }
 }
@@ -77,7 +96,7 @@ fn only_result(results: Vec<SegmentResult>) -> Result<Output, BlockError> {
 }
 
 /// [`Backend::seal_block`] as a one-segment job of `backend`.
-pub(crate) fn seal_block_as_job<B: Backend + ?Sized>(
+fn seal_block_as_job<B: Backend + ?Sized>(
     backend: &B,
     key: &Aes256Key,
     nonce: Nonce96,
@@ -101,7 +120,7 @@ pub(crate) fn seal_block_as_job<B: Backend + ?Sized>(
 }
 
 /// [`Backend::seal_blocks`] as one seal job of `backend`.
-pub(crate) fn seal_blocks_as_job<B: Backend + ?Sized>(
+fn seal_blocks_as_job<B: Backend + ?Sized>(
     backend: &B,
     key: &Aes256Key,
     segments: &mut [SealSegment<'_>],
@@ -148,7 +167,7 @@ pub(crate) fn seal_blocks_as_job<B: Backend + ?Sized>(
 }
 
 /// [`Backend::open_block`] as a one-segment job of `backend`.
-pub(crate) fn open_block_as_job<B: Backend + ?Sized>(
+fn open_block_as_job<B: Backend + ?Sized>(
     backend: &B,
     key: &Aes256Key,
     nonce: Nonce96,

@@ -440,18 +440,19 @@ fn include_restores_only_matching_entries() {
 
 /// The child side of the kill test: backs up the tree named by the
 /// environment over and over until it is killed; with
-/// `GVAULT_CAS_KILL_PRUNE`, forgets all but the newest snapshot and prunes
+/// `GVAULT_TEST_CAS_KILL_PRUNE`, forgets all but the newest snapshot and prunes
 /// after each backup.
 #[test]
 fn kill_child_entry() {
-    let Ok(repo_dir) = std::env::var("GVAULT_CAS_KILL_REPO") else {
+    let Ok(repo_dir) = std::env::var("GVAULT_TEST_CAS_KILL_REPO") else {
         return;
     };
-    let src = PathBuf::from(std::env::var("GVAULT_CAS_KILL_SRC").unwrap());
+    let src = PathBuf::from(std::env::var("GVAULT_TEST_CAS_KILL_SRC").unwrap());
     let key =
-        gvault_store::keys::parse_hex_key(&std::env::var("GVAULT_CAS_KILL_KEY").unwrap()).unwrap();
+        gvault_store::keys::parse_hex_key(&std::env::var("GVAULT_TEST_CAS_KILL_KEY").unwrap())
+            .unwrap();
     let enc = Encryption::with_key(key);
-    let prune = std::env::var_os("GVAULT_CAS_KILL_PRUNE").is_some();
+    let prune = std::env::var_os("GVAULT_TEST_CAS_KILL_PRUNE").is_some();
     for n in 0u64.. {
         // A new file each round, so each backup writes new packs.
         let mut data = vec![0u8; 3 << 20];
@@ -495,7 +496,7 @@ fn killed_backups_leave_a_consistent_repository() {
     for round in 0..8 {
         let mut cmd = std::process::Command::new(&exe);
         if round % 2 == 1 {
-            cmd.env("GVAULT_CAS_KILL_PRUNE", "1");
+            cmd.env("GVAULT_TEST_CAS_KILL_PRUNE", "1");
         }
         let mut child = cmd
             .args([
@@ -504,9 +505,9 @@ fn killed_backups_leave_a_consistent_repository() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("GVAULT_CAS_KILL_REPO", &root)
-            .env("GVAULT_CAS_KILL_SRC", &src)
-            .env("GVAULT_CAS_KILL_KEY", &hex_key)
+            .env("GVAULT_TEST_CAS_KILL_REPO", &root)
+            .env("GVAULT_TEST_CAS_KILL_SRC", &src)
+            .env("GVAULT_TEST_CAS_KILL_KEY", &hex_key)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

@@ -18,7 +18,7 @@ use gvault_accel::CpuBackend;
 use gvault_accel::{Aes256Key, Backend, Nonce96, Tag};
 use gvault_accel::{DataMut, Job, OpenSegment, SealSegment};
 
-/// Calibrated on the H100 host in session 6 (call 5).
+/// A model calibrated on the H100 host.
 const H100_MODEL: &str = include_str!("../../accel/src/auto/testdata/h100-blake3-near-ties.json");
 
 fn auto(model: CostModel, name: &str) -> AutoBackend {

@@ -603,43 +603,8 @@ impl Backend for AutoBackend {
         self.execute(job, d, &survey)
     }
 
-    fn seal_block(
-        &self,
-        key: &crate::Aes256Key,
-        nonce: crate::Nonce96,
-        aad: &[u8],
-        data: &mut [u8],
-    ) -> Result<crate::Tag, crate::BlockError> {
-        if crate::cpu::block_runs_on_caller(data.len()) {
-            return Ok(crate::cpu::seal_on_caller(key, nonce, aad, data));
-        }
-        crate::backend::seal_block_as_job(self, key, nonce, aad, data)
-    }
-
-    fn seal_blocks(
-        &self,
-        key: &crate::Aes256Key,
-        segments: &mut [crate::SealSegment<'_>],
-        tags: &mut [crate::Tag],
-    ) -> Result<(), crate::BlockError> {
-        match crate::cpu::seal_blocks_on_caller(key, segments, tags) {
-            Some(done) => done,
-            None => crate::backend::seal_blocks_as_job(self, key, segments, tags),
-        }
-    }
-
-    fn open_block(
-        &self,
-        key: &crate::Aes256Key,
-        nonce: crate::Nonce96,
-        aad: &[u8],
-        tag: crate::Tag,
-        data: &mut [u8],
-    ) -> Result<(), crate::BlockError> {
-        if crate::cpu::block_runs_on_caller(data.len()) {
-            return Ok(crate::cpu::open_on_caller(key, nonce, aad, tag, data)?);
-        }
-        crate::backend::open_block_as_job(self, key, nonce, aad, tag, data)
+    fn small_gcm_on_caller(&self) -> bool {
+        true
     }
 }
 

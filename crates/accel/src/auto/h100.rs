@@ -327,15 +327,15 @@ const PINNED_GCM_S7: [(u64, f64, f64); 4] = [
     (1024, 48.1, 48.2),
 ];
 
-/// The s7 model with the large pinned GCM lines `bench calibrate` would
+/// The model without a large pinned line, with the large pinned GCM lines `bench calibrate` would
 /// fit from the table's 4 x 16 MiB and 4 x 256 MiB rows (its shapes).
-fn s7_with_ramp() -> (CostModel, CostModel) {
+fn without_line_with_ramp() -> (CostModel, CostModel) {
     use super::model::fit_ramp;
-    let s7: CostModel =
+    let base: CostModel =
         serde_json::from_str(include_str!("testdata/h100-without-large-pinned-line.json"))
             .expect("parses");
-    s7.validate().expect("valid");
-    let mut ramp = s7.clone();
+    base.validate().expect("valid");
+    let mut ramp = base.clone();
     let point = |mib: u64, gbps: f64| ((4 * mib) << 20, ((4 * mib) << 20) as f64 / gbps);
     let (small, large) = (PINNED_GCM_S7[0], PINNED_GCM_S7[2]);
     for (op, small_gbps, large_gbps) in [
@@ -351,17 +351,17 @@ fn s7_with_ramp() -> (CostModel, CostModel) {
         gpu.pinned_large = Some(line.expect("fits"));
     }
     ramp.validate().expect("valid");
-    (s7, ramp)
+    (base, ramp)
 }
 
 #[test]
 fn h100_large_pinned_gcm_is_priced_with_its_ramp() {
-    let (s7, ramp) = s7_with_ramp();
+    let (base, ramp) = without_line_with_ramp();
     let open = |m: &CostModel, mib: u64| {
         decide_h100(m, OpKind::AesGcmOpen, &[mib << 20; 4], HostMemory::Pinned)
     };
     // The miss: the plateau priced the GPU ahead of the CPU.
-    let d = open(&s7, 64);
+    let d = open(&base, 64);
     assert!(d.gpu_finish_ns.expect("gpu") < d.cpu_finish_ns, "{d:?}");
     let d = open(&ramp, 64);
     assert_ne!(d.plan, Plan::Gpu, "{d:?}");
@@ -387,7 +387,7 @@ fn h100_large_pinned_gcm_is_priced_with_its_ramp() {
 /// takes it, never the GPU alone (37).
 #[test]
 fn h100_large_pinned_gcm_seal_splits_survive_the_ramp() {
-    let (_, ramp) = s7_with_ramp();
+    let (_, ramp) = without_line_with_ramp();
     for mib in [256u64, 1024] {
         let d = decide_h100(
             &ramp,

@@ -19,7 +19,7 @@ pub mod tea;
 
 use rayon::prelude::*;
 
-use crate::backend::{open_block_as_job, seal_block_as_job, seal_blocks_as_job, Backend};
+use crate::backend::Backend;
 use crate::error::{BackendError, BlockError, SegmentErrorKind};
 use crate::job::{CtrCipher, DataMut, Job, Output, SealSegment, SegmentResult};
 use crate::types::{Aes256Key, Nonce96, Tag};
@@ -42,7 +42,7 @@ pub const GCM_CUT_PIECES: usize = 4;
 /// GB/s), so a piece ran at 3.4-3.7 GB/s (2.3x). On the 16-core H100 host,
 /// all threads cutting 4 x 64 MiB to 4 x 1 GiB ran at 41-50 GB/s sealing
 /// and 34-48 opening, against 7.1 and 8.4 GB/s a thread fused: 2.3-2.8x
-/// and 2.8-4.0x (session 7), host memory taking its share. A cut only pays
+/// and 2.8-4.0x (bench/JOURNAL.md), host memory taking its share. A cut only pays
 /// where it more than makes up for that with idle threads.
 pub const GCM_CUT_COST: f64 = 3.0;
 
@@ -200,43 +200,8 @@ impl Backend for CpuBackend {
         self.run_surveyed(job, &survey)
     }
 
-    fn seal_block(
-        &self,
-        key: &Aes256Key,
-        nonce: Nonce96,
-        aad: &[u8],
-        data: &mut [u8],
-    ) -> Result<Tag, BlockError> {
-        if block_runs_on_caller(data.len()) {
-            return Ok(seal_on_caller(key, nonce, aad, data));
-        }
-        seal_block_as_job(self, key, nonce, aad, data)
-    }
-
-    fn seal_blocks(
-        &self,
-        key: &Aes256Key,
-        segments: &mut [SealSegment<'_>],
-        tags: &mut [Tag],
-    ) -> Result<(), BlockError> {
-        match seal_blocks_on_caller(key, segments, tags) {
-            Some(done) => done,
-            None => seal_blocks_as_job(self, key, segments, tags),
-        }
-    }
-
-    fn open_block(
-        &self,
-        key: &Aes256Key,
-        nonce: Nonce96,
-        aad: &[u8],
-        tag: Tag,
-        data: &mut [u8],
-    ) -> Result<(), BlockError> {
-        if block_runs_on_caller(data.len()) {
-            return Ok(open_on_caller(key, nonce, aad, tag, data)?);
-        }
-        open_block_as_job(self, key, nonce, aad, tag, data)
+    fn small_gcm_on_caller(&self) -> bool {
+        true
     }
 }
 

@@ -68,7 +68,7 @@ type Seen = (u64, bool, Option<SegmentErrorKind>);
 /// Jobs of at least this many segments are surveyed on the pool: a serial
 /// pass (~4 ns a segment) was ~8% of a 512 B x 131072 seal on 16 cores.
 /// At 16384 segments waking the pool costs more than it saves (H100 host,
-/// session 11, five runs each): auto's GPU runs of SHA-256 4 KiB x 16384
+/// five runs each; bench/JOURNAL.md): auto's GPU runs of SHA-256 4 KiB x 16384
 /// from page-locked memory reached 0.94-0.96 of the forced GPU with the
 /// pool's survey and 0.97-0.99 with a serial one, while the CPU's own
 /// 4 KiB x 16384 cells did not move (SHA-256 17.2 against 17.1 GB/s,

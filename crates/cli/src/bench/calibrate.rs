@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gvault_accel::auto::{self, calibrate::Bench, CostModel};
-use gvault_accel::gpu::GpuBackend;
+use gvault_accel::GpuBackend;
 use gvault_accel::{Backend, OpKind};
 
 use super::measure::repeat;

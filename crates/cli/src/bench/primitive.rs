@@ -728,7 +728,7 @@ const CONTENDER_ROUNDS: usize = 11;
 /// fastest one's stops running: it cannot be the best, and its runs (a GPU
 /// hashing four segments takes seconds) had left the close columns three
 /// runs each. SHA-256 on four segments moves by up to 25% between two
-/// timings of the same backend on the H100 host (session 9, `--control`),
+/// timings of the same backend on the H100 host (`--control`),
 /// too much for a median of three.
 const OUT_OF_CONTENTION: f64 = 2.0;
 
@@ -842,7 +842,7 @@ fn measure_interleaved<B: AsMut<[u8]> + AsRef<[u8]>>(
 /// other round and reversed in between. A plain rotation of (cpu, gpu,
 /// auto) put auto right after the GPU column in two rounds of three and
 /// cpu-all in one, and auto's CPU runs paid for what the GPU run left
-/// behind (H100, session 7: CPU-only auto cells at 0.92-0.95 of cpu-all).
+/// behind (H100 host: CPU-only auto cells at 0.92-0.95 of cpu-all).
 fn round_order(round: usize, k: usize) -> Vec<usize> {
     const THREE: [[usize; 3]; 6] = [
         [0, 1, 2],

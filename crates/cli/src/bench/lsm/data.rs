@@ -328,7 +328,7 @@ impl StoreFiles {
 /// timed run does not start with the previous run's gigabyte still being
 /// written back: the kernel throttles a writer by the dirty pages of the
 /// whole device, so one run's leftovers slowed the next one's puts (H100
-/// host, session 10: fillseq 64 KiB runs slept 27-35 us an op beyond
+/// host: fillseq 64 KiB runs slept 27-35 us an op beyond
 /// their CPU, and paired ratios of one mode spread 0.56-0.95). Best
 /// effort: without a `sync` program the run goes on as before.
 pub fn write_back_dirty_pages() {
