@@ -149,6 +149,28 @@ impl GcmCodec {
         key_id: u32,
         blocks: &mut [SealSlot<'_>],
     ) -> Result<(), SealError> {
+        let n = blocks.len();
+        let refused = |e: gvault_accel::BlockError, n: usize| {
+            SealError(format!(
+                "accelerator {} could not seal {n} blocks: {e}",
+                self.backend.name()
+            ))
+        };
+        // One block (a manifest edit, a pointer file): no segment list.
+        if let [slot] = blocks {
+            let nonce = Nonce96::from_parts(slot.ctx.file_number, slot.ctx.block_number);
+            let aad = self.aad(&slot.ctx);
+            if let Some(obs) = &self.observer {
+                obs(key_id, *nonce.as_bytes());
+            }
+            let (payload, room) = slot.split(TAG_LEN)?;
+            let tag = self
+                .backend
+                .seal_block(key, nonce, &aad, payload)
+                .map_err(|e| refused(e, 1))?;
+            room.copy_from_slice(tag.as_bytes());
+            return Ok(());
+        }
         // A group commit of one put is two blocks: their associated data,
         // segments and tags stay on the stack (a backend that seals them on
         // this thread allocates nothing).
@@ -180,13 +202,7 @@ impl GcmCodec {
         }
         self.backend
             .seal_blocks(key, &mut segments, &mut tags)
-            .map_err(|e| {
-                SealError(format!(
-                    "accelerator {} could not seal {} blocks: {e}",
-                    self.backend.name(),
-                    tags.len()
-                ))
-            })?;
+            .map_err(|e| refused(e, n))?;
         drop(segments);
         for (slot, tag) in blocks.iter_mut().zip(&tags) {
             let (_, room) = slot.split(TAG_LEN)?;
