@@ -705,10 +705,11 @@ fn find_parent(
     host: &[u8],
     paths: &[Vec<u8>],
 ) -> Result<Option<(String, Snapshot)>> {
-    let mut all = snapshot::list(repo)?;
+    let mut all = snapshot::headers(repo)?;
     while let Some((n, s)) = all.pop() {
         if s.hostname == host && s.paths == paths {
-            return Ok(Some((n, s)));
+            let full = Snapshot::read(repo, &n)?;
+            return Ok(Some((n, full)));
         }
     }
     Ok(None)

@@ -16,6 +16,7 @@ pub mod backend;
 pub mod backup;
 mod coding;
 pub mod error;
+pub mod extsort;
 pub mod index;
 pub mod lock;
 pub mod maintenance;

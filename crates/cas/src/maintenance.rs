@@ -1,9 +1,10 @@
 //! check, forget, prune, diff and stats.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::backend::Kind;
 use crate::error::{Error, Result};
+use crate::extsort::{self, Merged, Sorter};
 use crate::index::{self, Location};
 use crate::lock::Lock;
 use crate::pack::{self, PackBuilder, PACK_TARGET};
@@ -85,14 +86,15 @@ pub fn check(
         }
     }
     r.unindexed_packs.sort();
-    // Every index entry: its pack's state, and with read_data its bytes.
-    let mut by_pack: BTreeMap<[u8; 32], Vec<Location>> = BTreeMap::new();
+    // Every index entry: its pack's state, and with read_data its bytes,
+    // one pack at a time (the entries are sorted by pack on disk).
+    let mut by_pack = Sorter::new(LOC_LEN);
     let mut index_err = None;
     if let Err(e) = repo.index.for_each(repo, |_, l| {
         if let Some(why) = bad_packs.get(&l.pack) {
             bad_chunks.insert(l.blob.id, format!("pack {} is {why}", hex::encode(l.pack)));
         } else if read_data {
-            by_pack.entry(l.pack).or_default().push(*l);
+            by_pack.push(&enc_loc(l))?;
         }
         Ok(())
     }) {
@@ -105,18 +107,20 @@ pub fn check(
         r.errors.push(format!("pack {}: {why}", hex::encode(p)));
     }
     if read_data {
-        let total: u64 = by_pack
-            .keys()
-            .map(|p| indexed_packs.get(p).copied().unwrap_or(0))
+        let total: u64 = indexed_packs
+            .iter()
+            .filter(|(p, _)| !bad_packs.contains_key(*p))
+            .map(|(_, len)| *len)
             .sum();
         let mut done = 0u64;
-        for (p, locs) in &by_pack {
-            let name = hex::encode(p);
+        let mut stream = by_pack.finish()?;
+        while let Some(locs) = next_pack(&mut stream, |rec| dec_loc(rec))? {
+            let name = hex::encode(locs[0].pack);
             let bytes = match repo.backend.get(Kind::Pack, &name) {
                 Ok(b) => b,
                 Err(e) => {
                     r.errors.push(format!("pack {name}: {e}"));
-                    for l in locs {
+                    for l in &locs {
                         bad_chunks.insert(l.blob.id, format!("pack {name} unreadable"));
                     }
                     continue;
@@ -125,7 +129,7 @@ pub fn check(
             done += bytes.len() as u64;
             match pack::read_header(repo, &name, Some(&bytes)) {
                 Ok(h) => {
-                    for l in locs {
+                    for l in &locs {
                         if h.get(l.ordinal as usize) != Some(&l.blob) {
                             r.errors.push(format!(
                                 "pack {name}: its header and the index disagree on chunk {}",
@@ -208,7 +212,7 @@ pub fn check(
 pub fn forget(repo: &Repository, keep_last: usize) -> Result<Vec<String>> {
     type Group = (Vec<u8>, Vec<Vec<u8>>);
     let mut groups: BTreeMap<Group, Vec<String>> = BTreeMap::new();
-    for (n, s) in snapshot::list(repo)? {
+    for (n, s) in snapshot::headers(repo)? {
         groups.entry((s.hostname, s.paths)).or_default().push(n);
     }
     let mut removed = Vec::new();
@@ -234,28 +238,38 @@ pub struct PruneReport {
 
 /// Removes chunks no snapshot uses, under an exclusive lock (so no backup
 /// runs meanwhile). Order: new packs for the used chunks of partly used
-/// packs, then one new index for everything kept, then the old index files,
-/// then the old packs: a crash at any point leaves every snapshot whole.
+/// packs, then new index files for everything kept, then the old index
+/// files, then the old packs: a crash at any point leaves every snapshot
+/// whole.
+///
+/// Memory stays bounded (docs/repository.md §9): the used chunk ids, the
+/// index entries and the entries kept go through external sorts, one
+/// snapshot is decoded at a time, and packs are handled one at a time.
 pub fn prune(repo: &Repository) -> Result<PruneReport> {
     let _lock = Lock::exclusive(repo.backend.clone())?;
     let mut rep = PruneReport::default();
-    let mut used: HashSet<[u8; 32]> = HashSet::new();
-    for (_, s) in snapshot::list(repo)? {
+    // The used ids, sorted (duplicates skipped when read).
+    let mut used_sort = Sorter::new(32);
+    for name in repo.backend.list(Kind::Snapshot)? {
+        let s = Snapshot::read(repo, &name)?;
         for e in &s.entries {
-            used.extend(e.chunks.iter().map(|c| c.id));
+            for c in &e.chunks {
+                used_sort.push(&c.id)?;
+            }
         }
     }
     // The index as it is now that no backup runs (the one loaded at open
-    // may predate a backup that finished since).
+    // may predate a backup that finished since). Entries by (id, source):
+    // of an id in several places, the first source's is the one kept.
     let index = crate::index::Index::load(repo)?;
     let old_files = index.files();
-    let mut by_pack: HashMap<[u8; 32], Vec<Location>> = HashMap::new();
-    let mut seen = HashSet::new();
-    index.for_each(repo, |_, l| {
-        if seen.insert(l.blob.id) {
-            by_pack.entry(l.pack).or_default().push(*l);
-        }
-        Ok(())
+    let mut by_id = Sorter::new(32 + 4 + LOC_LEN);
+    let mut file_no: HashMap<String, u32> = HashMap::new();
+    for (i, f) in old_files.iter().enumerate() {
+        file_no.insert(f.name.clone(), i as u32);
+    }
+    index.for_each(repo, |f, l| {
+        by_id.push(&id_rec(file_no.get(&f.name).copied().unwrap_or(0), l))
     })?;
     let mut pack_sizes: HashMap<[u8; 32], u64> = old_files
         .iter()
@@ -266,6 +280,7 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
     // lost index file) are judged by their own headers, so that a chunk a
     // snapshot uses is never deleted for want of an index entry. A pack
     // whose header cannot be read is left alone for `check` to report.
+    let mut source = old_files.len() as u32;
     for n in repo.backend.list(Kind::Pack)? {
         let Some(id) = crate::repo::parse_id(&n) else {
             continue;
@@ -277,32 +292,60 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
             continue;
         };
         pack_sizes.insert(id, repo.backend.size(Kind::Pack, &n)?);
-        let locs = by_pack.entry(id).or_default();
         for (i, e) in entries.into_iter().enumerate() {
-            if seen.insert(e.id) {
-                locs.push(Location {
-                    pack: id,
-                    ordinal: i as u32,
-                    blob: e,
-                });
-            }
+            let l = Location {
+                pack: id,
+                ordinal: i as u32,
+                blob: e,
+            };
+            by_id.push(&id_rec(source, &l))?;
         }
+        source += 1;
     }
     let unindexed = pack_sizes.len() > indexed_packs;
-    let mut keep: Vec<Location> = Vec::new();
+    // Join: each distinct id once, marked used or not, re-sorted by pack.
+    let mut by_pack = Sorter::new(LOC_LEN + 1);
+    {
+        let mut ids = by_id.finish()?;
+        let mut used = used_sort.finish()?;
+        let mut last: Option<[u8; 32]> = None;
+        while let Some(rec) = ids.next_rec()? {
+            let id: [u8; 32] = rec[..32].try_into().unwrap_or_default();
+            if last == Some(id) {
+                continue;
+            }
+            last = Some(id);
+            while used.peek().is_some_and(|u| u < &id[..]) {
+                used.next_rec()?;
+            }
+            let is_used = used.peek() == Some(&id[..]);
+            let mut out = rec[36..].to_vec();
+            out.push(is_used as u8);
+            by_pack.push(&out)?;
+        }
+    }
+    let mut keep = Sorter::new(32 + LOC_LEN);
+    let mut kept = 0u64;
     let mut delete: Vec<[u8; 32]> = Vec::new();
     let mut builder = PackBuilder::default();
-    let mut written: Vec<Location> = Vec::new();
     // Every known pack: one whose chunks all live in other packs too (two
     // backups wrote the same chunk) has no entries here and goes.
     let mut packs: Vec<[u8; 32]> = pack_sizes.keys().copied().collect();
     packs.sort();
-    let none = Vec::new();
+    let mut stream = by_pack.finish()?;
     for p in &packs {
-        let locs = by_pack.get(p).unwrap_or(&none);
-        let n_used = locs.iter().filter(|l| used.contains(&l.blob.id)).count();
+        let mut locs: Vec<(Location, bool)> = Vec::new();
+        while stream.peek().is_some_and(|r| r[..32] == p[..]) {
+            if let Some(r) = stream.next_rec()? {
+                locs.push((dec_loc(&r[..LOC_LEN]), r[LOC_LEN] == 1));
+            }
+        }
+        let n_used = locs.iter().filter(|(_, u)| *u).count();
         if !locs.is_empty() && n_used == locs.len() {
-            keep.extend(locs.iter().copied());
+            for (l, _) in &locs {
+                keep.push(&keep_rec(l))?;
+                kept += 1;
+            }
             continue;
         }
         delete.push(*p);
@@ -314,8 +357,8 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
         let name = hex::encode(p);
         let live: Vec<(u32, pack::BlobEntry)> = locs
             .iter()
-            .filter(|l| used.contains(&l.blob.id))
-            .map(|l| (l.ordinal, l.blob))
+            .filter(|(_, u)| *u)
+            .map(|(l, _)| (l.ordinal, l.blob))
             .collect();
         let sealed = live
             .iter()
@@ -341,14 +384,30 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
             };
             builder.add(b.id, b.raw_len, flags, stored);
             if builder.bytes() >= PACK_TARGET {
-                flush(repo, &mut builder, &mut written, &mut pack_sizes, &mut rep)?;
+                kept += flush(repo, &mut builder, &mut keep, &mut pack_sizes, &mut rep)?;
             }
         }
     }
-    flush(repo, &mut builder, &mut written, &mut pack_sizes, &mut rep)?;
-    keep.extend(written);
-    if !delete.is_empty() || old_files.len() > 1 || unindexed || !index.damaged.is_empty() {
-        index::write_file(repo, keep, &pack_sizes)?;
+    kept += flush(repo, &mut builder, &mut keep, &mut pack_sizes, &mut rep)?;
+    let per_file = index_file_entries();
+    let tidy = old_files.len() as u64 <= kept.div_ceil(per_file).max(1);
+    if !delete.is_empty() || !tidy || unindexed || !index.damaged.is_empty() {
+        // New index files of at most `per_file` entries each, written from
+        // the sorted stream of what is kept.
+        let mut stream = keep.finish()?;
+        let mut batch: Vec<Location> = Vec::new();
+        loop {
+            let rec = stream.next_rec()?;
+            if let Some(r) = &rec {
+                batch.push(dec_loc(&r[32..]));
+            }
+            if batch.len() as u64 >= per_file || (rec.is_none() && !batch.is_empty()) {
+                index::write_file(repo, std::mem::take(&mut batch), &pack_sizes)?;
+            }
+            if rec.is_none() {
+                break;
+            }
+        }
         let old = old_files
             .iter()
             .map(|f| f.name.clone())
@@ -367,28 +426,98 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
     Ok(rep)
 }
 
+/// Entries per index file `prune` writes: what fits the sort budget (an
+/// entry costs about 160 bytes while its file is built), at least one block.
+fn index_file_entries() -> u64 {
+    (extsort::memory_budget() / 160).max(index::BLOCK_ENTRIES) as u64
+}
+
+/// A location as a sort record: pack, ordinal (big-endian, so that records
+/// sort by pack, then position), id, offset, sealed and raw lengths, flags.
+const LOC_LEN: usize = 32 + 4 + 32 + 4 + 4 + 4 + 1;
+
+fn enc_loc(l: &Location) -> Vec<u8> {
+    let mut b = Vec::with_capacity(LOC_LEN);
+    b.extend_from_slice(&l.pack);
+    b.extend_from_slice(&l.ordinal.to_be_bytes());
+    b.extend_from_slice(&l.blob.id);
+    b.extend_from_slice(&l.blob.offset.to_le_bytes());
+    b.extend_from_slice(&l.blob.sealed_len.to_le_bytes());
+    b.extend_from_slice(&l.blob.raw_len.to_le_bytes());
+    b.push(l.blob.flags);
+    b
+}
+
+fn dec_loc(b: &[u8]) -> Location {
+    let arr = |r: std::ops::Range<usize>| -> [u8; 32] { b[r].try_into().unwrap_or_default() };
+    let u = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    Location {
+        pack: arr(0..32),
+        ordinal: u32::from_be_bytes([b[32], b[33], b[34], b[35]]),
+        blob: pack::BlobEntry {
+            id: arr(36..68),
+            offset: u(68),
+            sealed_len: u(72),
+            raw_len: u(76),
+            flags: b[80],
+        },
+    }
+}
+
+/// Sorted by id, then by source (index file or pack, in load order).
+fn id_rec(source: u32, l: &Location) -> Vec<u8> {
+    let mut b = Vec::with_capacity(36 + LOC_LEN);
+    b.extend_from_slice(&l.blob.id);
+    b.extend_from_slice(&source.to_be_bytes());
+    b.extend_from_slice(&enc_loc(l));
+    b
+}
+
+fn keep_rec(l: &Location) -> Vec<u8> {
+    let mut b = Vec::with_capacity(32 + LOC_LEN);
+    b.extend_from_slice(&l.blob.id);
+    b.extend_from_slice(&enc_loc(l));
+    b
+}
+
+/// The entries of the next pack of a stream sorted by pack.
+fn next_pack(s: &mut Merged, dec: impl Fn(&[u8]) -> Location) -> Result<Option<Vec<Location>>> {
+    let Some(first) = s.next_rec()? else {
+        return Ok(None);
+    };
+    let mut out = vec![dec(&first)];
+    while s.peek().is_some_and(|r| r[..32] == first[..32]) {
+        if let Some(r) = s.next_rec()? {
+            out.push(dec(&r));
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Writes the pack being built; its entries go to `keep`. Returns how many.
 fn flush(
     repo: &Repository,
     b: &mut PackBuilder,
-    written: &mut Vec<Location>,
+    keep: &mut Sorter,
     sizes: &mut HashMap<[u8; 32], u64>,
     rep: &mut PruneReport,
-) -> Result<()> {
+) -> Result<u64> {
     if b.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let (name, size, entries) = std::mem::take(b).write(repo)?;
     let pack = crate::repo::parse_id(&name).unwrap_or_default();
     sizes.insert(pack, size);
     rep.packs_written += 1;
+    let n = entries.len() as u64;
     for (i, e) in entries.into_iter().enumerate() {
-        written.push(Location {
+        keep.push(&keep_rec(&Location {
             pack,
             ordinal: i as u32,
             blob: e,
-        });
+        }))?;
     }
-    Ok(())
+    Ok(n)
 }
 
 /// Seed 001's similarity detection between two snapshots.
@@ -482,7 +611,8 @@ pub struct Stats {
 
 pub fn stats(repo: &Repository) -> Result<Stats> {
     let mut s = Stats::default();
-    for (_, snap) in snapshot::list(repo)? {
+    for name in repo.backend.list(Kind::Snapshot)? {
+        let snap = Snapshot::read(repo, &name)?;
         s.snapshots += 1;
         for e in &snap.entries {
             if e.kind == EntryKind::File {
@@ -491,14 +621,23 @@ pub fn stats(repo: &Repository) -> Result<Stats> {
             }
         }
     }
-    let mut seen = HashSet::new();
+    // Distinct chunks across index files: through an external sort.
+    let mut ids = Sorter::new(36);
     repo.index.for_each(repo, |_, l| {
-        if seen.insert(l.blob.id) {
-            s.chunks += 1;
-            s.unique_bytes += l.blob.raw_len as u64;
-        }
-        Ok(())
+        let mut r = l.blob.id.to_vec();
+        r.extend_from_slice(&l.blob.raw_len.to_le_bytes());
+        ids.push(&r)
     })?;
+    let mut ids = ids.finish()?;
+    let mut last: Option<Box<[u8]>> = None;
+    while let Some(r) = ids.next_rec()? {
+        if last.as_ref().is_some_and(|l| l[..32] == r[..32]) {
+            continue;
+        }
+        s.chunks += 1;
+        s.unique_bytes += u32::from_le_bytes([r[32], r[33], r[34], r[35]]) as u64;
+        last = Some(r);
+    }
     for k in [Kind::Pack, Kind::Index, Kind::Snapshot] {
         for n in repo.backend.list(k)? {
             if k == Kind::Pack {

@@ -228,11 +228,25 @@ pub fn list(repo: &Repository) -> Result<Vec<(String, Snapshot)>> {
     Ok(out)
 }
 
+/// Every snapshot's header (its entries left empty), oldest first: one
+/// snapshot is decoded at a time, so memory holds the largest snapshot
+/// and the headers, never every tree at once.
+pub fn headers(repo: &Repository) -> Result<Vec<(String, Snapshot)>> {
+    let mut out = Vec::new();
+    for n in repo.backend.list(Kind::Snapshot)? {
+        let mut s = Snapshot::read(repo, &n)?;
+        s.entries = Vec::new();
+        out.push((n, s));
+    }
+    out.sort_by(|a, b| a.1.time_ns.cmp(&b.1.time_ns).then(a.0.cmp(&b.0)));
+    Ok(out)
+}
+
 /// Resolves a snapshot name: a unique prefix of its id, or `latest`.
 pub fn resolve(repo: &Repository, name: &str) -> Result<String> {
     let all = repo.backend.list(Kind::Snapshot)?;
     if name == "latest" {
-        return list(repo)?
+        return headers(repo)?
             .pop()
             .map(|(n, _)| n)
             .ok_or_else(|| Error::NotFound("the repository has no snapshots".into()));
