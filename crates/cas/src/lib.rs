@@ -17,6 +17,7 @@ pub mod backup;
 mod coding;
 pub mod error;
 pub mod extsort;
+pub mod forget;
 pub mod index;
 pub mod lock;
 pub mod maintenance;
@@ -28,6 +29,7 @@ pub mod snapshot;
 pub use backend::{Backend, Kind, LocalDir};
 pub use backup::{backup, backup_reader, BackupSummary, Progress};
 pub use error::{Error, Result};
+pub use forget::{forget_with, ForgetReport, Policy, Span};
 pub use maintenance::{
     check, diff, forget, prune, stats, CheckReport, DiffReport, PruneReport, Stats,
 };

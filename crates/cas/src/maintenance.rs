@@ -210,20 +210,16 @@ pub fn check(
 /// Removes all but the newest `keep_last` snapshots of each (host, paths)
 /// group; returns the names removed. Their data stays until `prune`.
 pub fn forget(repo: &Repository, keep_last: usize) -> Result<Vec<String>> {
-    type Group = (Vec<u8>, Vec<Vec<u8>>);
-    let mut groups: BTreeMap<Group, Vec<String>> = BTreeMap::new();
-    for (n, s) in snapshot::headers(repo)? {
-        groups.entry((s.hostname, s.paths)).or_default().push(n);
-    }
-    let mut removed = Vec::new();
-    for (_, names) in groups {
-        let drop_n = names.len().saturating_sub(keep_last);
-        for n in &names[..drop_n] {
-            repo.backend.delete(Kind::Snapshot, n)?;
-            removed.push(n.clone());
+    if keep_last == 0 {
+        // Keep nothing: the one policy `forget_with` refuses by default.
+        let mut removed = Vec::new();
+        for (n, _) in snapshot::headers(repo)? {
+            repo.backend.delete(Kind::Snapshot, &n)?;
+            removed.push(n);
         }
+        return Ok(removed);
     }
-    Ok(removed)
+    Ok(crate::forget::forget_with(repo, &crate::forget::Policy::keep_last(keep_last), false)?.removed)
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
