@@ -219,7 +219,10 @@ pub fn forget(repo: &Repository, keep_last: usize) -> Result<Vec<String>> {
         }
         return Ok(removed);
     }
-    Ok(crate::forget::forget_with(repo, &crate::forget::Policy::keep_last(keep_last), false)?.removed)
+    Ok(
+        crate::forget::forget_with(repo, &crate::forget::Policy::keep_last(keep_last), false)?
+            .removed,
+    )
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

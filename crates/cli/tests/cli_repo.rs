@@ -147,3 +147,52 @@ fn backup_restore_check_and_exit_codes() {
     assert_eq!(code(&o), 2);
     assert!(err(&o).contains("upgrade gvault"), "{}", err(&o));
 }
+
+#[test]
+fn forget_policies_and_dry_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("r");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a"), b"one").unwrap();
+    let s = src.to_str().unwrap();
+    assert_eq!(code(&run(&repo, &["init"], &[], None)), 0);
+    for v in [&b"two"[..], b"three"] {
+        let o = run(&repo, &["backup", s], &[], None);
+        assert_eq!(code(&o), 0, "{}", err(&o));
+        std::fs::write(src.join("a"), v).unwrap();
+    }
+    let count = || {
+        let o = run(&repo, &["snapshots", "--json"], &[], None);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["snapshots"].as_array().unwrap().len()
+    };
+    // Both snapshots are of today: --keep-daily 1 keeps the newer only;
+    // the dry run says so and removes nothing.
+    let o = run(
+        &repo,
+        &["forget", "--keep-daily", "1", "--dry-run", "--json"],
+        &[],
+        None,
+    );
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["removed"].as_array().unwrap().len(), 1);
+    assert_eq!(v["snapshots"][0]["keep"][0], "daily");
+    assert_eq!(count(), 2);
+    // No rule, or a bad duration: refused, nothing removed.
+    let o = run(&repo, &["forget"], &[], None);
+    assert_eq!(code(&o), 2);
+    assert!(err(&o).contains("--keep-last"), "{}", err(&o));
+    let o = run(&repo, &["forget", "--keep-within", "2w"], &[], None);
+    assert_eq!(code(&o), 2);
+    assert!(err(&o).contains("unknown unit"), "{}", err(&o));
+    // Both are within a day of the newest.
+    let o = run(&repo, &["forget", "--keep-within", "1d"], &[], None);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    assert_eq!(count(), 2);
+    let o = run(&repo, &["forget", "--keep-daily", "1"], &[], None);
+    assert_eq!(code(&o), 0, "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("removed 1 snapshots"));
+    assert_eq!(count(), 1);
+}

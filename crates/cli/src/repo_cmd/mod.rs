@@ -188,14 +188,31 @@ pub enum RepoCommand {
         #[arg(long)]
         read_data: bool,
     },
-    /// Remove all but the newest N snapshots of each host and path set
-    /// (their data stays until `prune`).
+    /// Remove the snapshots no --keep rule keeps, per host and path set
+    /// (as restic does; their data stays until `prune`). Days, weeks
+    /// (ISO) and months are taken in UTC.
     Forget {
         #[command(flatten)]
         repo: RepoArgs,
-        /// How many snapshots of each group to keep.
-        #[arg(long, value_name = "N")]
+        /// Keep the newest N snapshots.
+        #[arg(long, value_name = "N", default_value_t = 0)]
         keep_last: usize,
+        /// Keep the newest snapshot of each of the last N days that have one.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        keep_daily: usize,
+        /// Keep the newest snapshot of each of the last N weeks that have one.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        keep_weekly: usize,
+        /// Keep the newest snapshot of each of the last N months that have one.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        keep_monthly: usize,
+        /// Keep every snapshot less than DURATION older than the newest
+        /// (e.g. 1y6m, 14d, 36h: years, months, days, hours).
+        #[arg(long, value_name = "DURATION")]
+        keep_within: Option<String>,
+        /// Say what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Delete data no snapshot uses (waits for no one: fails while a backup
     /// holds the repository).
@@ -509,16 +526,64 @@ fn execute(cmd: RepoCommand) -> CmdResult {
             }
             Ok(if c.is_clean() { 0 } else { EXIT_INCOMPLETE })
         }
-        RepoCommand::Forget { repo, keep_last } => {
+        RepoCommand::Forget {
+            repo,
+            keep_last,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+            keep_within,
+            dry_run,
+        } => {
+            let within = keep_within
+                .as_deref()
+                .map(str::parse::<gvault_cas::Span>)
+                .transpose()?;
+            let policy = gvault_cas::Policy {
+                last: keep_last,
+                daily: keep_daily,
+                weekly: keep_weekly,
+                monthly: keep_monthly,
+                within,
+            };
             let r = repo.open()?;
-            let removed = gvault_cas::forget(&r, keep_last)?;
+            let rep = gvault_cas::forget_with(&r, &policy, dry_run)?;
             if repo.json {
-                print_json(&json!({ "removed": removed }))?;
+                let snaps: Vec<Value> = rep
+                    .decisions
+                    .iter()
+                    .map(|d| {
+                        json!({
+                            "snapshot": d.snapshot, "time_ns": d.time_ns,
+                            "hostname": d.hostname, "keep": d.reasons,
+                        })
+                    })
+                    .collect();
+                print_json(&json!({
+                    "removed": rep.removed, "dry_run": dry_run, "snapshots": snaps,
+                }))?;
             } else {
-                println!(
-                    "removed {} snapshots (run `gvault repo prune` to free their data)",
-                    removed.len()
-                );
+                for d in &rep.decisions {
+                    let what = if d.reasons.is_empty() {
+                        "remove".to_string()
+                    } else {
+                        format!("keep ({})", d.reasons.join(", "))
+                    };
+                    println!(
+                        "{}  {}  {}  {what}",
+                        &d.snapshot[..8.min(d.snapshot.len())],
+                        time_str(d.time_ns),
+                        d.hostname
+                    );
+                }
+                if dry_run {
+                    println!("would remove {} snapshots (dry run)", rep.removed.len());
+                } else {
+                    println!(
+                        "removed {} snapshots (run `gvault repo prune` to free their data)",
+                        rep.removed.len()
+                    );
+                }
             }
             Ok(0)
         }
