@@ -148,7 +148,21 @@ fn commands_and_exit_codes() {
 fn demo_runs_small() {
     let o = gvault_input(Path::new("/nonexistent"), &["demo", "--mb", "4"], None);
     assert_eq!(code(&o), 0, "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("MiB/s"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("MiB/s"));
+    // The dedup part: the second backup adds a small share of the first.
+    let line = out
+        .lines()
+        .find(|l| l.contains("of the first backup's"))
+        .unwrap_or_else(|| panic!("no dedup line in {out}"));
+    let pct: f64 = line
+        .rsplit(", ")
+        .next()
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no share in {line}"));
+    assert!(pct < 50.0, "{line}");
+    assert!(out.contains("checked every byte: identical"), "{out}");
 }
 
 /// The `N tables` of `level L:` in `gvault stats` output (0 if absent).
