@@ -114,7 +114,7 @@ pub fn check(
             .sum();
         let mut done = 0u64;
         let mut stream = by_pack.finish()?;
-        while let Some(locs) = next_pack(&mut stream, |rec| dec_loc(rec))? {
+        while let Some(locs) = next_pack(&mut stream)? {
             let name = hex::encode(locs[0].pack);
             let bytes = match repo.backend.get(Kind::Pack, &name) {
                 Ok(b) => b,
@@ -480,14 +480,14 @@ fn keep_rec(l: &Location) -> Vec<u8> {
 }
 
 /// The entries of the next pack of a stream sorted by pack.
-fn next_pack(s: &mut Merged, dec: impl Fn(&[u8]) -> Location) -> Result<Option<Vec<Location>>> {
+fn next_pack(s: &mut Merged) -> Result<Option<Vec<Location>>> {
     let Some(first) = s.next_rec()? else {
         return Ok(None);
     };
-    let mut out = vec![dec(&first)];
+    let mut out = vec![dec_loc(&first)];
     while s.peek().is_some_and(|r| r[..32] == first[..32]) {
         if let Some(r) = s.next_rec()? {
-            out.push(dec(&r));
+            out.push(dec_loc(&r));
         }
     }
     Ok(Some(out))
