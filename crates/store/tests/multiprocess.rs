@@ -193,7 +193,13 @@ fn readers_share_the_store_in(mode: Mode) {
     s.close().unwrap();
 
     let readers: Vec<Store> = (0..4)
-        .map(|_| Store::open(dir.path(), read_only(mode)).unwrap())
+        .map(|_| {
+            Store::open(
+                dir.path(),
+                waiting(read_only(mode), Duration::from_secs(10)),
+            )
+            .unwrap()
+        })
         .collect();
     let threads: Vec<_> = readers
         .into_iter()
@@ -215,9 +221,16 @@ fn readers_share_the_store_in(mode: Mode) {
     let e = Store::open(dir.path(), mode.options()).err().unwrap();
     assert!(matches!(e, Error::Locked { .. }), "{e}");
     // ...and another reader is not.
-    Store::open(dir.path(), read_only(mode)).unwrap();
+    Store::open(
+        dir.path(),
+        waiting(read_only(mode), Duration::from_secs(10)),
+    )
+    .unwrap();
     drop(readers);
-    Store::open(dir.path(), mode.options()).unwrap();
+    // Free once the readers close. Opens here may wait a moment: a child
+    // process another test starts meanwhile holds a copy of every open
+    // descriptor, the lock's included, from its fork until its exec.
+    Store::open(dir.path(), waiting(mode.options(), Duration::from_secs(10))).unwrap();
 }
 
 both_modes!(
