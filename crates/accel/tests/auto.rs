@@ -5,59 +5,22 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use common::{random_bytes, rsa_key};
-use gvault_accel::auto::{
-    CostModel, CpuCost, GpuCost, Identity, LinearCost, ModelSource, OpModel, Plan, SplitPoint,
-    FORMAT_VERSION,
-};
+use gvault_accel::auto::{CostModel, LinearCost, ModelSource, Plan, SplitPoint};
 use gvault_accel::CpuBackend;
 use gvault_accel::*;
 
 /// CPU at 1 GB/s a core (2× on 2 threads); GPU at `gpu_ns_per_byte` from
 /// host memory, `gpu_fixed_ns` a job.
 fn model(gpu_fixed_ns: f64, gpu_ns_per_byte: f64) -> CostModel {
-    let ops: BTreeMap<String, OpModel> = OpKind::ALL
-        .iter()
-        .map(|op| {
-            let gpu = LinearCost {
-                fixed_ns: gpu_fixed_ns,
-                ns_per_byte: gpu_ns_per_byte,
-                ns_per_segment: 10.0,
-            };
-            let m = OpModel {
-                cpu: CpuCost {
-                    one_thread: LinearCost {
-                        fixed_ns: 2_000.0,
-                        ns_per_byte: 1.0,
-                        ns_per_segment: 100.0,
-                    },
-                    threads: 2,
-                    speedup: 2.0,
-                    cut_cost: None,
-                    small_speedup: None,
-                },
-                gpu: Some(GpuCost {
-                    kernel: gpu,
-                    pinned: Some(gpu),
-                    pageable: Some(gpu),
-                    pinned_packed: None,
-                    thread_ns_per_byte: None,
-                    pinned_large: None,
-                }),
-            };
-            (op.name().to_string(), m)
-        })
-        .collect();
-    CostModel {
-        format_version: FORMAT_VERSION,
-        identity: Identity::default(),
-        link: None,
-        ops,
-    }
+    common::synthetic_model(LinearCost {
+        fixed_ns: gpu_fixed_ns,
+        ns_per_byte: gpu_ns_per_byte,
+        ns_per_segment: 10.0,
+    })
 }
 
 fn synthetic() -> ModelSource {

@@ -4,13 +4,12 @@
 //! CPU backend stands in for the GPU, under a model by which the GPU wins
 //! every job.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use gvault_accel::auto::{
-    CostModel, CpuCost, GpuCost, Identity, LinearCost, ModelSource, OpModel, FORMAT_VERSION,
-};
+use gvault_accel::auto::{CostModel, LinearCost, ModelSource};
 use gvault_accel::*;
 
 /// A "GPU" that counts the jobs it is given and runs them on one CPU thread.
@@ -32,44 +31,11 @@ impl Backend for CountingGpu {
 /// CPU at 1 GB/s a core plus 2 us a job; the GPU free but for 1 ns per
 /// 1000 bytes: it wins every job the model is asked about.
 fn gpu_always_wins() -> CostModel {
-    let gpu = LinearCost {
+    common::synthetic_model(LinearCost {
         fixed_ns: 0.0,
         ns_per_byte: 0.001,
         ns_per_segment: 0.0,
-    };
-    let ops: BTreeMap<String, OpModel> = OpKind::ALL
-        .iter()
-        .map(|op| {
-            let m = OpModel {
-                cpu: CpuCost {
-                    one_thread: LinearCost {
-                        fixed_ns: 2_000.0,
-                        ns_per_byte: 1.0,
-                        ns_per_segment: 100.0,
-                    },
-                    threads: 2,
-                    speedup: 2.0,
-                    cut_cost: None,
-                    small_speedup: None,
-                },
-                gpu: Some(GpuCost {
-                    kernel: gpu,
-                    pinned: Some(gpu),
-                    pageable: Some(gpu),
-                    pinned_packed: None,
-                    thread_ns_per_byte: None,
-                    pinned_large: None,
-                }),
-            };
-            (op.name().to_string(), m)
-        })
-        .collect();
-    CostModel {
-        format_version: FORMAT_VERSION,
-        identity: Identity::default(),
-        link: None,
-        ops,
-    }
+    })
 }
 
 fn auto_with_counting_gpu() -> (AutoBackend, Arc<AtomicUsize>) {

@@ -91,3 +91,45 @@ pub fn rsa_key(bits: usize) -> RsaPrivateKey {
 pub fn test_data(name: &str) -> Vec<u8> {
     std::fs::read(format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
+
+/// A cost model for tests with a stand-in GPU: the CPU at 1 GB/s a core
+/// (2x on 2 threads, 2 us a job), the GPU at `gpu` for every op and host
+/// memory kind.
+pub fn synthetic_model(gpu: gvault_accel::auto::LinearCost) -> gvault_accel::auto::CostModel {
+    use gvault_accel::auto::{
+        CostModel, CpuCost, GpuCost, Identity, LinearCost, OpModel, FORMAT_VERSION,
+    };
+    let ops = OpKind::ALL
+        .iter()
+        .map(|op| {
+            let m = OpModel {
+                cpu: CpuCost {
+                    one_thread: LinearCost {
+                        fixed_ns: 2_000.0,
+                        ns_per_byte: 1.0,
+                        ns_per_segment: 100.0,
+                    },
+                    threads: 2,
+                    speedup: 2.0,
+                    cut_cost: None,
+                    small_speedup: None,
+                },
+                gpu: Some(GpuCost {
+                    kernel: gpu,
+                    pinned: Some(gpu),
+                    pageable: Some(gpu),
+                    pinned_packed: None,
+                    thread_ns_per_byte: None,
+                    pinned_large: None,
+                }),
+            };
+            (op.name().to_string(), m)
+        })
+        .collect();
+    CostModel {
+        format_version: FORMAT_VERSION,
+        identity: Identity::default(),
+        link: None,
+        ops,
+    }
+}
