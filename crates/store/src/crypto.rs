@@ -150,7 +150,7 @@ impl GcmCodec {
         blocks: &mut [SealSlot<'_>],
     ) -> Result<(), SealError> {
         let n = blocks.len();
-        let refused = |e: gvault_accel::BlockError, n: usize| {
+        let refused = |e: gvault_accel::BlockError| {
             SealError(format!(
                 "accelerator {} could not seal {n} blocks: {e}",
                 self.backend.name()
@@ -167,7 +167,7 @@ impl GcmCodec {
             let tag = self
                 .backend
                 .seal_block(key, nonce, &aad, payload)
-                .map_err(|e| refused(e, 1))?;
+                .map_err(refused)?;
             room.copy_from_slice(tag.as_bytes());
             return Ok(());
         }
@@ -202,7 +202,7 @@ impl GcmCodec {
         }
         self.backend
             .seal_blocks(key, &mut segments, &mut tags)
-            .map_err(|e| refused(e, n))?;
+            .map_err(refused)?;
         drop(segments);
         for (slot, tag) in blocks.iter_mut().zip(&tags) {
             let (_, room) = slot.split(TAG_LEN)?;
