@@ -16,7 +16,9 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::thread::Scope;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rayon::prelude::*;
@@ -26,11 +28,14 @@ use crate::backend::Kind;
 use crate::error::{Error, Result};
 use crate::index::{self, Location};
 use crate::lock::Lock;
-use crate::pack::{self, PackBuilder, SealedPack, FLAG_ZSTD, PACK_TARGET};
+use crate::pack::{self, PackBuilder, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::{Chunker, Repository};
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 
 const WINDOW: usize = 32 << 20;
+/// Windows a large file's stream holds at once: one being read, one being
+/// chunked, one being packed.
+const STREAM_BUFFERS: usize = 3;
 /// Files up to this size are read whole and chunked many to one job.
 const SMALL_FILE: u64 = 4 << 20;
 const BATCH_FILES: usize = 4096;
@@ -72,56 +77,55 @@ pub struct Progress {
 
 pub type ProgressFn<'a> = &'a mut dyn FnMut(Progress);
 
-/// Packs sealed but not yet written go to this many writer threads, so
-/// that sealing and chunking go on while a pack is written and synced.
-const UPLOAD_THREADS: usize = 2;
-/// Sealed packs waiting for a writer thread (bounds memory: at most this
-/// many plus `UPLOAD_THREADS` packs are held).
-const UPLOAD_QUEUE: usize = 2;
+/// Packs are sealed and written by this many threads (at least 2), so that
+/// chunking and packing go on while packs are sealed, written and synced.
+fn pack_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).clamp(2, 8))
+}
 
 type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
 
-/// Writes sealed packs on background threads; results come back in any
-/// order, and a pack's chunks are indexed only once it is durable.
+/// Seals and writes packs on background threads; results come back in any
+/// order, and a pack's chunks are indexed only once it is durable. At most
+/// `2 × pack_threads()` packs are held (queued or being sealed).
 struct Uploads {
-    tx: Option<std::sync::mpsc::SyncSender<SealedPack>>,
-    rx: std::sync::mpsc::Receiver<Uploaded>,
+    tx: Option<SyncSender<PackBuilder>>,
+    rx: Receiver<Uploaded>,
     in_flight: usize,
-    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Uploads {
-    fn new(backend: Arc<dyn crate::backend::Backend>) -> Uploads {
-        let (tx, work) = std::sync::mpsc::sync_channel::<SealedPack>(UPLOAD_QUEUE);
+    fn new<'s, 'r: 's>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Uploads {
+        let threads = pack_threads();
+        let (tx, work) = sync_channel::<PackBuilder>(threads);
         let (done, rx) = std::sync::mpsc::channel::<Uploaded>();
         let work = Arc::new(Mutex::new(work));
-        let threads = (0..UPLOAD_THREADS)
-            .map(|_| {
-                let (work, done, backend) = (work.clone(), done.clone(), backend.clone());
-                std::thread::spawn(move || loop {
-                    let next = match work.lock() {
-                        Ok(w) => w.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok(p) = next else { return };
-                    let r = backend
+        for _ in 0..threads {
+            let (work, done) = (work.clone(), done.clone());
+            scope.spawn(move || loop {
+                let next = match work.lock() {
+                    Ok(w) => w.recv(),
+                    Err(_) => return,
+                };
+                let Ok(p) = next else { return };
+                let r = p.seal(repo).and_then(|p| {
+                    repo.backend
                         .put(Kind::Pack, &p.name, &p.bytes)
-                        .map(|()| (p.name, p.bytes.len() as u64, p.entries));
-                    if done.send(r).is_err() {
-                        return;
-                    }
-                })
-            })
-            .collect();
+                        .map(|()| (p.name, p.bytes.len() as u64, p.entries))
+                });
+                if done.send(r).is_err() {
+                    return;
+                }
+            });
+        }
         Uploads {
             tx: Some(tx),
             rx,
             in_flight: 0,
-            threads,
         }
     }
 
-    fn send(&mut self, p: SealedPack) -> Result<()> {
+    fn send(&mut self, p: PackBuilder) -> Result<()> {
         let tx = self
             .tx
             .as_ref()
@@ -157,15 +161,6 @@ impl Uploads {
     }
 }
 
-impl Drop for Uploads {
-    fn drop(&mut self) {
-        self.tx = None;
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Chunks go through here: dedup, compression, packs, index entries.
 struct Writer<'r> {
     repo: &'r Repository,
@@ -179,10 +174,10 @@ struct Writer<'r> {
 }
 
 impl<'r> Writer<'r> {
-    fn new(repo: &'r Repository) -> Self {
+    fn new<'s>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Self {
         Writer {
             repo,
-            uploads: Uploads::new(repo.backend.clone()),
+            uploads: Uploads::new(repo, scope),
             packer: PackBuilder::default(),
             session: HashSet::new(),
             pending: Vec::new(),
@@ -208,21 +203,23 @@ impl<'r> Writer<'r> {
             }
         }
         let compress = self.repo.config.compression;
-        let stored: Vec<(Vec<u8>, u8)> = fresh
-            .par_iter()
-            .map(
-                |(_, bytes)| match compress.then(|| pack::maybe_compress(bytes)).flatten() {
-                    Some(c) => (c, FLAG_ZSTD),
-                    None => (bytes.to_vec(), 0),
-                },
-            )
-            .collect();
-        for ((i, bytes), (s, flags)) in fresh.iter().zip(stored) {
+        let compressed: Vec<Option<Vec<u8>>> = if compress {
+            fresh
+                .par_iter()
+                .map(|(_, bytes)| pack::maybe_compress(bytes))
+                .collect()
+        } else {
+            vec![None; fresh.len()]
+        };
+        for ((i, bytes), z) in fresh.iter().zip(compressed) {
             let c = &chunks[*i];
             self.session.insert(c.id);
             self.sum.chunks_new += 1;
             self.sum.bytes_new_raw += bytes.len() as u64;
-            self.packer.add(c.id, c.len, flags, s);
+            match z {
+                Some(z) => self.packer.add(c.id, c.len, FLAG_ZSTD, &z),
+                None => self.packer.add(c.id, c.len, 0, bytes),
+            }
             if self.packer.bytes() >= PACK_TARGET {
                 self.flush_pack()?;
             }
@@ -241,8 +238,7 @@ impl<'r> Writer<'r> {
             return Ok(());
         }
         let p = std::mem::take(&mut self.packer);
-        let sealed = p.seal(self.repo)?;
-        self.uploads.send(sealed)?;
+        self.uploads.send(p)?;
         let done = self.uploads.collect(false);
         self.written(done)?;
         if self.pending.len() >= INDEX_FLUSH {
@@ -300,92 +296,128 @@ impl<'r> Writer<'r> {
         Ok(self.sum)
     }
 
-    /// Chunk ids of segments.
-    fn chunk(&self, segments: &[&[u8]]) -> Result<Vec<Vec<IdChunk>>> {
-        let repo = self.repo;
-        match repo.config.chunker {
-            Chunker::Cdc { .. } => {
-                let params = repo
-                    .config
-                    .chunker
-                    .params()
-                    .ok_or_else(|| Error::corrupt("config", "invalid chunker parameters"))?;
-                accel_jobs::chunk_digest(repo.accel(), params, &repo.keys.chunk_id, segments)
-            }
-            Chunker::Fixed { size } => {
-                let mut spans: Vec<(usize, u64, u32)> = Vec::new();
-                let mut slices: Vec<&[u8]> = Vec::new();
-                for (si, s) in segments.iter().enumerate() {
-                    for (k, block) in s.chunks(size as usize).enumerate() {
-                        spans.push((si, k as u64 * size as u64, block.len() as u32));
-                        slices.push(block);
-                    }
-                }
-                let ids = accel_jobs::keyed_digests(repo.accel(), &repo.keys.chunk_id, &slices)?;
-                let mut out = vec![Vec::new(); segments.len()];
-                for ((si, offset, len), id) in spans.into_iter().zip(ids) {
-                    out[si].push(IdChunk { offset, len, id });
-                }
-                Ok(out)
-            }
-        }
-    }
-
     /// Reads `r` to its end in windows; returns the chunk list and the
-    /// bytes read.
+    /// bytes read. Three stages overlap: this thread reads the next
+    /// window while a second chunks the one before and a third packs the
+    /// one before that. A window is read behind a gap that takes the
+    /// previous window's unfinished last chunk, which is chunked again
+    /// with what follows (FastCDC starts afresh at every boundary, so this
+    /// equals one pass). Memory: `STREAM_BUFFERS` windows.
     fn stream(
         &mut self,
         r: &mut dyn Read,
         progress: &mut dyn FnMut(u64),
     ) -> std::io::Result<Result<(Vec<ChunkRef>, u64)>> {
-        let max = self.repo.config.chunker.max_len() as usize;
-        let window = WINDOW.max(4 * max);
-        let mut buf: Vec<u8> = Vec::with_capacity(window);
-        let mut out = Vec::new();
-        let mut total = 0u64;
-        loop {
-            let start = buf.len();
-            buf.resize(window, 0);
-            let mut filled = start;
-            while filled < window {
-                match r.read(&mut buf[filled..]) {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+        let repo = self.repo;
+        let gap = repo.config.chunker.max_len() as usize;
+        let window = WINDOW.max(4 * gap);
+        let (free_tx, free_rx) = sync_channel::<Vec<u8>>(STREAM_BUFFERS);
+        for _ in 0..STREAM_BUFFERS {
+            let _ = free_tx.send(Vec::new());
+        }
+        // (window, bytes read into it after the gap, end of input)
+        let (full_tx, full_rx) = sync_channel::<(Vec<u8>, usize, bool)>(1);
+        // (window, where its chunks start, the chunks)
+        let (cut_tx, cut_rx) = sync_channel::<(Vec<u8>, usize, Vec<IdChunk>)>(1);
+        std::thread::scope(|s| {
+            let chunker = s.spawn(move || -> Result<()> {
+                let mut carry: Vec<u8> = Vec::new();
+                for (mut buf, filled, eof) in full_rx {
+                    let start = gap - carry.len();
+                    buf[start..gap].copy_from_slice(&carry);
+                    let end = gap + filled;
+                    let mut chunks = chunk_segments(repo, &[&buf[start..end]])?
+                        .pop()
+                        .unwrap_or_default();
+                    if !eof {
+                        chunks.pop();
+                    }
+                    let consumed: usize = chunks.iter().map(|c| c.len as usize).sum();
+                    carry.clear();
+                    carry.extend_from_slice(&buf[start + consumed..end]);
+                    if cut_tx.send((buf, start, chunks)).is_err() || eof {
+                        break;
+                    }
+                }
+                Ok(())
+            });
+            let packer = s.spawn(move || -> Result<Vec<ChunkRef>> {
+                let mut out = Vec::new();
+                for (buf, start, chunks) in cut_rx {
+                    out.extend(self.add(&buf[start..], &chunks)?);
+                    let _ = free_tx.send(buf);
+                }
+                Ok(out)
+            });
+            let mut total = 0u64;
+            let mut read_err = None;
+            while let Ok(mut buf) = free_rx.recv() {
+                // Allocated (and zeroed) once; later rounds overwrite it.
+                buf.resize(gap + window, 0);
+                let mut filled = 0;
+                while filled < window {
+                    match r.read(&mut buf[gap + filled..gap + window]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            read_err = Some(e);
+                            break;
+                        }
+                    }
+                }
+                if read_err.is_some() {
+                    break;
+                }
+                total += filled as u64;
+                progress(filled as u64);
+                let eof = filled < window;
+                if full_tx.send((buf, filled, eof)).is_err() || eof {
+                    break;
                 }
             }
-            buf.truncate(filled);
-            let eof = filled < window;
-            total += (filled - start) as u64;
-            progress((filled - start) as u64);
-            if buf.is_empty() {
-                break;
+            drop(full_tx);
+            let chunked = chunker
+                .join()
+                .unwrap_or_else(|_| Err(Error::Accel("the chunking thread panicked".into())));
+            let packed = packer
+                .join()
+                .unwrap_or_else(|_| Err(Error::Accel("the packing thread panicked".into())));
+            if let Some(e) = read_err {
+                return Err(e);
             }
-            let chunks = match self.chunk(&[&buf]) {
-                Ok(mut c) => c.pop().unwrap_or_default(),
-                Err(e) => return Ok(Err(e)),
-            };
-            // Without the end of the input, the last chunk may have been cut
-            // by the window: it is chunked again with what follows (FastCDC
-            // starts afresh at every boundary, so this equals one pass).
-            let keep = if eof {
-                chunks.len()
-            } else {
-                chunks.len().saturating_sub(1)
-            };
-            let done = match self.add(&buf, &chunks[..keep]) {
-                Ok(d) => d,
-                Err(e) => return Ok(Err(e)),
-            };
-            out.extend(done);
-            let consumed = chunks[..keep].iter().map(|c| c.len as usize).sum::<usize>();
-            buf.drain(..consumed);
-            if eof {
-                break;
-            }
+            Ok(chunked.and(packed).map(|out| (out, total)))
+        })
+    }
+}
+
+/// Chunk ids of segments, by the repository's chunker (one accel job).
+fn chunk_segments(repo: &Repository, segments: &[&[u8]]) -> Result<Vec<Vec<IdChunk>>> {
+    match repo.config.chunker {
+        Chunker::Cdc { .. } => {
+            let params = repo
+                .config
+                .chunker
+                .params()
+                .ok_or_else(|| Error::corrupt("config", "invalid chunker parameters"))?;
+            accel_jobs::chunk_digest(repo.accel(), params, &repo.keys.chunk_id, segments)
         }
-        Ok(Ok((out, total)))
+        Chunker::Fixed { size } => {
+            let mut spans: Vec<(usize, u64, u32)> = Vec::new();
+            let mut slices: Vec<&[u8]> = Vec::new();
+            for (si, s) in segments.iter().enumerate() {
+                for (k, block) in s.chunks(size as usize).enumerate() {
+                    spans.push((si, k as u64 * size as u64, block.len() as u32));
+                    slices.push(block);
+                }
+            }
+            let ids = accel_jobs::keyed_digests(repo.accel(), &repo.keys.chunk_id, &slices)?;
+            let mut out = vec![Vec::new(); segments.len()];
+            for ((si, offset, len), id) in spans.into_iter().zip(ids) {
+                out[si].push(IdChunk { offset, len, id });
+            }
+            Ok(out)
+        }
     }
 }
 
@@ -622,7 +654,7 @@ impl Walk<'_, '_> {
         let queue = std::mem::take(&mut self.queue);
         self.queued_bytes = 0;
         let segs: Vec<&[u8]> = queue.iter().map(|q| q.data.as_slice()).collect();
-        let chunked = self.w.chunk(&segs)?;
+        let chunked = chunk_segments(self.w.repo, &segs)?;
         for (q, chunks) in queue.iter().zip(chunked) {
             let refs = self.w.add(&q.data, &chunks)?;
             self.progress.bytes += q.data.len() as u64;
@@ -740,57 +772,59 @@ pub fn backup(
     let stored: Vec<Vec<u8>> = roots.iter().map(|r| r.1.clone()).collect();
     let host = crate::lock::hostname().into_bytes();
     let parent = find_parent(repo, &host, &stored)?;
-    let mut w = Writer::new(repo);
-    adopt_orphans(repo, &mut w)?;
-    let (parent_name, parent_snap) = match parent {
-        Some((n, s)) => (Some(n), Some(s)),
-        None => (None, None),
-    };
-    let parent_map = parent_snap
-        .as_ref()
-        .map(|s| {
-            s.entries
-                .iter()
-                .enumerate()
-                .map(|(i, e)| (e.path.clone(), i))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut walk = Walk {
-        w,
-        entries: Vec::new(),
-        parent: parent_map,
-        parent_snap,
-        links: HashMap::new(),
-        queue: Vec::new(),
-        queued_bytes: 0,
-        progress: Progress::default(),
-        report,
-        dropped: HashSet::new(),
-    };
-    for (abs, rel) in &roots {
-        walk.visit(abs, rel.clone())?;
-    }
-    walk.flush_queue()?;
-    let Walk {
-        w,
-        mut entries,
-        dropped,
-        ..
-    } = walk;
-    drop_entries(&mut entries, &dropped);
-    let mut sum = w.finish()?;
-    _lock.check_held()?;
-    let snap = Snapshot {
-        time_ns: now_ns(),
-        hostname: host,
-        paths: stored,
-        parent: parent_name.as_deref().and_then(crate::repo::parse_id),
-        entries,
-    };
-    sum.snapshot = snap.write(repo)?;
-    sum.parent = parent_name;
-    Ok(sum)
+    std::thread::scope(|scope| {
+        let mut w = Writer::new(repo, scope);
+        adopt_orphans(repo, &mut w)?;
+        let (parent_name, parent_snap) = match parent {
+            Some((n, s)) => (Some(n), Some(s)),
+            None => (None, None),
+        };
+        let parent_map = parent_snap
+            .as_ref()
+            .map(|s| {
+                s.entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (e.path.clone(), i))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut walk = Walk {
+            w,
+            entries: Vec::new(),
+            parent: parent_map,
+            parent_snap,
+            links: HashMap::new(),
+            queue: Vec::new(),
+            queued_bytes: 0,
+            progress: Progress::default(),
+            report,
+            dropped: HashSet::new(),
+        };
+        for (abs, rel) in &roots {
+            walk.visit(abs, rel.clone())?;
+        }
+        walk.flush_queue()?;
+        let Walk {
+            w,
+            mut entries,
+            dropped,
+            ..
+        } = walk;
+        drop_entries(&mut entries, &dropped);
+        let mut sum = w.finish()?;
+        _lock.check_held()?;
+        let snap = Snapshot {
+            time_ns: now_ns(),
+            hostname: host,
+            paths: stored,
+            parent: parent_name.as_deref().and_then(crate::repo::parse_id),
+            entries,
+        };
+        sum.snapshot = snap.write(repo)?;
+        sum.parent = parent_name;
+        Ok(sum)
+    })
 }
 
 /// Removes entries of files that could not be read; hard links to them
@@ -837,50 +871,52 @@ pub fn backup_reader(
         )));
     }
     let _lock = Lock::shared(repo.backend.clone())?;
-    let mut w = Writer::new(repo);
-    adopt_orphans(repo, &mut w)?;
-    let mut prog = Progress::default();
-    let (chunks, total) = w
-        .stream(r, &mut |n| {
-            prog.bytes += n;
-            report(prog);
-        })
-        .map_err(|e| Error::Io {
-            context: "reading standard input".into(),
-            source: e,
-        })??;
-    let now = now_ns();
-    w.sum.files_new = 1;
-    w.sum.bytes_read = total;
-    w.sum.bytes_total = total;
-    let entry = Entry {
-        path: rel.clone(),
-        kind: EntryKind::File,
-        mode: 0o100644,
-        uid: unsafe_uid(),
-        gid: 0,
-        mtime_ns: now,
-        atime_ns: now,
-        ctime_ns: now,
-        dev: 0,
-        ino: 0,
-        size: total,
-        flags: 0,
-        target: Vec::new(),
-        link: 0,
-        chunks,
-    };
-    let mut sum = w.finish()?;
-    _lock.check_held()?;
-    let snap = Snapshot {
-        time_ns: now,
-        hostname: crate::lock::hostname().into_bytes(),
-        paths: vec![rel],
-        parent: None,
-        entries: vec![entry],
-    };
-    sum.snapshot = snap.write(repo)?;
-    Ok(sum)
+    std::thread::scope(|scope| {
+        let mut w = Writer::new(repo, scope);
+        adopt_orphans(repo, &mut w)?;
+        let mut prog = Progress::default();
+        let (chunks, total) = w
+            .stream(r, &mut |n| {
+                prog.bytes += n;
+                report(prog);
+            })
+            .map_err(|e| Error::Io {
+                context: "reading standard input".into(),
+                source: e,
+            })??;
+        let now = now_ns();
+        w.sum.files_new = 1;
+        w.sum.bytes_read = total;
+        w.sum.bytes_total = total;
+        let entry = Entry {
+            path: rel.clone(),
+            kind: EntryKind::File,
+            mode: 0o100644,
+            uid: unsafe_uid(),
+            gid: 0,
+            mtime_ns: now,
+            atime_ns: now,
+            ctime_ns: now,
+            dev: 0,
+            ino: 0,
+            size: total,
+            flags: 0,
+            target: Vec::new(),
+            link: 0,
+            chunks,
+        };
+        let mut sum = w.finish()?;
+        _lock.check_held()?;
+        let snap = Snapshot {
+            time_ns: now,
+            hostname: crate::lock::hostname().into_bytes(),
+            paths: vec![rel],
+            parent: None,
+            entries: vec![entry],
+        };
+        sum.snapshot = snap.write(repo)?;
+        Ok(sum)
+    })
 }
 
 fn unsafe_uid() -> u32 {

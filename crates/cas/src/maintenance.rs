@@ -381,7 +381,7 @@ pub fn prune(repo: &Repository) -> Result<PruneReport> {
                 Some(c) => (c, pack::FLAG_ZSTD),
                 None => (data, 0),
             };
-            builder.add(b.id, b.raw_len, flags, stored);
+            builder.add(b.id, b.raw_len, flags, &stored);
             if builder.bytes() >= PACK_TARGET {
                 kept += flush(repo, &mut builder, &mut keep, &mut pack_sizes, &mut rep)?;
             }

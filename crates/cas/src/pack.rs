@@ -55,23 +55,29 @@ fn header_aad(pack_id: &[u8; 32]) -> Vec<u8> {
     a
 }
 
-/// A gathered chunk's id, raw length and flags.
-type BlobKey = ([u8; 32], u32, u8);
+/// A gathered chunk's id, raw length, flags and stored length.
+type BlobKey = ([u8; 32], u32, u8, usize);
 
-/// Chunks gathered for one pack, not yet sealed.
+/// Chunks gathered for one pack, not yet sealed: laid out as the pack's
+/// body already (stored bytes, then room for the tag), so that sealing
+/// works in place and the pack's bytes are never copied again.
 #[derive(Default)]
 pub struct PackBuilder {
-    blobs: Vec<(BlobKey, Vec<u8>)>,
-    bytes: usize,
+    body: Vec<u8>,
+    blobs: Vec<BlobKey>,
 }
 
 impl PackBuilder {
-    pub fn add(&mut self, id: [u8; 32], raw_len: u32, flags: u8, stored: Vec<u8>) {
-        self.bytes += stored.len() + TAG_LEN;
-        self.blobs.push(((id, raw_len, flags), stored));
+    pub fn add(&mut self, id: [u8; 32], raw_len: u32, flags: u8, stored: &[u8]) {
+        if self.body.capacity() == 0 {
+            self.body.reserve(PACK_TARGET + stored.len() + TAG_LEN);
+        }
+        self.body.extend_from_slice(stored);
+        self.body.extend_from_slice(&[0u8; TAG_LEN]);
+        self.blobs.push((id, raw_len, flags, stored.len()));
     }
     pub fn bytes(&self) -> usize {
-        self.bytes
+        self.body.len()
     }
     pub fn is_empty(&self) -> bool {
         self.blobs.is_empty()
@@ -88,41 +94,46 @@ impl PackBuilder {
         Ok((sealed.name, sealed.bytes.len() as u64, sealed.entries))
     }
 
-    /// Seals every blob in one accel job and lays out the pack's bytes,
-    /// without writing them.
+    /// Seals every blob in one accel job, in place, and appends the sealed
+    /// header and trailer, without writing the pack.
     pub fn seal(self, repo: &Repository) -> Result<SealedPack> {
         let pack_id = crate::repo::new_id();
         let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
-        let mut blobs = self.blobs;
+        let PackBuilder { mut body, blobs } = self;
+        if body.len() > u32::MAX as usize {
+            return Err(Error::InvalidArgument("pack larger than 4 GiB".into()));
+        }
         let aads: Vec<Vec<u8>> = blobs
             .iter()
-            .map(|((id, raw, fl), _)| blob_aad(id, *raw, *fl))
+            .map(|(id, raw, fl, _)| blob_aad(id, *raw, *fl))
             .collect();
-        let items = blobs
-            .iter_mut()
-            .zip(&aads)
-            .enumerate()
-            .map(|(i, ((_, data), aad))| CipherItem {
+        let mut entries = Vec::with_capacity(blobs.len());
+        let mut items = Vec::with_capacity(blobs.len());
+        let mut tag_slots = Vec::with_capacity(blobs.len());
+        let mut rest = body.as_mut_slice();
+        let mut offset = 0usize;
+        for (i, ((id, raw_len, flags, len), aad)) in blobs.iter().zip(&aads).enumerate() {
+            let (blob, after) = std::mem::take(&mut rest).split_at_mut(len + TAG_LEN);
+            let (data, tag) = blob.split_at_mut(*len);
+            items.push(CipherItem {
                 nonce: blob_nonce(i as u32),
                 aad,
-                data: data.as_mut_slice(),
-            })
-            .collect();
-        let tags = accel_jobs::seal(repo.accel(), &key, items)?;
-        let mut out = Vec::with_capacity(self.bytes + blobs.len() * ENTRY_LEN + 64);
-        let mut entries = Vec::with_capacity(blobs.len());
-        for (((id, raw_len, flags), data), tag) in blobs.iter().zip(&tags) {
-            let offset = u32::try_from(out.len())
-                .map_err(|_| Error::InvalidArgument("pack larger than 4 GiB".into()))?;
-            out.extend_from_slice(data);
-            out.extend_from_slice(tag);
+                data,
+            });
+            tag_slots.push(tag);
             entries.push(BlobEntry {
                 id: *id,
-                offset,
-                sealed_len: (data.len() + TAG_LEN) as u32,
+                offset: offset as u32,
+                sealed_len: (len + TAG_LEN) as u32,
                 raw_len: *raw_len,
                 flags: *flags,
             });
+            offset += len + TAG_LEN;
+            rest = after;
+        }
+        let tags = accel_jobs::seal(repo.accel(), &key, items)?;
+        for (slot, tag) in tag_slots.into_iter().zip(&tags) {
+            slot.copy_from_slice(tag);
         }
         let mut header = Vec::with_capacity(4 + entries.len() * ENTRY_LEN);
         put_u32(&mut header, entries.len() as u32);
@@ -140,12 +151,12 @@ impl PackBuilder {
             &header_aad(&pack_id),
             header,
         )?;
-        out.extend_from_slice(&sealed);
-        put_u32(&mut out, sealed.len() as u32);
-        out.extend_from_slice(&PACK_MAGIC);
+        body.extend_from_slice(&sealed);
+        put_u32(&mut body, sealed.len() as u32);
+        body.extend_from_slice(&PACK_MAGIC);
         Ok(SealedPack {
             name: hex::encode(pack_id),
-            bytes: out,
+            bytes: body,
             entries,
         })
     }
@@ -300,13 +311,37 @@ pub fn open_blobs(
 
 /// Compresses a chunk with zstd when that saves at least 1/32 of it.
 pub fn maybe_compress(data: &[u8]) -> Option<Vec<u8>> {
+    if !sample_compresses(data) {
+        return None;
+    }
     let c = zstd::bulk::compress(data, 3).ok()?;
     (c.len() + data.len() / 32 < data.len()).then_some(c)
+}
+
+/// Whether four 16 KiB samples spread over a large chunk save at least
+/// 1/32 under zstd level 1: incompressible chunks (media, archives,
+/// encrypted files, most model weights) then cost a twentieth of a full
+/// compression attempt. Small chunks are always tried.
+fn sample_compresses(data: &[u8]) -> bool {
+    const PIECE: usize = 16 << 10;
+    const PIECES: usize = 4;
+    if data.len() < 4 * PIECES * PIECE {
+        return true;
+    }
+    let step = (data.len() - PIECE) / (PIECES - 1);
+    let mut sample = Vec::with_capacity(PIECES * PIECE);
+    for i in 0..PIECES {
+        sample.extend_from_slice(&data[i * step..i * step + PIECE]);
+    }
+    match zstd::bulk::compress(&sample, 1) {
+        Ok(c) => c.len() + sample.len() / 32 < sample.len(),
+        Err(_) => true,
+    }
 }
 
 impl PackBuilder {
     /// Ids of the chunks gathered so far.
     pub fn ids(&self) -> Vec<[u8; 32]> {
-        self.blobs.iter().map(|((id, _, _), _)| *id).collect()
+        self.blobs.iter().map(|(id, ..)| *id).collect()
     }
 }

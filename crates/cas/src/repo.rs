@@ -60,7 +60,8 @@ impl Chunker {
             ))),
         }
     }
-    pub(crate) fn params(&self) -> Option<ChunkParams> {
+    /// The FastCDC parameters (`None` in fixed-size mode).
+    pub fn params(&self) -> Option<ChunkParams> {
         match *self {
             Chunker::Cdc { min, avg, max } => accel_jobs::chunk_params(min, avg, max).ok(),
             Chunker::Fixed { .. } => None,

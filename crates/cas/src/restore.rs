@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{self, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use std::sync::atomic::Ordering;
@@ -31,7 +31,7 @@ type FileResult = (
 );
 
 /// Chunks fetched and opened together (one accel job per pack in a group).
-const GROUP_BYTES: u64 = 32 << 20;
+const GROUP_BYTES: u64 = 16 << 20;
 /// In a sparse file, zero runs of this many bytes (aligned) are left as holes.
 const HOLE_GRAIN: usize = 4096;
 
@@ -45,12 +45,9 @@ pub struct RestoreSummary {
     pub failed: Vec<(String, String)>,
 }
 
-/// Fetches, opens and checks chunks; hands each plaintext to `out` in order.
-pub fn read_chunks(
-    repo: &Repository,
-    chunks: &[ChunkRef],
-    out: &mut dyn FnMut(&ChunkRef, &[u8]) -> Result<()>,
-) -> Result<()> {
+/// Splits `chunks` into groups of about `GROUP_BYTES` (at least one chunk).
+fn groups(chunks: &[ChunkRef]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
     let mut start = 0;
     while start < chunks.len() {
         let mut end = start;
@@ -60,56 +57,79 @@ pub fn read_chunks(
             bytes += chunks[end].len as u64;
             end += 1;
         }
-        let group = &chunks[start..end];
-        // Each distinct chunk once, grouped by pack.
-        let mut by_pack: HashMap<[u8; 32], Vec<(u32, pack::BlobEntry)>> = HashMap::new();
-        let mut plain: HashMap<[u8; 32], Vec<u8>> = HashMap::new();
-        for c in group {
-            if plain.contains_key(&c.id) {
-                continue;
-            }
-            let loc = repo.index.lookup(repo, &c.id)?.ok_or_else(|| {
-                Error::corrupt(
-                    format!("chunk {}", hex::encode(c.id)),
-                    "no index file names it (missing)",
-                )
-            })?;
-            plain.insert(c.id, Vec::new());
-            by_pack
-                .entry(loc.pack)
-                .or_default()
-                .push((loc.ordinal, loc.blob));
-        }
-        for (p, blobs) in by_pack {
-            let name = hex::encode(p);
-            let mut sealed = Vec::with_capacity(blobs.len());
-            for (_, b) in &blobs {
-                sealed.push(repo.backend.get_range(
-                    Kind::Pack,
-                    &name,
-                    b.offset as u64,
-                    b.sealed_len as usize,
-                )?);
-            }
-            let opened = pack::open_blobs(repo, &name, &blobs, sealed)?;
-            for ((_, b), r) in blobs.iter().zip(opened) {
-                let data = r.map_err(|why| {
-                    Error::corrupt(format!("chunk {} in pack {name}", hex::encode(b.id)), why)
-                })?;
-                plain.insert(b.id, data);
-            }
-        }
-        for c in group {
-            let data = plain.get(&c.id).map(|v| v.as_slice()).unwrap_or_default();
-            if data.len() != c.len as usize {
-                return Err(Error::corrupt(
-                    format!("chunk {}", hex::encode(c.id)),
-                    "length differs from the snapshot",
-                ));
-            }
-            out(c, data)?;
-        }
+        out.push(start..end);
         start = end;
+    }
+    out
+}
+
+/// Fetches, opens and checks the distinct chunks of `group` (one accel
+/// job per pack); returns each plaintext by id, its length checked
+/// against the snapshot.
+fn fetch_group(repo: &Repository, group: &[ChunkRef]) -> Result<HashMap<[u8; 32], Vec<u8>>> {
+    let mut by_pack: HashMap<[u8; 32], Vec<(u32, pack::BlobEntry)>> = HashMap::new();
+    let mut plain: HashMap<[u8; 32], Vec<u8>> = HashMap::new();
+    for c in group {
+        if plain.contains_key(&c.id) {
+            continue;
+        }
+        let loc = repo.index.lookup(repo, &c.id)?.ok_or_else(|| {
+            Error::corrupt(
+                format!("chunk {}", hex::encode(c.id)),
+                "no index file names it (missing)",
+            )
+        })?;
+        plain.insert(c.id, Vec::new());
+        by_pack
+            .entry(loc.pack)
+            .or_default()
+            .push((loc.ordinal, loc.blob));
+    }
+    for (p, blobs) in by_pack {
+        let name = hex::encode(p);
+        let mut sealed = Vec::with_capacity(blobs.len());
+        for (_, b) in &blobs {
+            sealed.push(repo.backend.get_range(
+                Kind::Pack,
+                &name,
+                b.offset as u64,
+                b.sealed_len as usize,
+            )?);
+        }
+        let opened = pack::open_blobs(repo, &name, &blobs, sealed)?;
+        for ((_, b), r) in blobs.iter().zip(opened) {
+            let data = r.map_err(|why| {
+                Error::corrupt(format!("chunk {} in pack {name}", hex::encode(b.id)), why)
+            })?;
+            plain.insert(b.id, data);
+        }
+    }
+    for c in group {
+        if plain.get(&c.id).map_or(0, |v| v.len()) != c.len as usize {
+            return Err(Error::corrupt(
+                format!("chunk {}", hex::encode(c.id)),
+                "length differs from the snapshot",
+            ));
+        }
+    }
+    Ok(plain)
+}
+
+/// Fetches, opens and checks chunks; hands each plaintext to `out` in order.
+pub fn read_chunks(
+    repo: &Repository,
+    chunks: &[ChunkRef],
+    out: &mut dyn FnMut(&ChunkRef, &[u8]) -> Result<()>,
+) -> Result<()> {
+    for g in groups(chunks) {
+        let group = &chunks[g];
+        let plain = fetch_group(repo, group)?;
+        for c in group {
+            out(
+                c,
+                plain.get(&c.id).map(|v| v.as_slice()).unwrap_or_default(),
+            )?;
+        }
     }
     Ok(())
 }
@@ -173,37 +193,37 @@ fn fs_path(target: &Path, rel: &[u8]) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// Writes a file's chunks at their offsets, groups in parallel (at most one
+/// group per worker thread in memory), into a temporary name renamed into
+/// place once complete and synced. In a sparse file, zero runs of
+/// `HOLE_GRAIN` aligned bytes are not written and stay holes.
 fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
     let tmp = dest.with_file_name(format!(
         ".gvault-restore-{}",
         hex::encode(gvault_store::keys::random_bytes::<8>())
     ));
     let r = (|| {
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)
             .ctx(|| format!("creating {}", tmp.display()))?;
         let sparse = e.flags & FLAG_SPARSE != 0;
+        let mut offsets = Vec::with_capacity(e.chunks.len() + 1);
         let mut pos = 0u64;
-        read_chunks(repo, &e.chunks, &mut |_, data| {
-            if sparse {
-                // Runs of zeros, a file-system block at a time, become holes.
-                for piece in data.chunks(HOLE_GRAIN) {
-                    if piece.iter().all(|&b| b == 0) {
-                        f.seek(SeekFrom::Current(piece.len() as i64))
-                            .ctx(|| format!("seeking in {}", tmp.display()))?;
-                    } else {
-                        f.write_all(piece)
-                            .ctx(|| format!("writing {}", tmp.display()))?;
-                    }
-                }
-            } else {
-                f.write_all(data)
+        for c in &e.chunks {
+            offsets.push(pos);
+            pos += c.len as u64;
+        }
+        groups(&e.chunks).into_par_iter().try_for_each(|g| {
+            let plain = fetch_group(repo, &e.chunks[g.clone()])?;
+            for k in g {
+                let c = &e.chunks[k];
+                let data = plain.get(&c.id).map(|v| v.as_slice()).unwrap_or_default();
+                write_chunk(&f, offsets[k], data, sparse)
                     .ctx(|| format!("writing {}", tmp.display()))?;
             }
-            pos += data.len() as u64;
-            Ok(())
+            Ok::<(), Error>(())
         })?;
         f.set_len(pos).ctx(|| format!("sizing {}", tmp.display()))?;
         f.sync_all().ctx(|| format!("syncing {}", tmp.display()))?;
@@ -215,6 +235,24 @@ fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
         let _ = fs::remove_file(&tmp);
     }
     r
+}
+
+/// Writes one chunk at `offset`; in a sparse file, skips aligned zero runs.
+fn write_chunk(f: &fs::File, offset: u64, data: &[u8], sparse: bool) -> std::io::Result<()> {
+    if !sparse {
+        return f.write_all_at(data, offset);
+    }
+    let mut at = 0usize;
+    while at < data.len() {
+        // Pieces end on file-system grain boundaries, so holes are aligned.
+        let next = ((offset as usize + at) / HOLE_GRAIN + 1) * HOLE_GRAIN - offset as usize;
+        let piece = &data[at..next.min(data.len())];
+        if piece.iter().any(|&b| b != 0) {
+            f.write_all_at(piece, offset + at as u64)?;
+        }
+        at += piece.len();
+    }
+    Ok(())
 }
 
 /// Sets owner (where permitted), mode and times; returns a failure to report.
@@ -288,7 +326,8 @@ pub fn restore(
             sum.dirs += 1;
         }
     }
-    // Files, in parallel; each holds at most one group of chunks.
+    // Files, and the groups of chunks of each file, in parallel: at most
+    // one group (sealed and opened) per worker thread in memory.
     let done = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let results: Vec<FileResult> = chosen

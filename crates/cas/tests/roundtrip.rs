@@ -647,7 +647,7 @@ fn prune_removes_packs_whose_chunks_all_live_elsewhere() {
     let mut locs = Vec::new();
     for _ in 0..2 {
         let mut b = gvault_cas::pack::PackBuilder::default();
-        b.add(id, data.len() as u32, 0, data.clone());
+        b.add(id, data.len() as u32, 0, &data);
         let (name, size, entries) = b.write(&repo).unwrap();
         let pack: [u8; 32] = hex::decode(&name).unwrap().try_into().unwrap();
         sizes.insert(pack, size);
@@ -669,4 +669,41 @@ fn prune_removes_packs_whose_chunks_all_live_elsewhere() {
         .is_empty());
     let c = gvault_cas::check(&reopen(&root, &enc), true, &mut |_, _| {}).unwrap();
     assert!(c.is_clean() && c.unindexed_packs.is_empty(), "{c:?}");
+}
+
+/// A stream longer than several read windows is cut exactly where one
+/// pass of the chunker over the whole input cuts (the windows overlap
+/// through the carried last chunk), and restores and dumps bit for bit
+/// through the parallel positional writer.
+#[test]
+fn streamed_windows_chunk_as_one_pass_and_restore_in_parallel() {
+    let d = tempfile::tempdir().unwrap();
+    let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, false);
+    let mut data = vec![0u8; 80 << 20];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    rng.fill_bytes(&mut data);
+    // Repeats inside the input: dedup within one stream.
+    let (head, tail) = data.split_at_mut(40 << 20);
+    tail[..8 << 20].copy_from_slice(&head[..8 << 20]);
+    let s = gvault_cas::backup_reader(&repo, "big", &mut &data[..], &mut |_| {}).unwrap();
+    assert!(s.chunks_known > 0, "{s:?}");
+    let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
+    let got: Vec<u32> = snap.entries[0].chunks.iter().map(|c| c.len).collect();
+    let params = repo.config.chunker.params().unwrap();
+    let want: Vec<u32> = gvault_cas::accel_jobs::chunk_digest(
+        &*cpu_backend(),
+        params,
+        &repo.keys.chunk_id,
+        &[&data[..]],
+    )
+    .unwrap()
+    .remove(0)
+    .iter()
+    .map(|c| c.len)
+    .collect();
+    assert_eq!(got, want);
+    let target = d.path().join("out");
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    assert!(fs::read(target.join("big")).unwrap() == data);
 }
