@@ -46,6 +46,12 @@
 #                wide    GVAULT_SERIAL_WIDE_MIB in WIDE_MIB [0 64 128 256 512]
 #                share   GVAULT_STRIDED_SHARE in SHARES [100 60 40 0], with trace
 #              All of them take more than one call.             -> variants.txt
+#   cas        `bench cas` (seed 001 §4 on the repository): the issue's targets on one
+#              CAS_SIZE [16G] incompressible file (cpu and auto, FastCDC), repositories
+#              on /dev/shm and on CAS_DISK_DIR [/var/tmp], then the seed's workloads
+#              (different, similar, checkpoint, tree) at CAS_SMALL [1G] with cpu, auto
+#              and the CA-Infinite oracle, content-defined and fixed chunks.
+#                                        -> cas.txt, cas-single.json, cas-seed001.json, cas.png
 #   profile    Phase timings (GVAULT_GPU_TRACE=1) of the fused job and of GCM on
 #              device-resident data, then Nsight Compute counters of
 #              PROFILE_KERNELS [blake3_chunks blake3_chunks_crc32c_rep2] when
@@ -115,7 +121,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 B=.gpu
-ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds"
+ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas"
 ALL_VARIANTS="tables ghash pieces gear crc desc slots wide share"
 ALL_SEEDS="000 000-lsm 001 002 003"
 
@@ -288,6 +294,15 @@ phase_tests() {
   run $f env GVAULT_FUSED_DESC=host "$B/gpu-hash-tests" --include-ignored chunk_digest --test-threads=1
   run $f "$B/cas-gpu-tests" --include-ignored --test-threads=1
   run $f env GVAULT_FUSED_GROUP_BYTES=4294967296 "${P[@]}" --ops fastcdc-blake3 --sizes 1G
+}
+
+phase_cas() {
+  local f=cas.txt disk=${CAS_DISK_DIR:-/var/tmp}
+  calibrate_once $f
+  run $f "$B/gvault" bench cas --workloads single --size "${CAS_SIZE:-16G}" --backends cpu,auto \
+    --chunkers cdc --repo-dir /dev/shm --repo-dir "$disk" --data-dir /dev/shm --save "$OUT/cas-single.json"
+  run $f "$B/gvault" bench cas --workloads different,similar,checkpoint,tree --size "${CAS_SMALL:-1G}" \
+    --data-dir /dev/shm --repo-dir /dev/shm --save "$OUT/cas-seed001.json" --plot "$OUT/cas.png"
 }
 
 phase_primitive() {

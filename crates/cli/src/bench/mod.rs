@@ -1,6 +1,7 @@
 //! `gvault bench`: reproductions of the seeds' measurements.
 
 pub mod calibrate;
+pub mod cas;
 mod host_memory;
 pub mod link;
 pub mod lsm;
@@ -24,6 +25,10 @@ pub enum BenchCommand {
     Plot(plot::PlotArgs),
     /// Replay a recorded sweep's auto decisions under a cost model, offline.
     Replay(replay::ReplayArgs),
+    /// Seed 001 §4 on the repository: backup, re-backup and restore of the
+    /// different / similar / checkpoint workloads, CPU, auto and the
+    /// CA-Infinite oracle, content-defined and fixed chunks.
+    Cas(cas::CasArgs),
     /// Seed 001 (HashGPU): sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
     Seed001(seed001::Seed001Args),
 }
@@ -37,5 +42,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Plot(args) => plot::run(args),
         BenchCommand::Replay(args) => replay::run(args),
         BenchCommand::Seed001(args) => seed001::run(args),
+        BenchCommand::Cas(args) => cas::run(args),
     }
 }

@@ -163,7 +163,7 @@ pub fn draw(rows: &[PlotRow], title: &str, out: &Path) -> Result<(u32, u32), Str
     Ok(size)
 }
 
-fn register_embedded_font() -> Result<(), String> {
+pub(crate) fn register_embedded_font() -> Result<(), String> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok =
         *REGISTERED.get_or_init(|| register_font("sans-serif", FontStyle::Normal, FONT).is_ok());

@@ -246,7 +246,7 @@ fn print_json(v: &Value) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn human(n: u64) -> String {
+pub(crate) fn human(n: u64) -> String {
     const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut i = 0;

@@ -1,0 +1,499 @@
+//! `gvault bench cas`: seed 001 §4 on gvault's repository. For each
+//! workload (see `workload`), chunker (content-defined or fixed blocks) and
+//! backend (`cpu`: all cores; `auto`: CPU and GPU by the cost model;
+//! `oracle`: seed 001's CA-Infinite, chunk ids known in advance), one run
+//! backs up version 1 into a new repository, turns the data into version 2
+//! and backs that up (the parent's unchanged files are not read), then
+//! restores version 2 and checks it against the source. Reported: GB/s of
+//! each step (bytes of the snapshot over wall time), the share of version
+//! 2's bytes that were new, bytes added, and CPU seconds per GB (the
+//! process's user + system time: what is left for other programs).
+//!
+//! Bounds measured in the same run: the page-cache read rate of the data
+//! (one reader) and the sequential write rate of the repository's file
+//! system (16 MiB writes, then fsync).
+
+mod oracle;
+mod plot;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use gvault_accel::Backend;
+use gvault_cas::{Chunker, InitOptions, Repository};
+use gvault_store::Encryption;
+use serde::Serialize;
+
+use super::measure::{gbps, parse_nonzero_size};
+
+#[derive(clap::Args, Debug)]
+pub struct CasArgs {
+    /// Workloads: single, different, similar, checkpoint, tree.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "single,different,similar,checkpoint,tree"
+    )]
+    workloads: Vec<String>,
+    /// Bytes of each workload's version 1 (e.g. 1G, 16G).
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Backends: cpu, auto, oracle.
+    #[arg(long, value_delimiter = ',', default_value = "cpu,auto,oracle")]
+    backends: Vec<String>,
+    /// Chunkers: cdc (FastCDC 512 KiB / 1 MiB / 8 MiB), fixed (1 MiB blocks).
+    #[arg(long, value_delimiter = ',', default_value = "cdc,fixed")]
+    chunkers: Vec<String>,
+    /// Where the data is generated (default: /dev/shm if present, else the
+    /// temporary directory; the data is read from the page cache either way).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Where the repositories and restores go; repeat for several file
+    /// systems (default: /dev/shm if present, else the temporary directory).
+    #[arg(long)]
+    repo_dir: Vec<PathBuf>,
+    /// Runs of each configuration; the median is reported.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    save: Option<PathBuf>,
+    /// Draw the results as a PNG figure.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct Row {
+    workload: String,
+    repo_fs: String,
+    chunker: String,
+    backend: String,
+    bytes_v1: u64,
+    bytes_v2: u64,
+    backup1_gbps: f64,
+    backup2_gbps: f64,
+    restore_gbps: f64,
+    /// Bytes of version 2 that were new after dedup (plaintext), over its size.
+    new_share_v2: f64,
+    /// Bytes the second backup added to the repository (sealed, compressed).
+    added_v2: u64,
+    /// Repository size after both backups over the logical bytes of both.
+    stored_ratio: f64,
+    cpu_s_per_gb_backup1: f64,
+    cpu_s_per_gb_backup2: f64,
+    /// Chunk jobs the oracle answered and missed (oracle rows only).
+    oracle_served: Option<u64>,
+    oracle_missed: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Bound {
+    repo_fs: String,
+    write_gbps: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    cpus: usize,
+    gpu: Option<String>,
+    size: u64,
+    read_gbps: f64,
+    bounds: Vec<Bound>,
+    rows: Vec<Row>,
+}
+
+fn default_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes only into the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+fn chunker(name: &str) -> Result<Chunker, String> {
+    match name {
+        "cdc" => Ok(Chunker::DEFAULT),
+        "fixed" => Ok(Chunker::Fixed { size: 1 << 20 }),
+        c => Err(format!("unknown chunker {c} (cdc, fixed)")),
+    }
+}
+
+fn dir_bytes(p: &Path) -> u64 {
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => n += dir_bytes(&e.path()),
+                Ok(m) => n += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    n
+}
+
+/// Sequential write rate of the file system under `dir`.
+fn write_rate(dir: &Path, size: u64) -> Result<f64, String> {
+    use std::io::Write;
+    let path = dir.join(format!("gvault-bench-write-{}", std::process::id()));
+    let buf = vec![0x5au8; 16 << 20];
+    let t = Instant::now();
+    let r = (|| {
+        let mut f = std::fs::File::create(&path)?;
+        let mut done = 0u64;
+        while done < size {
+            f.write_all(&buf)?;
+            done += buf.len() as u64;
+        }
+        f.sync_all()?;
+        Ok::<u64, std::io::Error>(done)
+    })();
+    let el = t.elapsed();
+    let _ = std::fs::remove_file(&path);
+    let done = r.map_err(|e| format!("measuring writes to {}: {e}", dir.display()))?;
+    Ok(gbps(done, el))
+}
+
+/// Page-cache read rate of every file under `dir`, one reader.
+fn read_rate(dir: &Path) -> f64 {
+    use std::io::Read;
+    fn walk(p: &Path, out: &mut Vec<PathBuf>) {
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                if e.path().is_dir() {
+                    walk(&e.path(), out)
+                } else {
+                    out.push(e.path())
+                }
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    let mut buf = vec![0u8; 16 << 20];
+    let t = Instant::now();
+    let mut n = 0u64;
+    for f in files {
+        if let Ok(mut f) = std::fs::File::open(f) {
+            while let Ok(k) = f.read(&mut buf) {
+                if k == 0 {
+                    break;
+                }
+                n += k as u64;
+            }
+        }
+    }
+    gbps(n, t.elapsed())
+}
+
+fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+struct Measured {
+    row: Row,
+}
+
+fn one_run(
+    workload: &str,
+    data: &Path,
+    repo_root: &Path,
+    fs_name: &str,
+    chunker_name: &str,
+    backend_name: &str,
+    size: u64,
+) -> Result<Measured, String> {
+    let enc = Encryption::with_key(gvault_store::keys::generate_key());
+    let opts = InitOptions {
+        chunker: chunker(chunker_name)?,
+        compression: true,
+    };
+    let real: Arc<dyn Backend> = match backend_name {
+        "cpu" => gvault_cas::accel_jobs::cpu_backend(),
+        "auto" | "oracle" => gvault_cas::accel_jobs::auto_backend(),
+        b => return Err(format!("unknown backend {b} (cpu, auto, oracle)")),
+    };
+    let oracle = (backend_name == "oracle").then(|| Arc::new(oracle::Oracle::new(real.clone())));
+    let accel: Arc<dyn Backend> = match &oracle {
+        Some(o) => o.clone(),
+        None => real,
+    };
+    let repo_dir = repo_root.join(format!("gvault-bench-repo-{}", std::process::id()));
+    let restore_dir = repo_root.join(format!("gvault-bench-restore-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&repo_dir);
+    let _ = std::fs::remove_dir_all(&restore_dir);
+    let quiet = &mut |_: gvault_cas::Progress| {};
+    if let Some(o) = &oracle {
+        // The recording pass: the same two backups into a scratch repository.
+        let scratch = repo_root.join(format!("gvault-bench-oracle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        workload::create(workload, data, size).map_err(err("creating data"))?;
+        let r = Repository::init(&scratch, &enc, opts, o.clone()).map_err(err("init"))?;
+        gvault_cas::backup(&r, &[data.to_owned()], quiet).map_err(err("backup"))?;
+        workload::mutate(workload, data, size).map_err(err("changing data"))?;
+        let s = gvault_cas::backup(&r, &[data.to_owned()], quiet).map_err(err("backup"))?;
+        let snap = gvault_cas::Snapshot::read(&r, &s.snapshot).map_err(err("snapshot"))?;
+        gvault_cas::restore(&r, &snap, &restore_dir, None, &|_, _| {}).map_err(err("restore"))?;
+        drop(r);
+        let _ = std::fs::remove_dir_all(&scratch);
+        let _ = std::fs::remove_dir_all(&restore_dir);
+        o.replay();
+    }
+    workload::create(workload, data, size).map_err(err("creating data"))?;
+    let repo = Repository::init(&repo_dir, &enc, opts, accel).map_err(err("init"))?;
+    let c0 = cpu_seconds();
+    let t = Instant::now();
+    let s1 = gvault_cas::backup(&repo, &[data.to_owned()], quiet).map_err(err("backup 1"))?;
+    let t1 = t.elapsed();
+    let c1 = cpu_seconds();
+    workload::mutate(workload, data, size).map_err(err("changing data"))?;
+    let c2 = cpu_seconds();
+    let t = Instant::now();
+    let s2 = gvault_cas::backup(&repo, &[data.to_owned()], quiet).map_err(err("backup 2"))?;
+    let t2 = t.elapsed();
+    let c3 = cpu_seconds();
+    let snap = gvault_cas::Snapshot::read(&repo, &s2.snapshot).map_err(err("snapshot"))?;
+    let t = Instant::now();
+    let r = gvault_cas::restore(&repo, &snap, &restore_dir, None, &|_, _| {})
+        .map_err(err("restore"))?;
+    let t3 = t.elapsed();
+    if !r.failed.is_empty() {
+        return Err(format!("restore failed for {:?}", r.failed));
+    }
+    verify(data, &restore_dir)?;
+    let stored = dir_bytes(&repo_dir);
+    drop(repo);
+    let _ = std::fs::remove_dir_all(&repo_dir);
+    let _ = std::fs::remove_dir_all(&restore_dir);
+    let gb = |b: u64| b as f64 / 1e9;
+    let per_gb = |c: f64, b: u64| if b == 0 { 0.0 } else { c / gb(b) };
+    Ok(Measured {
+        row: Row {
+            workload: workload.into(),
+            repo_fs: fs_name.into(),
+            chunker: chunker_name.into(),
+            backend: backend_name.into(),
+            bytes_v1: s1.bytes_total,
+            bytes_v2: s2.bytes_total,
+            backup1_gbps: gbps(s1.bytes_total, t1),
+            backup2_gbps: gbps(s2.bytes_total, t2),
+            restore_gbps: gbps(r.bytes, t3),
+            new_share_v2: s2.bytes_new_raw as f64 / s2.bytes_total.max(1) as f64,
+            added_v2: s2.bytes_added,
+            stored_ratio: stored as f64 / (s1.bytes_total + s2.bytes_total).max(1) as f64,
+            cpu_s_per_gb_backup1: per_gb(c1 - c0, s1.bytes_total),
+            cpu_s_per_gb_backup2: per_gb(c3 - c2, s2.bytes_total),
+            oracle_served: oracle.as_ref().map(|o| o.served.load(Ordering::Relaxed)),
+            oracle_missed: oracle.as_ref().map(|o| o.missed.load(Ordering::Relaxed)),
+        },
+    })
+}
+
+/// The restored tree under `restore` (which holds the data's absolute path)
+/// equals the source, byte for byte.
+fn verify(data: &Path, restore: &Path) -> Result<(), String> {
+    let abs = std::path::absolute(data).map_err(err("path"))?;
+    let rel: PathBuf = abs.components().skip(1).collect();
+    let got = restore.join(rel);
+    fn cmp(a: &Path, b: &Path) -> Result<(), String> {
+        let ma = std::fs::symlink_metadata(a).map_err(err("source"))?;
+        if ma.is_dir() {
+            for e in std::fs::read_dir(a).map_err(err("source"))? {
+                let e = e.map_err(err("source"))?;
+                cmp(&e.path(), &b.join(e.file_name()))?;
+            }
+            return Ok(());
+        }
+        let (x, y) = (
+            std::fs::read(a).map_err(err("source"))?,
+            std::fs::read(b).map_err(err("restored file"))?,
+        );
+        if x != y {
+            return Err(format!("{} restored wrong", b.display()));
+        }
+        Ok(())
+    }
+    cmp(&abs, &got)
+}
+
+fn median_row(mut runs: Vec<Row>) -> Row {
+    let mid = runs.len() / 2;
+    let pick = |runs: &mut Vec<Row>, f: fn(&Row) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[mid]
+    };
+    let b1 = pick(&mut runs, |r| r.backup1_gbps);
+    let b2 = pick(&mut runs, |r| r.backup2_gbps);
+    let rs = pick(&mut runs, |r| r.restore_gbps);
+    let c1 = pick(&mut runs, |r| r.cpu_s_per_gb_backup1);
+    let c2 = pick(&mut runs, |r| r.cpu_s_per_gb_backup2);
+    let mut row = runs.swap_remove(0);
+    row.backup1_gbps = b1;
+    row.backup2_gbps = b2;
+    row.restore_gbps = rs;
+    row.cpu_s_per_gb_backup1 = c1;
+    row.cpu_s_per_gb_backup2 = c2;
+    row
+}
+
+pub fn run(args: CasArgs) -> Result<(), String> {
+    let size = parse_nonzero_size(&args.size, "--size")? as u64;
+    for w in &args.workloads {
+        if !workload::WORKLOADS.contains(&w.as_str()) {
+            return Err(format!(
+                "unknown workload {w} ({})",
+                workload::WORKLOADS.join(", ")
+            ));
+        }
+    }
+    for c in &args.chunkers {
+        chunker(c)?;
+    }
+    for b in &args.backends {
+        if !["cpu", "auto", "oracle"].contains(&b.as_str()) {
+            return Err(format!("unknown backend {b} (cpu, auto, oracle)"));
+        }
+    }
+    let data_root = args.data_dir.clone().unwrap_or_else(default_dir);
+    let data = data_root.join(format!("gvault-bench-data-{}", std::process::id()));
+    let repo_roots = if args.repo_dir.is_empty() {
+        vec![default_dir()]
+    } else {
+        args.repo_dir.clone()
+    };
+    let gpu = gvault_accel::GpuBackend::probe()
+        .ok()
+        .and_then(|g| g.devices().first().map(|d| d.name.clone()));
+    let mut bounds = Vec::new();
+    for r in &repo_roots {
+        bounds.push(Bound {
+            repo_fs: r.display().to_string(),
+            write_gbps: write_rate(r, size.min(4 << 30))?,
+        });
+    }
+    workload::create("single", &data, size.min(4 << 30)).map_err(err("creating data"))?;
+    let read_gbps = read_rate(&data);
+    let mut rows = Vec::new();
+    let result = (|| {
+        for w in &args.workloads {
+            for root in &repo_roots {
+                for c in &args.chunkers {
+                    for b in &args.backends {
+                        let mut runs = Vec::new();
+                        for _ in 0..args.repeat.max(1) {
+                            let m =
+                                one_run(w, &data, root, &root.display().to_string(), c, b, size)?;
+                            runs.push(m.row);
+                        }
+                        let row = median_row(runs);
+                        if !args.json {
+                            print_row(&row, rows.is_empty());
+                        }
+                        rows.push(row);
+                    }
+                }
+            }
+        }
+        Ok::<(), String>(())
+    })();
+    let _ = std::fs::remove_dir_all(&data);
+    result?;
+    let report = Report {
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        gpu,
+        size,
+        read_gbps,
+        bounds,
+        rows,
+    };
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{json}");
+    } else {
+        println!(
+            "bounds: page-cache read {:.2} GB/s (one reader); sequential write {}",
+            report.read_gbps,
+            report
+                .bounds
+                .iter()
+                .map(|b| format!("{} {:.2} GB/s", b.repo_fs, b.write_gbps))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let Some(p) = &args.save {
+        std::fs::write(p, &json).map_err(err("writing the report"))?;
+    }
+    if let Some(p) = &args.plot {
+        plot::draw(&report.rows, p)?;
+        if !args.json {
+            println!("figure written to {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+fn print_row(r: &Row, header: bool) {
+    if header {
+        println!(
+            "{:<11} {:<10} {:<6} {:<7} {:>9} {:>9} {:>9} {:>7} {:>9} {:>7} {:>9}",
+            "workload",
+            "repo",
+            "chunk",
+            "backend",
+            "backup1",
+            "backup2",
+            "restore",
+            "new v2",
+            "added v2",
+            "stored",
+            "cpu s/GB"
+        );
+    }
+    let oracle = match (r.oracle_served, r.oracle_missed) {
+        (Some(s), Some(m)) => format!("  (oracle served {s} jobs, missed {m})"),
+        _ => String::new(),
+    };
+    println!(
+        "{:<11} {:<10} {:<6} {:<7} {:>9} {:>9} {:>9} {:>6.1}% {:>9} {:>7.3} {:>4.2}/{:<4.2}{oracle}",
+        r.workload,
+        short_fs(&r.repo_fs),
+        r.chunker,
+        r.backend,
+        format!("{:.2} GB/s", r.backup1_gbps),
+        format!("{:.2} GB/s", r.backup2_gbps),
+        format!("{:.2} GB/s", r.restore_gbps),
+        r.new_share_v2 * 100.0,
+        crate::repo_cmd::human(r.added_v2),
+        r.stored_ratio,
+        r.cpu_s_per_gb_backup1,
+        r.cpu_s_per_gb_backup2,
+    );
+}
+
+fn short_fs(p: &str) -> String {
+    if p.len() <= 10 {
+        p.to_string()
+    } else {
+        format!("…{}", &p[p.len() - 9..])
+    }
+}
