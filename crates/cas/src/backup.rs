@@ -567,25 +567,12 @@ impl Walk<'_, '_> {
             self.w.sum.files_new += 1;
         }
         self.entries.push(e);
-        let mut f = match File::open(fs_path) {
-            Ok(f) => f,
-            Err(err) => {
-                self.warn(format!("{}: {err}; skipped", fs_path.display()));
-                self.dropped.insert(idx);
-                return Ok(());
-            }
-        };
         if m.size() <= SMALL_FILE {
-            let mut data = Vec::with_capacity(m.size() as usize);
-            if let Err(err) = f.read_to_end(&mut data) {
-                self.warn(format!("{}: {err}; skipped", fs_path.display()));
-                self.dropped.insert(idx);
-                return Ok(());
-            }
-            self.queued_bytes += data.len();
+            // Read later, with the rest of its batch, in parallel.
+            self.queued_bytes += m.size() as usize;
             self.queue.push(Queued {
                 entry: idx,
-                data,
+                data: Vec::new(),
                 before: m,
                 path: fs_path.to_owned(),
             });
@@ -594,6 +581,14 @@ impl Walk<'_, '_> {
             }
             return Ok(());
         }
+        let mut f = match File::open(fs_path) {
+            Ok(f) => f,
+            Err(err) => {
+                self.warn(format!("{}: {err}; skipped", fs_path.display()));
+                self.dropped.insert(idx);
+                return Ok(());
+            }
+        };
         let mut prog = self.progress;
         let report = &mut self.report;
         let r = self.w.stream(&mut f, &mut |n| {
@@ -651,8 +646,34 @@ impl Walk<'_, '_> {
         if self.queue.is_empty() {
             return Ok(());
         }
-        let queue = std::mem::take(&mut self.queue);
+        let mut queue = std::mem::take(&mut self.queue);
         self.queued_bytes = 0;
+        // A file that grew since it was listed is read up to twice the
+        // small-file size; the change is reported like any other.
+        let read: Vec<std::io::Result<Vec<u8>>> = queue
+            .par_iter()
+            .map(|q| {
+                let mut data = Vec::with_capacity(q.before.size() as usize);
+                File::open(&q.path)?
+                    .take(2 * SMALL_FILE)
+                    .read_to_end(&mut data)?;
+                Ok(data)
+            })
+            .collect();
+        let mut kept = Vec::with_capacity(queue.len());
+        for (mut q, r) in queue.drain(..).zip(read) {
+            match r {
+                Ok(data) => {
+                    q.data = data;
+                    kept.push(q);
+                }
+                Err(err) => {
+                    self.warn(format!("{}: {err}; skipped", q.path.display()));
+                    self.dropped.insert(q.entry);
+                }
+            }
+        }
+        let queue = kept;
         let segs: Vec<&[u8]> = queue.iter().map(|q| q.data.as_slice()).collect();
         let chunked = chunk_segments(self.w.repo, &segs)?;
         for (q, chunks) in queue.iter().zip(chunked) {
