@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use crate::auto::AutoBackend;
 use crate::cpu::CpuBackend;
 use crate::error::{BackendError, BlockError, SegmentErrorKind};
+use crate::gpu::PinnedBuffer;
 use crate::job::{DataMut, Job, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN};
 use crate::types::{Aes256Key, Nonce96, Tag};
 
@@ -27,6 +28,14 @@ pub trait Backend: Send + Sync {
     /// would do anyway; false (every block a job) for the others.
     fn small_gcm_on_caller(&self) -> bool {
         false
+    }
+
+    /// `len` bytes of page-locked host memory that this backend's GPU reads
+    /// by DMA, for callers that fill buffers the backend will take (a
+    /// pageable buffer costs a CPU copy into staging first); `None` where
+    /// no GPU is in use, where ordinary memory does as well.
+    fn alloc_host(&self, _len: usize) -> Option<PinnedBuffer> {
+        None
     }
 
     /// Seals one block in place with AES-256-GCM and returns its tag: a

@@ -25,6 +25,8 @@
 //!   [`GpuBackend`] (NVIDIA GPUs), and [`AutoBackend`], which chooses
 //!   between them (or splits) per job by a calibrated cost model;
 //!   [`AutoBackend::shared`] is the process's default backend.
+//! - [`PinnedBuffer`]: page-locked host memory from
+//!   [`Backend::alloc_host`], for callers that fill what a GPU will read.
 //! - [`auto`]: the cost model behind [`AutoBackend`] (`auto::CostModel`,
 //!   `auto::Decision`) and its calibration.
 //! - Diagnostics for `gvault doctor` and `gvault bench link`:
@@ -74,7 +76,7 @@ pub use gpu::kernels::{
 pub use gpu::link::{
     measure as measure_link, measure_bidirectional as measure_link_bidirectional, LinkFigure,
 };
-pub use gpu::{Device, GpuBackend};
+pub use gpu::{Device, GpuBackend, PinnedBuffer};
 pub use job::{
     ChunkSpan, CtrCipher, CtrSegment, Data, DataMut, DeviceSlice, Digest, DigestAlgo,
     DigestedChunk, Job, OpKind, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN,

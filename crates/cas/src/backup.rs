@@ -161,9 +161,47 @@ impl Uploads {
     }
 }
 
+/// A large file's read window: page-locked where the accel backend has a
+/// GPU that may take the chunk job (its DMA engines read it directly),
+/// else ordinary memory.
+enum Window {
+    Heap(Vec<u8>),
+    Pinned(gvault_accel::PinnedBuffer),
+}
+
+impl Window {
+    fn new(repo: &Repository, len: usize) -> Window {
+        match repo.accel().alloc_host(len) {
+            Some(p) => Window::Pinned(p),
+            None => Window::Heap(vec![0u8; len]),
+        }
+    }
+}
+
+impl std::ops::Deref for Window {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Window::Heap(v) => v,
+            Window::Pinned(p) => p,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Window {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Window::Heap(v) => v,
+            Window::Pinned(p) => p,
+        }
+    }
+}
+
 /// Chunks go through here: dedup, compression, packs, index entries.
 struct Writer<'r> {
     repo: &'r Repository,
+    /// Read windows kept from one large file to the next.
+    windows: Vec<Window>,
     uploads: Uploads,
     packer: PackBuilder,
     /// Ids written this session whose index file is not yet written.
@@ -177,6 +215,7 @@ impl<'r> Writer<'r> {
     fn new<'s>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Self {
         Writer {
             repo,
+            windows: Vec::new(),
             uploads: Uploads::new(repo, scope),
             packer: PackBuilder::default(),
             session: HashSet::new(),
@@ -311,15 +350,21 @@ impl<'r> Writer<'r> {
         let repo = self.repo;
         let gap = repo.config.chunker.max_len() as usize;
         let window = WINDOW.max(4 * gap);
-        let (free_tx, free_rx) = sync_channel::<Vec<u8>>(STREAM_BUFFERS);
-        for _ in 0..STREAM_BUFFERS {
-            let _ = free_tx.send(Vec::new());
+        let (free_tx, free_rx) = sync_channel::<Window>(STREAM_BUFFERS);
+        let mut pool = std::mem::take(&mut self.windows);
+        pool.retain(|w| w.len() == gap + window);
+        while pool.len() < STREAM_BUFFERS {
+            pool.push(Window::new(repo, gap + window));
+        }
+        for w in pool {
+            let _ = free_tx.send(w);
         }
         // (window, bytes read into it after the gap, end of input)
-        let (full_tx, full_rx) = sync_channel::<(Vec<u8>, usize, bool)>(1);
+        let (full_tx, full_rx) = sync_channel::<(Window, usize, bool)>(1);
         // (window, where its chunks start, the chunks)
-        let (cut_tx, cut_rx) = sync_channel::<(Vec<u8>, usize, Vec<IdChunk>)>(1);
-        std::thread::scope(|s| {
+        let (cut_tx, cut_rx) = sync_channel::<(Window, usize, Vec<IdChunk>)>(1);
+        let writer = &mut *self;
+        let result = std::thread::scope(|s| {
             let chunker = s.spawn(move || -> Result<()> {
                 let mut carry: Vec<u8> = Vec::new();
                 for (mut buf, filled, eof) in full_rx {
@@ -344,7 +389,7 @@ impl<'r> Writer<'r> {
             let packer = s.spawn(move || -> Result<Vec<ChunkRef>> {
                 let mut out = Vec::new();
                 for (buf, start, chunks) in cut_rx {
-                    out.extend(self.add(&buf[start..], &chunks)?);
+                    out.extend(writer.add(&buf[start..], &chunks)?);
                     let _ = free_tx.send(buf);
                 }
                 Ok(out)
@@ -352,8 +397,6 @@ impl<'r> Writer<'r> {
             let mut total = 0u64;
             let mut read_err = None;
             while let Ok(mut buf) = free_rx.recv() {
-                // Allocated (and zeroed) once; later rounds overwrite it.
-                buf.resize(gap + window, 0);
                 let mut filled = 0;
                 while filled < window {
                     match r.read(&mut buf[gap + filled..gap + window]) {
@@ -387,7 +430,10 @@ impl<'r> Writer<'r> {
                 return Err(e);
             }
             Ok(chunked.and(packed).map(|out| (out, total)))
-        })
+        });
+        // The windows the packer handed back serve the next large file.
+        self.windows = free_rx.try_iter().collect();
+        result
     }
 }
 

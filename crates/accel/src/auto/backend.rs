@@ -582,6 +582,12 @@ impl Backend for AutoBackend {
         "auto"
     }
 
+    /// Starts the GPU side if it is not running: a caller asking for
+    /// page-locked memory means to give the GPU work.
+    fn alloc_host(&self, len: usize) -> Option<crate::gpu::PinnedBuffer> {
+        self.gpu_side()?.backend.alloc_host(len)
+    }
+
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
         // Small AES-GCM jobs run on the calling thread, undecided: the GPU
         // cannot win them, and deciding costs a share of their time.

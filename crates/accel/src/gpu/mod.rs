@@ -159,6 +159,10 @@ impl Backend for GpuBackend {
         "gpu"
     }
 
+    fn alloc_host(&self, len: usize) -> Option<PinnedBuffer> {
+        self.alloc_pinned(len).ok()
+    }
+
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
         let pre = precheck(job);
         let (dev, _queued) = self.place(job);

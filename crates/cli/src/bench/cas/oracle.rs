@@ -86,6 +86,10 @@ impl Backend for Oracle {
         self.inner.small_gcm_on_caller()
     }
 
+    fn alloc_host(&self, len: usize) -> Option<gvault_accel::PinnedBuffer> {
+        self.inner.alloc_host(len)
+    }
+
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
         let Some(k) = key(job) else {
             return self.inner.run(job);
