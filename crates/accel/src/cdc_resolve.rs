@@ -97,14 +97,26 @@ fn first_hit(bits: &[u32], from: usize, to: usize) -> Option<usize> {
     None
 }
 
+/// Candidate positions of one mask as a sorted list (the CPU's parallel
+/// scan, `cpu::chunk`, finds them a piece at a time).
+#[derive(Debug, Default, Clone)]
+pub struct Positions(pub Vec<usize>);
+
+impl Candidates for Positions {
+    fn first(&self, from: usize, to: usize) -> Option<usize> {
+        let at = self.0.partition_point(|&p| p < from);
+        self.0.get(at).copied().filter(|&p| p < to)
+    }
+}
+
 /// Chunk boundaries of `len` bytes. `head(at, n)` returns the `n` bytes at
 /// `at` (the first positions after each hash start, recomputed here).
-pub fn resolve<C: Candidates + ?Sized>(
+pub fn resolve<C: Candidates + ?Sized, H: AsRef<[u8]>>(
     params: &ChunkParams,
     len: usize,
     hits_s: &C,
     hits_l: &C,
-    mut head: impl FnMut(usize, usize) -> Vec<u8>,
+    mut head: impl FnMut(usize, usize) -> H,
 ) -> Vec<ChunkSpan> {
     let (gear, _) = get_gear_with_seed(0);
     let (mask_s, mask_l) = masks(params);
@@ -122,7 +134,7 @@ pub fn resolve<C: Candidates + ?Sized>(
             let direct = (hs + 63).min(end);
             let bytes = head(start + hs, direct - hs);
             let mut h = 0u64;
-            for (i, &b) in bytes.iter().enumerate() {
+            for (i, &b) in bytes.as_ref().iter().enumerate() {
                 let a = hs + i;
                 h = (h << 1).wrapping_add(gear[b as usize]);
                 let mask = if a < center_end { mask_s } else { mask_l };
