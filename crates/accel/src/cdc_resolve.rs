@@ -12,14 +12,16 @@
 //! positions as `(h << 1) & (mask << 1)`, which is `h & mask` because no mask
 //! uses bit 63.
 
-use fastcdc::v2020::{get_gear_with_seed, MASKS};
+use fastcdc::v2020::{get_gear_with_seed, logarithm2, MASKS};
 
 use crate::chunking::ChunkParams;
 use crate::job::ChunkSpan;
 
-/// The two masks of normalized chunking for `params` (as the crate picks them).
+/// The two masks of normalized chunking for `params` (as the crate picks
+/// them: by the average's log2 rounded to the nearest integer, so 725
+/// takes the masks of 1024, not of 512).
 pub fn masks(params: &ChunkParams) -> (u64, u64) {
-    let bits = 31 - params.avg().leading_zeros();
+    let bits = logarithm2(params.avg());
     let n = params.level() as u32;
     (MASKS[(bits + n) as usize], MASKS[(bits - n) as usize])
 }
@@ -252,6 +254,9 @@ mod tests {
             ChunkParams::new(1000, 4096, 16384, 1).unwrap(),
             ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
             ChunkParams::new(65, 300, 1025, 1).unwrap(),
+            // Averages whose log2 rounds up.
+            ChunkParams::new(64, 725, 1749, 0).unwrap(),
+            ChunkParams::new(1000, 6000, 20_000, 2).unwrap(),
             ChunkParams::new(4096, 4096, 4096, 0).unwrap(),
             ChunkParams::DEFAULT,
         ] {
