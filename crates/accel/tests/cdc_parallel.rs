@@ -123,6 +123,18 @@ fn default_sizes_over_a_large_segment_match_fastcdc() {
     assert!(want.len() > 10);
     assert_eq!(chunks(&CpuBackend::with_threads(2), p, &data), want);
     assert_eq!(chunks(&CpuBackend::with_config(4, 100_003), p, &data), want);
+    // The fused job hashes these large chunks as subtrees on the pool.
+    let key = Blake3Key::from_bytes([5; 32]);
+    let res = fused(&CpuBackend::with_threads(2), p, &key, &[&data]);
+    let Ok(Output::DigestedChunks(c)) = &res[0] else {
+        panic!("not digested chunks: {res:?}")
+    };
+    assert_eq!(c.iter().map(|d| d.span).collect::<Vec<_>>(), want);
+    for d in c {
+        let bytes = &data[d.span.offset as usize..][..d.span.len as usize];
+        assert_eq!(d.digest, *blake3::keyed_hash(&[5; 32], bytes).as_bytes());
+        assert_eq!(d.crc32c, Some(crc32c::crc32c(bytes)));
+    }
 }
 
 /// The fused job on several threads: the same chunks as the crate, each

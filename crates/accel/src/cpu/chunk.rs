@@ -131,19 +131,36 @@ pub(super) fn digested(
     data: &[u8],
     spread: Spread,
 ) -> Vec<DigestedChunk> {
+    let parallel = spread.piece(params, data.len()).is_some();
     boundaries(params, data, spread)
         .into_par_iter()
         .map(|span| {
             let at = span.offset as usize;
             let bytes = &data[at..at + span.len as usize];
+            // A segment on several threads has few chunks a thread (the
+            // default sizes give ~60 in 64 MiB): large ones are hashed as
+            // BLAKE3 subtrees on the pool, so that no thread waits on the
+            // last few whole chunks.
+            let digest = if parallel && bytes.len() >= SPLIT_CHUNK_HASH_BYTES {
+                blake3::Hasher::new_keyed(key.expose())
+                    .update_rayon(bytes)
+                    .finalize()
+            } else {
+                blake3::keyed_hash(key.expose(), bytes)
+            };
             DigestedChunk {
                 span,
-                digest: *blake3::keyed_hash(key.expose(), bytes).as_bytes(),
+                digest: *digest.as_bytes(),
                 crc32c: crc32c.then(|| crc32c::crc32c(bytes)),
             }
         })
         .collect()
 }
+
+/// Chunks of at least this many bytes of a segment chunked in parallel are
+/// hashed on several threads (the blake3 crate's subtrees, 128 KiB
+/// apart at the least).
+const SPLIT_CHUNK_HASH_BYTES: usize = 256 << 10;
 
 /// Independent hash chains per scan: sub-ranges hashed in one loop so the
 /// CPU overlaps their shift-and-add dependencies (one chain runs at the
