@@ -101,13 +101,14 @@ fn first_hit(bits: &[u32], from: usize, to: usize) -> Option<usize> {
 
 /// Candidate positions of one mask as a sorted list (the CPU's parallel
 /// scan, `cpu::chunk`, finds them a piece at a time).
+/// Positions are `u32`, as segments are at most `MAX_SEGMENT_LEN` bytes.
 #[derive(Debug, Default, Clone)]
-pub struct Positions(pub Vec<usize>);
+pub struct Positions(pub Vec<u32>);
 
 impl Candidates for Positions {
     fn first(&self, from: usize, to: usize) -> Option<usize> {
-        let at = self.0.partition_point(|&p| p < from);
-        self.0.get(at).copied().filter(|&p| p < to)
+        let at = self.0.partition_point(|&p| (p as usize) < from);
+        self.0.get(at).map(|&p| p as usize).filter(|&p| p < to)
     }
 }
 

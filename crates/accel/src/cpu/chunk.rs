@@ -63,7 +63,7 @@ impl Spread {
     /// for the serial chunker.
     fn piece(&self, params: &ChunkParams, len: usize) -> Option<usize> {
         let min = params.min() as usize;
-        if self.ways < 2 || len < min.saturating_mul(MIN_CHUNKS) {
+        if self.ways < 2 || len < min.saturating_mul(MIN_CHUNKS) || len > u32::MAX as usize {
             return None;
         }
         let piece = len
@@ -172,17 +172,19 @@ const LANES: usize = 4;
 /// tested before the average size) and the large one (`l`).
 #[derive(Debug, Default)]
 struct Hits {
-    s: Vec<usize>,
-    l: Vec<usize>,
+    s: Vec<u32>,
+    l: Vec<u32>,
 }
 
 impl Hits {
+    /// `p` fits: the parallel path takes segments of at most `u32::MAX`
+    /// bytes (`MAX_SEGMENT_LEN`).
     fn record(&mut self, p: usize, h: u64, (mask_s, mask_l): (u64, u64)) {
         if h & mask_s == 0 {
-            self.s.push(p);
+            self.s.push(p as u32);
         }
         if h & mask_l == 0 {
-            self.l.push(p);
+            self.l.push(p as u32);
         }
     }
 
@@ -307,8 +309,14 @@ mod tests {
             (7, 19_999),
         ] {
             let hits = scan(&data, from, to, &gear, masks);
-            let want_s: Vec<usize> = (from..to).filter(|&q| bit(&s, q)).collect();
-            let want_l: Vec<usize> = (from..to).filter(|&q| bit(&l, q)).collect();
+            let want_s: Vec<u32> = (from..to)
+                .filter(|&q| bit(&s, q))
+                .map(|q| q as u32)
+                .collect();
+            let want_l: Vec<u32> = (from..to)
+                .filter(|&q| bit(&l, q))
+                .map(|q| q as u32)
+                .collect();
             assert!(!want_l.is_empty() || to - from < 100);
             assert_eq!(hits.s, want_s, "{from}..{to}");
             assert_eq!(hits.l, want_l, "{from}..{to}");
