@@ -12,14 +12,16 @@
 //! positions as `(h << 1) & (mask << 1)`, which is `h & mask` because no mask
 //! uses bit 63.
 
-use fastcdc::v2020::{get_gear_with_seed, MASKS};
+use fastcdc::v2020::{get_gear_with_seed, logarithm2, MASKS};
 
 use crate::chunking::ChunkParams;
 use crate::job::ChunkSpan;
 
-/// The two masks of normalized chunking for `params` (as the crate picks them).
+/// The two masks of normalized chunking for `params` (as the crate picks
+/// them: by the average's log2 rounded to the nearest integer, so 725
+/// takes the masks of 1024, not of 512).
 pub fn masks(params: &ChunkParams) -> (u64, u64) {
-    let bits = 31 - params.avg().leading_zeros();
+    let bits = logarithm2(params.avg());
     let n = params.level() as u32;
     (MASKS[(bits + n) as usize], MASKS[(bits - n) as usize])
 }
@@ -97,14 +99,27 @@ fn first_hit(bits: &[u32], from: usize, to: usize) -> Option<usize> {
     None
 }
 
+/// Candidate positions of one mask as a sorted list (the CPU's parallel
+/// scan, `cpu::chunk`, finds them a piece at a time).
+/// Positions are `u32`, as segments are at most `MAX_SEGMENT_LEN` bytes.
+#[derive(Debug, Default, Clone)]
+pub struct Positions(pub Vec<u32>);
+
+impl Candidates for Positions {
+    fn first(&self, from: usize, to: usize) -> Option<usize> {
+        let at = self.0.partition_point(|&p| (p as usize) < from);
+        self.0.get(at).map(|&p| p as usize).filter(|&p| p < to)
+    }
+}
+
 /// Chunk boundaries of `len` bytes. `head(at, n)` returns the `n` bytes at
 /// `at` (the first positions after each hash start, recomputed here).
-pub fn resolve<C: Candidates + ?Sized>(
+pub fn resolve<C: Candidates + ?Sized, H: AsRef<[u8]>>(
     params: &ChunkParams,
     len: usize,
     hits_s: &C,
     hits_l: &C,
-    mut head: impl FnMut(usize, usize) -> Vec<u8>,
+    mut head: impl FnMut(usize, usize) -> H,
 ) -> Vec<ChunkSpan> {
     let (gear, _) = get_gear_with_seed(0);
     let (mask_s, mask_l) = masks(params);
@@ -122,7 +137,7 @@ pub fn resolve<C: Candidates + ?Sized>(
             let direct = (hs + 63).min(end);
             let bytes = head(start + hs, direct - hs);
             let mut h = 0u64;
-            for (i, &b) in bytes.iter().enumerate() {
+            for (i, &b) in bytes.as_ref().iter().enumerate() {
                 let a = hs + i;
                 h = (h << 1).wrapping_add(gear[b as usize]);
                 let mask = if a < center_end { mask_s } else { mask_l };
@@ -240,6 +255,9 @@ mod tests {
             ChunkParams::new(1000, 4096, 16384, 1).unwrap(),
             ChunkParams::new(2048, 8192, 65536, 2).unwrap(),
             ChunkParams::new(65, 300, 1025, 1).unwrap(),
+            // Averages whose log2 rounds up.
+            ChunkParams::new(64, 725, 1749, 0).unwrap(),
+            ChunkParams::new(1000, 6000, 20_000, 2).unwrap(),
             ChunkParams::new(4096, 4096, 4096, 0).unwrap(),
             ChunkParams::DEFAULT,
         ] {

@@ -378,6 +378,7 @@ impl CpuBackend {
         let gcm_cut = self.cuts_gcm(survey, inline);
         let piece = (self.split_bytes / 16).max(1) * 16;
         let cut_here = |len: usize| gcm_cut && len >= self.gcm_cut_bytes;
+        let cdc = chunk::Spread::new(self.threads, survey.segments, inline, self.split_bytes);
         let mut work = || match job {
             Job::Seal { key: k, segments } => {
                 let key = aes::GcmKey::new(k);
@@ -418,7 +419,7 @@ impl CpuBackend {
             }),
             Job::Chunk { params, segments } => per_segment(segments, survey, |s| {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
-                Ok(Output::Chunks(chunk::boundaries(params, data)))
+                Ok(Output::Chunks(chunk::boundaries(params, data, cdc)))
             }),
             Job::ChunkDigest {
                 params,
@@ -428,7 +429,7 @@ impl CpuBackend {
             } => per_segment(segments, survey, |s| {
                 let data = s.host().ok_or(SegmentErrorKind::DeviceResident)?;
                 Ok(Output::DigestedChunks(chunk::digested(
-                    params, key, *crc32c, data,
+                    params, key, *crc32c, data, cdc,
                 )))
             }),
             Job::RsaPrivate { key, segments } => per_segment(segments, survey, |s| {

@@ -95,6 +95,20 @@ struct Row {
     /// `--split-sweep`: the auto backend's plan for the page-locked job.
     #[serde(skip_serializing_if = "Option::is_none")]
     auto_pinned_plan: Option<String>,
+    /// Why the cell was not timed (`results` is then empty): the op does
+    /// not do its work at this size ("n/m" in the table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    not_meaningful: Option<&'static str>,
+}
+
+/// Why `op` over segments of `size` bytes would not measure the op: a
+/// chunking job over segments no longer than the minimum chunk returns
+/// each whole, with no boundary search (such cells ran at 185-342 GB/s,
+/// which is no speed of chunking).
+fn not_meaningful(op: OpKind, size: usize) -> Option<&'static str> {
+    let chunking = matches!(op, OpKind::Chunk | OpKind::ChunkDigest);
+    (chunking && size <= ChunkParams::DEFAULT.min() as usize)
+        .then_some("each segment is one chunk (at most the 512 KiB minimum): no boundary search")
 }
 
 #[derive(Serialize)]
@@ -231,12 +245,30 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             continue;
         }
         for &size in &sizes {
+            let row_op = if crc32c {
+                CHUNK_DIGEST_CRC32C
+            } else {
+                op.name()
+            };
             let nseg = base_total
                 .div_ceil(size)
                 .max(threads.min(4))
                 // at most 4 GiB per job unless --total asks for more
                 .min(base_total.max(4 << 30) / size)
                 .max(1);
+            if let Some(why) = not_meaningful(op, size) {
+                let row = Row {
+                    op: row_op,
+                    segment_bytes: size,
+                    segments: nseg,
+                    results: BTreeMap::new(),
+                    auto_pinned_plan: None,
+                    not_meaningful: Some(why),
+                };
+                print_row(&args, &row);
+                rows.push(row);
+                continue;
+            }
             let mut bufs: Vec<Vec<u8>> = (0..nseg).map(|_| random(size)).collect();
             let mut results = BTreeMap::new();
             let bytes = (size * nseg) as u64;
@@ -351,14 +383,11 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
             }
             let row = Row {
                 auto_pinned_plan: auto_plan,
-                op: if crc32c {
-                    CHUNK_DIGEST_CRC32C
-                } else {
-                    op.name()
-                },
+                op: row_op,
                 segment_bytes: size,
                 segments: nseg,
                 results,
+                not_meaningful: None,
             };
             print_row(&args, &row);
             rows.push(row);
@@ -423,6 +452,16 @@ fn op_names() -> String {
 
 fn print_row(args: &PrimitiveArgs, row: &Row) {
     if args.json {
+        return;
+    }
+    if let Some(why) = row.not_meaningful {
+        let nm = "n/m";
+        println!(
+            "{:<21} {:>8} {:>8} {nm:>10} {nm:>10} {nm:>8} {nm:>10} {nm:>10}  ({why})",
+            row.op,
+            size_label(row.segment_bytes),
+            row.segments,
+        );
         return;
     }
     let c1 = row.results.get("cpu-1").copied();
@@ -497,7 +536,7 @@ fn auto_ratios(row: &Row) -> (Option<f64>, Option<f64>) {
 fn target_summary(rows: &[Row]) -> Option<String> {
     let mut cells = 0;
     let mut below = Vec::new();
-    for row in rows {
+    for row in rows.iter().filter(|r| r.not_meaningful.is_none()) {
         let (pageable, pinned) = auto_ratios(row);
         let label = format!("{} {}", row.op, size_label(row.segment_bytes));
         // Rows of 64 MiB segments and up (the split rows; every row here
@@ -1052,6 +1091,7 @@ fn rsa_row(
         segments: batch,
         results,
         auto_pinned_plan: None,
+        not_meaningful: None,
     })
 }
 
@@ -1104,7 +1144,7 @@ fn reference_figures(
     let ours = |op: &str, col: &str| {
         rows.iter()
             .find(|r| r.op == op && r.segment_bytes == SIZE)
-            .map(|r| r.results[col])
+            .and_then(|r| r.results.get(col).copied())
     };
     if !json {
         println!("\nreference at 16 MiB segments (GB/s):");
@@ -1209,7 +1249,41 @@ mod tests {
             segments: n,
             results: cols.iter().map(|&(k, v)| (k.to_string(), v)).collect(),
             auto_pinned_plan: None,
+            not_meaningful: None,
         }
+    }
+
+    #[test]
+    fn chunking_cells_without_a_search_are_not_meaningful() {
+        use gvault_accel::OpKind;
+        let min = gvault_accel::ChunkParams::DEFAULT.min() as usize;
+        for op in [OpKind::Chunk, OpKind::ChunkDigest] {
+            assert!(super::not_meaningful(op, 64 << 10).is_some());
+            assert!(super::not_meaningful(op, min).is_some());
+            assert!(super::not_meaningful(op, min + 1).is_none());
+            assert!(super::not_meaningful(op, 16 << 20).is_none());
+        }
+        assert!(super::not_meaningful(OpKind::Sha256, 4096).is_none());
+        // Such a row (no columns) neither counts in the target check nor
+        // fails it; the JSON names it.
+        let mut nm = row("fastcdc", 64 << 10, 512, &[]);
+        nm.not_meaningful = super::not_meaningful(OpKind::Chunk, 64 << 10);
+        let ok = row(
+            "fastcdc",
+            16 << 20,
+            4,
+            &[("cpu-all", 10.0), ("gpu", 5.0), ("auto", 9.9)],
+        );
+        let line = super::target_summary(&[nm, ok]).unwrap();
+        assert!(line.contains("1 of 1 cells"), "{line}");
+        let mut nm = row("fastcdc", 64 << 10, 512, &[]);
+        nm.not_meaningful = super::not_meaningful(OpKind::Chunk, 64 << 10);
+        let json = serde_json::to_value(&nm).unwrap();
+        assert!(json["not_meaningful"]
+            .as_str()
+            .unwrap()
+            .contains("no boundary search"));
+        assert_eq!(json["results"], serde_json::json!({}));
     }
 
     #[test]
