@@ -109,46 +109,81 @@ impl PackBuilder {
             })
             .collect();
         let tags = accel_jobs::seal(repo.accel(), &key, items)?;
-        let mut out = Vec::with_capacity(self.bytes + blobs.len() * ENTRY_LEN + 64);
-        let mut entries = Vec::with_capacity(blobs.len());
-        for (((id, raw_len, flags), data), tag) in blobs.iter().zip(&tags) {
-            let offset = u32::try_from(out.len())
-                .map_err(|_| Error::InvalidArgument("pack larger than 4 GiB".into()))?;
-            out.extend_from_slice(data);
-            out.extend_from_slice(tag);
-            entries.push(BlobEntry {
+        let sealed: Vec<SealedBlob<'_>> = blobs
+            .iter()
+            .zip(&tags)
+            .map(|(((id, raw_len, flags), data), tag)| SealedBlob {
                 id: *id,
-                offset,
-                sealed_len: (data.len() + TAG_LEN) as u32,
                 raw_len: *raw_len,
                 flags: *flags,
-            });
-        }
-        let mut header = Vec::with_capacity(4 + entries.len() * ENTRY_LEN);
-        put_u32(&mut header, entries.len() as u32);
-        for e in &entries {
-            header.extend_from_slice(&e.id);
-            put_u32(&mut header, e.offset);
-            put_u32(&mut header, e.sealed_len);
-            put_u32(&mut header, e.raw_len);
-            put_u8(&mut header, e.flags);
-        }
-        let sealed = accel_jobs::seal_one(
-            repo.accel(),
-            &key,
-            HEADER_NONCE,
-            &header_aad(&pack_id),
-            header,
-        )?;
-        out.extend_from_slice(&sealed);
-        put_u32(&mut out, sealed.len() as u32);
-        out.extend_from_slice(&PACK_MAGIC);
-        Ok(SealedPack {
-            name: hex::encode(pack_id),
-            bytes: out,
-            entries,
-        })
+                ciphertext: data,
+                tag: *tag,
+            })
+            .collect();
+        assemble(repo, pack_id, &sealed)
     }
+}
+
+/// A blob sealed under its pack's key (nonce = its position, AAD =
+/// [`blob_aad`]), not yet laid out.
+pub struct SealedBlob<'a> {
+    pub id: [u8; 32],
+    pub raw_len: u32,
+    pub flags: u8,
+    pub ciphertext: &'a [u8],
+    pub tag: [u8; 16],
+}
+
+/// Lays out a pack from blobs already sealed under the key of `pack_id`
+/// (by [`PackBuilder::seal`], or on a GPU where the chunks live) and seals
+/// its header. `pack_id` must be fresh ([`crate::repo::new_id`]) and its
+/// key used for these blobs only (docs/repository.md §3).
+pub fn assemble(
+    repo: &Repository,
+    pack_id: [u8; 32],
+    blobs: &[SealedBlob<'_>],
+) -> Result<SealedPack> {
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let body: usize = blobs.iter().map(|b| b.ciphertext.len() + TAG_LEN).sum();
+    let mut out = Vec::with_capacity(body + blobs.len() * ENTRY_LEN + 64);
+    let mut entries = Vec::with_capacity(blobs.len());
+    for b in blobs {
+        let offset = u32::try_from(out.len())
+            .map_err(|_| Error::InvalidArgument("pack larger than 4 GiB".into()))?;
+        out.extend_from_slice(b.ciphertext);
+        out.extend_from_slice(&b.tag);
+        entries.push(BlobEntry {
+            id: b.id,
+            offset,
+            sealed_len: (b.ciphertext.len() + TAG_LEN) as u32,
+            raw_len: b.raw_len,
+            flags: b.flags,
+        });
+    }
+    let mut header = Vec::with_capacity(4 + entries.len() * ENTRY_LEN);
+    put_u32(&mut header, entries.len() as u32);
+    for e in &entries {
+        header.extend_from_slice(&e.id);
+        put_u32(&mut header, e.offset);
+        put_u32(&mut header, e.sealed_len);
+        put_u32(&mut header, e.raw_len);
+        put_u8(&mut header, e.flags);
+    }
+    let sealed = accel_jobs::seal_one(
+        repo.accel(),
+        &key,
+        HEADER_NONCE,
+        &header_aad(&pack_id),
+        header,
+    )?;
+    out.extend_from_slice(&sealed);
+    put_u32(&mut out, sealed.len() as u32);
+    out.extend_from_slice(&PACK_MAGIC);
+    Ok(SealedPack {
+        name: hex::encode(pack_id),
+        bytes: out,
+        entries,
+    })
 }
 
 /// A pack ready to be written.
