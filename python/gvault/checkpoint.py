@@ -125,23 +125,31 @@ def _numpy_dtype_name(dt):
     return name
 
 
+_EXT = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+def _ml_dtypes():
+    """ml_dtypes (numpy's bfloat16 and float8 types), or None."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes
+
+
 def _numpy_dtype(name):
     np = _import_numpy()
-    try:
+    if name not in _EXT:
         return np.dtype(name)
-    except TypeError:
-        pass
-    try:
-        import ml_dtypes  # noqa: F401  (registers bfloat16, float8 with numpy)
-
-        return np.dtype(getattr(ml_dtypes, name))
-    except (ImportError, AttributeError):
-        raw = _RAW[_SIZES[name]]
-        warnings.warn(
-            f"numpy has no {name} (install ml_dtypes); returning its bits as {raw}",
-            stacklevel=3,
-        )
-        return np.dtype(raw)
+    ml = _ml_dtypes()
+    if ml is not None and hasattr(ml, name):
+        return np.dtype(getattr(ml, name))
+    raw = _RAW[_SIZES[name]]
+    warnings.warn(
+        f"numpy has no {name} (install ml_dtypes); returning its bits as {raw}",
+        stacklevel=3,
+    )
+    return np.dtype(raw)
 
 
 class _Leaf:
