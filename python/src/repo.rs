@@ -346,6 +346,17 @@ impl Repository {
         Ok((PyBytes::new(py, &a), PyBytes::new(py, &b)))
     }
 
+    /// The header of pack `name`: (chunk id hex, raw length, flags) per blob.
+    fn _pack_entries(&self, py: Python<'_>, name: &str) -> PyResult<Vec<(String, u32, u8)>> {
+        let repo = self.repo()?;
+        let e = py
+            .detach(|| gvault_cas::pack::read_header(&repo, name, None))
+            .py()?;
+        Ok(e.iter()
+            .map(|b| (hex::encode(b.id), b.raw_len, b.flags))
+            .collect())
+    }
+
     fn __repr__(&self) -> String {
         format!("gvault.Repository({:?})", self.path.display().to_string())
     }
@@ -613,6 +624,15 @@ pub struct Reader {
 impl Reader {
     fn manifest<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.opened.manifest)
+    }
+
+    /// Per segment, its chunks as (id hex, length).
+    fn chunk_ids(&self) -> Vec<Vec<(String, u32)>> {
+        self.opened
+            .segments
+            .iter()
+            .map(|s| s.iter().map(|c| (hex::encode(c.id), c.len)).collect())
+            .collect()
     }
 
     fn segment_lens(&self) -> Vec<u64> {
