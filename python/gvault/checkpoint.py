@@ -178,7 +178,9 @@ class _Leaf:
         torch = _torch()
         o = self.obj
         if not isinstance(o, torch.Tensor):
-            o = torch.from_numpy(o.reshape(-1).view("uint8"))
+            return torch.from_numpy(o.reshape(-1).view("uint8"))
+        if o.is_complex():
+            o = torch.view_as_real(o)
         return o.reshape(-1).view(torch.uint8)
 
     def manifest(self):
@@ -416,7 +418,7 @@ def save(repo, name, state, *, path="auto"):
     if any(on_gpu):
         # Every kernel that produces the tensors is done before the device
         # jobs (on their own streams) read them.
-        torch.cuda.synchronize()
+        _sync_devices()
     saver = repo._saver()
     bufs = _DeviceBuffers()
     keep = [manifest]
@@ -448,7 +450,7 @@ def save(repo, name, state, *, path="auto"):
                 if sum(b[3] for b in batch) >= 1 << 30:
                     break
             if on_gpu[i]:
-                torch.cuda.synchronize()
+                _sync_devices()
             _run_device_plans(saver, saver.add(batch), u8s, bufs)
             i = j
         _run_device_plans(saver, saver.flush(), u8s, bufs)
@@ -586,6 +588,23 @@ def load(repo, name, device=None, *, snapshot=None, path="auto"):
     return _decode(man["tree"], values)
 
 
+def _torch_view(u8, dtype, shape):
+    """Bytes (a flat uint8 tensor) seen as a tensor of dtype and shape."""
+    torch = _torch()
+    if dtype.startswith("complex"):
+        real = torch.float32 if dtype == "complex64" else torch.float64
+        return torch.view_as_complex(u8.view(real).reshape(list(shape) + [2]))
+    return u8.view(_torch_dtype(dtype)).reshape(shape)
+
+
+def _sync_devices():
+    """Waits for every GPU's queued work (the accelerator's jobs run on
+    their own streams and must see what torch's kernels wrote)."""
+    torch = _torch()
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.synchronize(i)
+
+
 def _make(t, buf, shared, target):
     torch, np = _torch(), _np()
     lo, hi = t["offset"], t["offset"] + t["nbytes"]
@@ -594,7 +613,7 @@ def _make(t, buf, shared, target):
             np = _import_numpy()
             a = buf[lo:hi].cpu().numpy().view(_numpy_dtype(t["dtype"])).reshape(t["shape"]).copy()
             return a[()] if t["kind"] == "numpy_scalar" else a
-        x = buf[lo:hi].view(_torch_dtype(t["dtype"])).reshape(t["shape"])
+        x = _torch_view(buf[lo:hi], t["dtype"], t["shape"])
         if shared:
             x = x.clone()
         if str(x.device) != target and not (target == "cpu" and x.device.type == "cpu"):

@@ -404,7 +404,7 @@ impl Saver {
         backend: &dyn Backend,
         scratch: DeviceSlice,
     ) -> Result<([u8; 32], Vec<[u8; 16]>)> {
-        if (scratch.len() as u64) < plan.scratch_len || scratch.ptr() % ALIGN != 0 {
+        if (scratch.len() as u64) < plan.scratch_len || !scratch.ptr().is_multiple_of(ALIGN) {
             return Err(Error::InvalidArgument(format!(
                 "device scratch of {} bytes at {:#x}: the plan needs {} bytes, 16-byte aligned",
                 scratch.len(),
@@ -781,7 +781,7 @@ pub fn open_device(
     f: &Fetched,
     scratch: DeviceSlice,
 ) -> Result<()> {
-    if (scratch.len() as u64) < f.layout_len || scratch.ptr() % ALIGN != 0 {
+    if (scratch.len() as u64) < f.layout_len || !scratch.ptr().is_multiple_of(ALIGN) {
         return Err(Error::InvalidArgument(
             "device scratch too small or not 16-byte aligned".into(),
         ));

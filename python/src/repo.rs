@@ -383,11 +383,14 @@ fn source(t: (String, u32, u64, u64)) -> PyResult<Source> {
 /// copies as (segment, offset, length, scratch offset)).
 type DevicePlan = (u64, u32, u64, Vec<(usize, u64, u32, u64)>);
 
+/// A plan, and once sealed on the device its pack id and tags.
+type HeldPlan = (Plan, Option<([u8; 32], Vec<[u8; 16]>)>);
+
 /// One checkpoint being saved (private to gvault.checkpoint).
 #[pyclass(module = "gvault")]
 pub struct Saver {
     inner: Mutex<Option<ckpt::Saver>>,
-    plans: Mutex<HashMap<u64, (Plan, Option<([u8; 32], Vec<[u8; 16]>)>)>>,
+    plans: Mutex<HashMap<u64, HeldPlan>>,
     next: Mutex<u64>,
 }
 
@@ -452,7 +455,7 @@ impl Saver {
         Ok(out)
     }
 
-    fn plan(&self, id: u64) -> PyResult<(Plan, Option<([u8; 32], Vec<[u8; 16]>)>)> {
+    fn plan(&self, id: u64) -> PyResult<HeldPlan> {
         self.plans
             .lock()
             .map_err(|_| raise("Closed", "saver poisoned".into()))?
