@@ -22,7 +22,7 @@ fi
 if [ "${1:-}" = "--wheel" ]; then
   out=${2:?usage: scripts/python.sh --wheel DIR}
   mkdir -p "$out"
-  "$venv/bin/maturin" build --release --manifest-path python/Cargo.toml --out "$out"
+  "$venv/bin/maturin" build --release --strip --manifest-path python/Cargo.toml --out "$out"
   ls -l "$out"/gvault-*.whl
   exit 0
 fi
