@@ -175,13 +175,7 @@ class _Leaf:
 
     def u8(self):
         """The bytes as a flat torch uint8 tensor (host or device)."""
-        torch = _torch()
-        o = self.obj
-        if not isinstance(o, torch.Tensor):
-            return torch.from_numpy(o.reshape(-1).view("uint8"))
-        if o.is_complex():
-            o = torch.view_as_real(o)
-        return o.reshape(-1).view(torch.uint8)
+        return _flat_u8(self.obj)
 
     def manifest(self):
         strides, acc = [], 1
@@ -194,6 +188,17 @@ class _Leaf:
             "device": self.device, "segment": self.segment, "offset": self.offset,
             "nbytes": self.nbytes,
         }
+
+
+def _flat_u8(o):
+    """A contiguous tensor or array's bytes as a flat torch uint8 tensor,
+    sharing its memory."""
+    torch = _torch()
+    if not isinstance(o, torch.Tensor):
+        return torch.from_numpy(o.reshape(-1).view("uint8"))
+    if o.is_complex():
+        o = torch.view_as_real(o)
+    return o.reshape(-1).view(torch.uint8)
 
 
 def _leaf_of(x, name):
@@ -467,14 +472,9 @@ def _host_u8(obj, length):
     """A flat uint8 torch view of a host segment (device plans that mix in
     host chunks copy from it)."""
     torch = _torch()
-    if isinstance(obj, torch.Tensor):
-        return obj.reshape(-1).view(torch.uint8)
     if isinstance(obj, _Host):
         return torch.frombuffer(obj.buf, dtype=torch.uint8) if length else torch.empty(0, dtype=torch.uint8)
-    np = _np()
-    if np is not None and isinstance(obj, np.ndarray):
-        return torch.from_numpy(obj.reshape(-1).view(np.uint8))
-    return None
+    return _flat_u8(obj)
 
 
 def _target(leaf, device):
@@ -702,7 +702,7 @@ def read_safetensors(file, framework="numpy"):
         if framework == "torch":
             torch = _torch() or __import__("torch")
             x = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-            flat[k] = x.view(_torch_dtype(dt)).reshape(v["shape"])
+            flat[k] = _torch_view(x, dt, v["shape"])
         else:
             np = _import_numpy()
             flat[k] = np.frombuffer(raw, dtype=np.uint8).view(_numpy_dtype(dt)).reshape(v["shape"])
