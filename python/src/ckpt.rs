@@ -284,6 +284,7 @@ pub struct Saver {
     cur: Plan,
     pending: Vec<Location>,
     pack_sizes: HashMap<[u8; 32], u64>,
+    writers: Option<Writers>,
     pub stats: SaveStats,
 }
 
@@ -299,6 +300,7 @@ impl Saver {
             cur: Plan::default(),
             pending: Vec::new(),
             pack_sizes: HashMap::new(),
+            writers: None,
             stats: SaveStats::default(),
         })
     }
@@ -483,23 +485,40 @@ impl Saver {
         pack::assemble(&self.repo, pack_id, &blobs)
     }
 
-    /// Writes a pack; its chunks are indexed at commit.
+    /// Hands a pack to the writer threads (sealing goes on while packs
+    /// are written and synced); its chunks are indexed at commit, once
+    /// every pack is durable.
     pub fn put(&mut self, p: SealedPack, on_device: bool) -> Result<()> {
-        self.repo.backend.put(Kind::Pack, &p.name, &p.bytes)?;
-        let id = gvault_cas::repo::parse_id(&p.name)
-            .ok_or_else(|| Error::Accel("pack name is not an id".into()))?;
-        self.pack_sizes.insert(id, p.bytes.len() as u64);
-        self.stats.bytes_added += p.bytes.len() as u64;
-        self.stats.packs += 1;
         if on_device {
             self.stats.packs_sealed_on_device += 1;
         }
-        for (i, e) in p.entries.into_iter().enumerate() {
-            self.pending.push(Location {
-                pack: id,
-                ordinal: i as u32,
-                blob: e,
-            });
+        if self.writers.is_none() {
+            self.writers = Some(Writers::new(self.repo.backend.clone()));
+        }
+        let w = self
+            .writers
+            .as_mut()
+            .ok_or_else(|| Error::Accel("pack writers missing".into()))?;
+        w.send(p)?;
+        let done = w.collect(false);
+        self.written(done)
+    }
+
+    fn written(&mut self, done: Vec<Written>) -> Result<()> {
+        for r in done {
+            let (name, size, entries) = r?;
+            let id = gvault_cas::repo::parse_id(&name)
+                .ok_or_else(|| Error::Accel("pack name is not an id".into()))?;
+            self.pack_sizes.insert(id, size);
+            self.stats.bytes_added += size;
+            self.stats.packs += 1;
+            for (i, e) in entries.into_iter().enumerate() {
+                self.pending.push(Location {
+                    pack: id,
+                    ordinal: i as u32,
+                    blob: e,
+                });
+            }
         }
         Ok(())
     }
@@ -519,6 +538,10 @@ impl Saver {
             ));
         }
         let root = ckpt_path(name)?;
+        if let Some(mut w) = self.writers.take() {
+            let done = w.collect(true);
+            self.written(done)?;
+        }
         if !self.pending.is_empty() {
             let entries = std::mem::take(&mut self.pending);
             let f = index::write_file(&self.repo, entries, &self.pack_sizes)?;
@@ -578,6 +601,104 @@ impl Saver {
         let name = snap.write(&self.repo)?;
         drop(lock);
         Ok(name)
+    }
+}
+
+/// Packs being written: at most `WRITE_QUEUE` wait for `WRITE_THREADS`
+/// threads (bounding memory to a few packs).
+const WRITE_THREADS: usize = 3;
+const WRITE_QUEUE: usize = 2;
+
+type Written = Result<(String, u64, Vec<pack::BlobEntry>)>;
+
+struct Writers {
+    tx: Option<std::sync::mpsc::SyncSender<SealedPack>>,
+    // In a mutex only so that a Saver is Sync (it is used behind &).
+    rx: std::sync::Mutex<std::sync::mpsc::Receiver<Written>>,
+    in_flight: usize,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    fn new(backend: Arc<dyn gvault_cas::Backend>) -> Writers {
+        let (tx, work) = std::sync::mpsc::sync_channel::<SealedPack>(WRITE_QUEUE);
+        let (done, rx) = std::sync::mpsc::channel::<Written>();
+        let work = Arc::new(std::sync::Mutex::new(work));
+        let threads = (0..WRITE_THREADS)
+            .map(|_| {
+                let (work, done, backend) = (work.clone(), done.clone(), backend.clone());
+                std::thread::spawn(move || loop {
+                    let next = match work.lock() {
+                        Ok(w) => w.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(p) = next else { return };
+                    let r = backend
+                        .put(Kind::Pack, &p.name, &p.bytes)
+                        .map(|()| (p.name, p.bytes.len() as u64, p.entries));
+                    if done.send(r).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        Writers {
+            tx: Some(tx),
+            rx: std::sync::Mutex::new(rx),
+            in_flight: 0,
+            threads,
+        }
+    }
+
+    fn send(&mut self, p: SealedPack) -> Result<()> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| Error::Accel("pack writers stopped".into()))?;
+        tx.send(p)
+            .map_err(|_| Error::Accel("pack writer threads ended".into()))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Results ready now (`wait`: all of them).
+    fn collect(&mut self, wait: bool) -> Vec<Written> {
+        let mut out = Vec::new();
+        let rx = match self.rx.get_mut() {
+            Ok(rx) => rx,
+            Err(_) => {
+                self.in_flight = 0;
+                return vec![Err(Error::Accel("pack writer results poisoned".into()))];
+            }
+        };
+        while self.in_flight > 0 {
+            let r = if wait {
+                rx.recv().map_err(|_| ())
+            } else {
+                rx.try_recv().map_err(|_| ())
+            };
+            match r {
+                Ok(x) => {
+                    self.in_flight -= 1;
+                    out.push(x);
+                }
+                Err(()) if wait => {
+                    out.push(Err(Error::Accel("a pack writer thread ended".into())));
+                    self.in_flight = 0;
+                }
+                Err(()) => break,
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Writers {
+    fn drop(&mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
