@@ -509,14 +509,35 @@ def _read_manifest(reader):
     lens = reader.segment_lens()
     if list(lens) != list(man["segments"]):
         raise _errors.Corruption("checkpoint segments differ from its manifest")
-    for t in man["tensors"]:
-        n = 1
-        for d in t["shape"]:
-            n *= d
-        if t["dtype"] not in _SIZES or n * _SIZES[t["dtype"]] != t["nbytes"] or \
-                t["offset"] + t["nbytes"] > lens[t["segment"]]:
-            raise _errors.Corruption(f"checkpoint manifest: tensor {t['name']!r} is inconsistent")
+    try:
+        for t in man["tensors"]:
+            n = 1
+            for d in t["shape"]:
+                n *= d
+            if t["dtype"] not in _SIZES or n * _SIZES[t["dtype"]] != t["nbytes"] or \
+                    not 0 <= t["segment"] < len(lens) or t["offset"] < 0 or \
+                    t["offset"] + t["nbytes"] > lens[t["segment"]] or min(t["shape"], default=0) < 0:
+                raise _errors.Corruption(f"checkpoint manifest: tensor {t.get('name')!r} is inconsistent")
+        _check_tree(man["tree"], len(man["tensors"]))
+    except (KeyError, TypeError) as e:
+        raise _errors.Corruption(f"checkpoint manifest is malformed: {e!r}") from None
     return man
+
+
+def _check_tree(node, count):
+    """Raises Corruption unless every tensor reference in the tree is in range."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if not isinstance(n, dict):
+            raise _errors.Corruption("checkpoint manifest: a tree node is not an object")
+        if "$x" in n and not (isinstance(n["$x"], int) and 0 <= n["$x"] < count):
+            raise _errors.Corruption("checkpoint manifest: tensor reference out of range")
+        if "$d" in n:
+            stack.extend(v for _, v in n["$d"])
+        for k in ("$l", "$t"):
+            if k in n:
+                stack.extend(n[k])
 
 
 def load(repo, name, device=None, *, snapshot=None, path="auto"):

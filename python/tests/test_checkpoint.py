@@ -276,3 +276,53 @@ def test_segments_follow_tensor_boundaries():
     many = [L(60000) for _ in range(40)]
     segs, lens = ck._segments(many)
     assert [len(s) for s in segs] == [17, 17, 6] and max(lens) <= ck.TINY_GROUP
+
+
+def test_manifest_is_checked_before_use(repo, monkeypatch):
+    ck.save(repo, "m", {"a": np.arange(10, dtype=np.int64), "b": np.zeros(3)})
+    good = repo._reader("m").manifest()
+
+    class Fake:
+        def __init__(self, real, manifest):
+            self.real, self.m = real, manifest
+
+        def manifest(self):
+            return self.m
+
+        def __getattr__(self, k):
+            return getattr(self.real, k)
+
+    def bad_with(change):
+        man = json.loads(good)
+        change(man)
+        return json.dumps(man).encode()
+
+    cases = [
+        b"not json",
+        bad_with(lambda m: m.update(format="other")),
+        bad_with(lambda m: m.update(version=99)),
+        bad_with(lambda m: m["tensors"][0].update(shape=[11])),
+        bad_with(lambda m: m["tensors"][0].update(segment=7)),
+        bad_with(lambda m: m["tensors"][0].update(offset=10 ** 9)),
+        bad_with(lambda m: m.update(tree={"$d": [["a", {"$x": 5}]]})),
+        bad_with(lambda m: m["tensors"][0].pop("dtype")),
+    ]
+    for manifest in cases:
+        real = repo._reader
+
+        class R:
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __getattr__(self, k):
+                return getattr(self.inner, k)
+
+            def _reader(self, name, snapshot=None):
+                return Fake(real(name, snapshot), manifest)
+
+            def refresh(self):
+                pass
+
+        with pytest.raises((gvault.Corruption, gvault.Unsupported)):
+            ck.load(R(repo), "m")
+    assert np.array_equal(ck.load(repo, "m")["a"], np.arange(10))
