@@ -135,31 +135,80 @@ impl PackBuilder {
         for (slot, tag) in tag_slots.into_iter().zip(&tags) {
             slot.copy_from_slice(tag);
         }
-        let mut header = Vec::with_capacity(4 + entries.len() * ENTRY_LEN);
-        put_u32(&mut header, entries.len() as u32);
-        for e in &entries {
-            header.extend_from_slice(&e.id);
-            put_u32(&mut header, e.offset);
-            put_u32(&mut header, e.sealed_len);
-            put_u32(&mut header, e.raw_len);
-            put_u8(&mut header, e.flags);
-        }
-        let sealed = accel_jobs::seal_one(
-            repo.accel(),
-            &key,
-            HEADER_NONCE,
-            &header_aad(&pack_id),
-            header,
-        )?;
-        body.extend_from_slice(&sealed);
-        put_u32(&mut body, sealed.len() as u32);
-        body.extend_from_slice(&PACK_MAGIC);
-        Ok(SealedPack {
-            name: hex::encode(pack_id),
-            bytes: body,
-            entries,
-        })
+        finish(repo, pack_id, body, entries)
     }
+}
+
+/// Appends the sealed header and the trailer to a pack's sealed blobs.
+fn finish(
+    repo: &Repository,
+    pack_id: [u8; 32],
+    mut body: Vec<u8>,
+    entries: Vec<BlobEntry>,
+) -> Result<SealedPack> {
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let mut header = Vec::with_capacity(4 + entries.len() * ENTRY_LEN);
+    put_u32(&mut header, entries.len() as u32);
+    for e in &entries {
+        header.extend_from_slice(&e.id);
+        put_u32(&mut header, e.offset);
+        put_u32(&mut header, e.sealed_len);
+        put_u32(&mut header, e.raw_len);
+        put_u8(&mut header, e.flags);
+    }
+    let sealed = accel_jobs::seal_one(
+        repo.accel(),
+        &key,
+        HEADER_NONCE,
+        &header_aad(&pack_id),
+        header,
+    )?;
+    body.extend_from_slice(&sealed);
+    put_u32(&mut body, sealed.len() as u32);
+    body.extend_from_slice(&PACK_MAGIC);
+    Ok(SealedPack {
+        name: hex::encode(pack_id),
+        bytes: body,
+        entries,
+    })
+}
+
+/// A blob sealed under its pack's key (nonce = its position, AAD =
+/// [`blob_aad`]), not yet laid out.
+pub struct SealedBlob<'a> {
+    pub id: [u8; 32],
+    pub raw_len: u32,
+    pub flags: u8,
+    pub ciphertext: &'a [u8],
+    pub tag: [u8; 16],
+}
+
+/// Lays out a pack from blobs already sealed under the key of `pack_id`
+/// (on a GPU where the chunks live) and seals its header. `pack_id` must
+/// be fresh ([`crate::repo::new_id`]) and its key used for these blobs only
+/// (docs/repository.md §3).
+pub fn assemble(
+    repo: &Repository,
+    pack_id: [u8; 32],
+    blobs: &[SealedBlob<'_>],
+) -> Result<SealedPack> {
+    let body_len: usize = blobs.iter().map(|b| b.ciphertext.len() + TAG_LEN).sum();
+    let mut body = Vec::with_capacity(body_len + blobs.len() * ENTRY_LEN + 64);
+    let mut entries = Vec::with_capacity(blobs.len());
+    for b in blobs {
+        let offset = u32::try_from(body.len())
+            .map_err(|_| Error::InvalidArgument("pack larger than 4 GiB".into()))?;
+        body.extend_from_slice(b.ciphertext);
+        body.extend_from_slice(&b.tag);
+        entries.push(BlobEntry {
+            id: b.id,
+            offset,
+            sealed_len: (b.ciphertext.len() + TAG_LEN) as u32,
+            raw_len: b.raw_len,
+            flags: b.flags,
+        });
+    }
+    finish(repo, pack_id, body, entries)
 }
 
 /// A pack ready to be written.

@@ -1,0 +1,1045 @@
+//! Checkpoints in a gvault-cas repository (docs/repository.md §11).
+//!
+//! A checkpoint is a snapshot whose one path is `gvault-checkpoints/<name>`:
+//! a directory entry, the file `manifest.json` (names, dtypes, shapes,
+//! where each tensor lies), and one file `seg-NNNNNN` per segment. A
+//! segment is one tensor's bytes, or a run of tiny tensors; each is chunked
+//! on its own, so a chunk never spans two tensors unless they are tiny.
+//! Chunks are stored uncompressed, so a chunk sealed on a GPU and one
+//! sealed on the CPU are the same bytes.
+//!
+//! Saving: `Saver` chunks each segment and ids its chunks (one fused
+//! accel job; on the GPU for device memory), looks the ids up, and plans
+//! packs of the new chunks. A plan is sealed on the host (`seal_host`), or
+//! on the device (`seal_device`) after the caller copied its chunks into a
+//! device scratch buffer at the plan's offsets; then only ciphertext comes
+//! back (`finish_device`). Both give the same pack for the same pack id.
+//! Loading: `Reader` reads segments on the host, every chunk checked
+//! against its id, or fetches a group of chunks' ciphertext for the caller
+//! to copy to the device, where `open_device` opens and re-hashes it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use gvault_accel::{
+    Backend, Data, DataMut, DeviceSlice, Digest, DigestAlgo, Job, Nonce96, OpenSegment, Output,
+    SealSegment, Tag,
+};
+use gvault_cas::accel_jobs::{self, CipherItem, IdChunk, TAG_LEN};
+use gvault_cas::backend::Kind;
+use gvault_cas::index::{self, Location};
+use gvault_cas::lock::Lock;
+use gvault_cas::pack::{self, SealedBlob, SealedPack, FLAG_ZSTD, PACK_TARGET};
+use gvault_cas::repo::ObjectKind;
+use gvault_cas::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot};
+use gvault_cas::{Chunker, Error, Repository, Result};
+
+/// The directory every checkpoint snapshot names.
+pub const ROOT: &str = "gvault-checkpoints";
+pub const MANIFEST: &str = "manifest.json";
+/// Device scratch a plan or a load group needs at most: a pack's worth of
+/// chunks plus one largest chunk (16 MiB) and alignment.
+pub const SCRATCH_BYTES: usize = PACK_TARGET + (16 << 20) + (1 << 20);
+/// Segments longer than this are chunked in pieces of it (accel takes
+/// segments below 4 GiB); the cut is the same on every path.
+const PIECE: u64 = 1 << 30;
+/// A job's input at most, host or device.
+const JOB_BYTES: u64 = 1 << 30;
+/// Device segments must start 16-byte aligned for AES-GCM.
+const ALIGN: u64 = 16;
+
+fn align(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+/// The stored path of checkpoint `name`.
+pub fn ckpt_path(name: &str) -> Result<Vec<u8>> {
+    if name.is_empty()
+        || name.len() > 255
+        || name == "."
+        || name == ".."
+        || name.bytes().any(|b| b == b'/' || b == 0)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "{name:?} is not a checkpoint name (1 to 255 bytes, no '/' or NUL, not . or ..)"
+        )));
+    }
+    Ok(format!("{ROOT}/{name}").into_bytes())
+}
+
+/// Where a segment's bytes are while it is saved. Host pointers are the
+/// caller's buffers, kept alive and unchanged until the save ends.
+#[derive(Clone, Copy, Debug)]
+pub enum Source {
+    Host { ptr: usize, len: usize },
+    Device(DeviceSlice),
+}
+
+impl Source {
+    fn len(&self) -> u64 {
+        match self {
+            Source::Host { len, .. } => *len as u64,
+            Source::Device(d) => d.len() as u64,
+        }
+    }
+    /// # Safety
+    /// The pointer must be valid for `len` bytes (the caller's promise).
+    unsafe fn host(&self) -> Option<&[u8]> {
+        match self {
+            Source::Host { ptr, len } if *len == 0 => {
+                let _ = ptr;
+                Some(&[])
+            }
+            Source::Host { ptr, len } => Some(std::slice::from_raw_parts(*ptr as *const u8, *len)),
+            Source::Device(_) => None,
+        }
+    }
+    fn data_at(&self, off: u64, len: u64) -> Data<'_> {
+        match self {
+            // SAFETY: the caller keeps the buffer alive for the save.
+            Source::Host { .. } => Data::Host(
+                &unsafe { self.host() }.unwrap_or_default()[off as usize..(off + len) as usize],
+            ),
+            // SAFETY: a sub-range of a live device allocation.
+            Source::Device(d) => {
+                Data::Device(unsafe { DeviceSlice::new(d.device(), d.ptr() + off, len as usize) })
+            }
+        }
+    }
+}
+
+/// Chunk boundaries and ids of `srcs` under the repository's chunker, one
+/// job per up to `JOB_BYTES` of input (`backend` runs device-resident ones).
+pub fn chunk_sources(
+    repo: &Repository,
+    backend: &dyn Backend,
+    srcs: &[Source],
+) -> Result<Vec<Vec<IdChunk>>> {
+    // Pieces: (source, offset, len).
+    let mut pieces: Vec<(usize, u64, u64)> = Vec::new();
+    for (i, s) in srcs.iter().enumerate() {
+        let mut off = 0;
+        while off < s.len() {
+            let n = PIECE.min(s.len() - off);
+            pieces.push((i, off, n));
+            off += n;
+        }
+    }
+    let mut out = vec![Vec::new(); srcs.len()];
+    let mut start = 0;
+    while start < pieces.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < pieces.len() && (end == start || bytes + pieces[end].2 <= JOB_BYTES) {
+            bytes += pieces[end].2;
+            end += 1;
+        }
+        let group = &pieces[start..end];
+        let found = chunk_pieces(repo, backend, srcs, group)?;
+        for (&(si, off, _), chunks) in group.iter().zip(found) {
+            out[si].extend(chunks.into_iter().map(|c| IdChunk {
+                offset: c.offset + off,
+                ..c
+            }));
+        }
+        start = end;
+    }
+    Ok(out)
+}
+
+fn chunk_pieces(
+    repo: &Repository,
+    backend: &dyn Backend,
+    srcs: &[Source],
+    pieces: &[(usize, u64, u64)],
+) -> Result<Vec<Vec<IdChunk>>> {
+    let key = &repo.keys.chunk_id;
+    let fail = |e: gvault_accel::BackendError| Error::Accel(format!("chunk job failed: {e}"));
+    match repo.config.chunker {
+        Chunker::Cdc { min, avg, max } => {
+            let params = accel_jobs::chunk_params(min, avg, max)?;
+            let mut job = Job::ChunkDigest {
+                params,
+                key,
+                crc32c: false,
+                segments: pieces
+                    .iter()
+                    .map(|&(s, off, n)| srcs[s].data_at(off, n))
+                    .collect(),
+            };
+            let r = backend.run(&mut job).map_err(fail)?;
+            if r.len() != pieces.len() {
+                return Err(Error::Accel("chunk job lost segments".into()));
+            }
+            r.into_iter()
+                .map(|r| match r {
+                    Ok(Output::DigestedChunks(c)) => Ok(c
+                        .iter()
+                        .map(|d| IdChunk {
+                            offset: d.span.offset,
+                            len: d.span.len,
+                            id: d.digest,
+                        })
+                        .collect()),
+                    Ok(o) => Err(Error::Accel(format!("chunk job returned {o:?}"))),
+                    Err(e) => Err(Error::Accel(format!("chunking: {e}"))),
+                })
+                .collect()
+        }
+        Chunker::Fixed { size } => {
+            let size = size as u64;
+            let mut spans: Vec<(usize, u64, u32)> = Vec::new();
+            let mut segs: Vec<Data<'_>> = Vec::new();
+            for (pi, &(s, off, n)) in pieces.iter().enumerate() {
+                let mut o = 0;
+                while o < n {
+                    let len = size.min(n - o);
+                    spans.push((pi, o, len as u32));
+                    segs.push(srcs[s].data_at(off + o, len));
+                    o += len;
+                }
+            }
+            let mut out = vec![Vec::new(); pieces.len()];
+            if segs.is_empty() {
+                return Ok(out);
+            }
+            let mut job = Job::Digest {
+                algo: DigestAlgo::Blake3Keyed(key),
+                segments: segs,
+            };
+            let r = backend.run(&mut job).map_err(fail)?;
+            if r.len() != spans.len() {
+                return Err(Error::Accel("digest job lost segments".into()));
+            }
+            for ((pi, offset, len), r) in spans.into_iter().zip(r) {
+                let id = match r {
+                    Ok(Output::Digest(Digest::B256(d))) => d,
+                    Ok(o) => return Err(Error::Accel(format!("digest job returned {o:?}"))),
+                    Err(e) => return Err(Error::Accel(format!("hashing: {e}"))),
+                };
+                out[pi].push(IdChunk { offset, len, id });
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// One new chunk in a pack plan: where it comes from and where it goes in
+/// the plan's scratch buffer (16-byte aligned).
+#[derive(Clone, Copy, Debug)]
+pub struct PlanBlob {
+    pub seg: usize,
+    pub offset: u64,
+    pub len: u32,
+    pub id: [u8; 32],
+    pub scratch: u64,
+}
+
+/// New chunks that make one pack.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub blobs: Vec<PlanBlob>,
+    /// Scratch bytes the plan needs (aligned layout).
+    pub scratch_len: u64,
+    /// Sum of the chunks' lengths.
+    pub bytes: u64,
+}
+
+impl Plan {
+    fn push(&mut self, seg: usize, c: &IdChunk) {
+        let scratch = align(self.scratch_len);
+        self.blobs.push(PlanBlob {
+            seg,
+            offset: c.offset,
+            len: c.len,
+            id: c.id,
+            scratch,
+        });
+        self.scratch_len = scratch + c.len as u64;
+        self.bytes += c.len as u64 + TAG_LEN as u64;
+    }
+}
+
+/// What a save did.
+#[derive(Clone, Debug, Default)]
+pub struct SaveStats {
+    pub segments: u64,
+    pub bytes_total: u64,
+    pub chunks_new: u64,
+    pub chunks_known: u64,
+    pub bytes_new: u64,
+    pub bytes_added: u64,
+    pub packs: u64,
+    pub packs_sealed_on_device: u64,
+}
+
+/// One checkpoint being saved.
+pub struct Saver {
+    pub repo: Arc<Repository>,
+    lock: Option<Lock>,
+    pub sources: Vec<Source>,
+    pub seg_chunks: Vec<Vec<ChunkRef>>,
+    session: HashSet<[u8; 32]>,
+    cur: Plan,
+    pending: Vec<Location>,
+    pack_sizes: HashMap<[u8; 32], u64>,
+    writers: Option<Writers>,
+    pub stats: SaveStats,
+}
+
+impl Saver {
+    pub fn new(repo: Arc<Repository>) -> Result<Saver> {
+        let lock = Lock::shared(repo.backend.clone())?;
+        Ok(Saver {
+            repo,
+            lock: Some(lock),
+            sources: Vec::new(),
+            seg_chunks: Vec::new(),
+            session: HashSet::new(),
+            cur: Plan::default(),
+            pending: Vec::new(),
+            pack_sizes: HashMap::new(),
+            writers: None,
+            stats: SaveStats::default(),
+        })
+    }
+
+    fn known(&self, id: &[u8; 32]) -> Result<bool> {
+        Ok(self.session.contains(id) || self.repo.index.lookup(&self.repo, id)?.is_some())
+    }
+
+    /// Registers segments and their chunks (from `chunk_sources`); returns
+    /// the pack plans that filled up.
+    pub fn add(&mut self, srcs: Vec<Source>, chunks: Vec<Vec<IdChunk>>) -> Result<Vec<Plan>> {
+        let mut ready = Vec::new();
+        for (src, chunks) in srcs.into_iter().zip(chunks) {
+            let seg = self.sources.len();
+            self.sources.push(src);
+            self.stats.segments += 1;
+            self.stats.bytes_total += src.len();
+            let mut refs = Vec::with_capacity(chunks.len());
+            for c in &chunks {
+                refs.push(ChunkRef {
+                    id: c.id,
+                    len: c.len,
+                });
+                if self.known(&c.id)? {
+                    self.stats.chunks_known += 1;
+                    continue;
+                }
+                self.session.insert(c.id);
+                self.stats.chunks_new += 1;
+                self.stats.bytes_new += c.len as u64;
+                self.cur.push(seg, c);
+                if self.cur.bytes >= PACK_TARGET as u64 {
+                    ready.push(std::mem::take(&mut self.cur));
+                }
+            }
+            self.seg_chunks.push(refs);
+        }
+        Ok(ready)
+    }
+
+    /// The last, partly filled plan.
+    pub fn take_rest(&mut self) -> Option<Plan> {
+        (!self.cur.blobs.is_empty()).then(|| std::mem::take(&mut self.cur))
+    }
+
+    /// Whether every chunk of `plan` comes from host memory.
+    pub fn plan_on_host(&self, plan: &Plan) -> bool {
+        plan.blobs
+            .iter()
+            .all(|b| matches!(self.sources[b.seg], Source::Host { .. }))
+    }
+
+    /// Seals `plan` on the host (the repository's accelerator) and lays
+    /// out its pack.
+    pub fn seal_host(&self, plan: &Plan) -> Result<SealedPack> {
+        let pack_id = gvault_cas::repo::new_id();
+        let key = self.repo.keys.object_key(ObjectKind::Pack, &pack_id);
+        let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(plan.blobs.len());
+        for b in &plan.blobs {
+            // SAFETY: host sources stay valid for the save (caller's promise).
+            let src = unsafe { self.sources[b.seg].host() }.ok_or_else(|| {
+                Error::InvalidArgument("a device chunk cannot be sealed on the host path".into())
+            })?;
+            bufs.push(src[b.offset as usize..b.offset as usize + b.len as usize].to_vec());
+        }
+        let aads: Vec<Vec<u8>> = plan
+            .blobs
+            .iter()
+            .map(|b| pack::blob_aad(&b.id, b.len, 0))
+            .collect();
+        let items = bufs
+            .iter_mut()
+            .zip(&aads)
+            .enumerate()
+            .map(|(i, (data, aad))| CipherItem {
+                nonce: pack::blob_nonce(i as u32),
+                aad,
+                data,
+            })
+            .collect();
+        let tags = accel_jobs::seal(self.repo.accel(), &key, items)?;
+        let blobs: Vec<SealedBlob<'_>> = plan
+            .blobs
+            .iter()
+            .zip(bufs.iter().zip(&tags))
+            .map(|(b, (c, t))| SealedBlob {
+                id: b.id,
+                raw_len: b.len,
+                flags: 0,
+                ciphertext: c,
+                tag: *t,
+            })
+            .collect();
+        pack::assemble(&self.repo, pack_id, &blobs)
+    }
+
+    /// Seals `plan` in place in `scratch` (device memory holding the
+    /// plan's chunks at their scratch offsets); returns the pack id and
+    /// the tags. Nothing leaves the device.
+    pub fn seal_device(
+        &self,
+        plan: &Plan,
+        backend: &dyn Backend,
+        scratch: DeviceSlice,
+    ) -> Result<([u8; 32], Vec<[u8; 16]>)> {
+        if (scratch.len() as u64) < plan.scratch_len || !scratch.ptr().is_multiple_of(ALIGN) {
+            return Err(Error::InvalidArgument(format!(
+                "device scratch of {} bytes at {:#x}: the plan needs {} bytes, 16-byte aligned",
+                scratch.len(),
+                scratch.ptr(),
+                plan.scratch_len
+            )));
+        }
+        let pack_id = gvault_cas::repo::new_id();
+        let key = self.repo.keys.object_key(ObjectKind::Pack, &pack_id);
+        let aads: Vec<Vec<u8>> = plan
+            .blobs
+            .iter()
+            .map(|b| pack::blob_aad(&b.id, b.len, 0))
+            .collect();
+        let mut segments = Vec::with_capacity(plan.blobs.len());
+        for (i, (b, aad)) in plan.blobs.iter().zip(&aads).enumerate() {
+            segments.push(SealSegment {
+                nonce: Nonce96::try_from_slice(&pack::blob_nonce(i as u32))
+                    .map_err(|e| Error::Accel(e.to_string()))?,
+                aad,
+                // SAFETY: inside the scratch allocation (checked above).
+                data: DataMut::Device(unsafe {
+                    DeviceSlice::new(scratch.device(), scratch.ptr() + b.scratch, b.len as usize)
+                }),
+            });
+        }
+        let mut job = Job::Seal {
+            key: &key,
+            segments,
+        };
+        let r = backend
+            .run(&mut job)
+            .map_err(|e| Error::Accel(format!("device seal failed: {e}")))?;
+        if r.len() != plan.blobs.len() {
+            return Err(Error::Accel("device seal lost segments".into()));
+        }
+        let tags = r
+            .into_iter()
+            .map(|r| match r {
+                Ok(o) => o
+                    .tag()
+                    .map(|t| *t.as_bytes())
+                    .ok_or_else(|| Error::Accel(format!("seal returned {o:?}"))),
+                Err(e) => Err(Error::Accel(format!("device sealing: {e}"))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((pack_id, tags))
+    }
+
+    /// Lays out the pack of a plan sealed on the device from its
+    /// ciphertext, copied back to `host` (the scratch layout).
+    pub fn finish_device(
+        &self,
+        plan: &Plan,
+        pack_id: [u8; 32],
+        tags: &[[u8; 16]],
+        host: &[u8],
+    ) -> Result<SealedPack> {
+        if (host.len() as u64) < plan.scratch_len || tags.len() != plan.blobs.len() {
+            return Err(Error::InvalidArgument(
+                "ciphertext shorter than the plan or tags missing".into(),
+            ));
+        }
+        let blobs: Vec<SealedBlob<'_>> = plan
+            .blobs
+            .iter()
+            .zip(tags)
+            .map(|(b, t)| SealedBlob {
+                id: b.id,
+                raw_len: b.len,
+                flags: 0,
+                ciphertext: &host[b.scratch as usize..(b.scratch + b.len as u64) as usize],
+                tag: *t,
+            })
+            .collect();
+        pack::assemble(&self.repo, pack_id, &blobs)
+    }
+
+    /// Hands a pack to the writer threads (sealing goes on while packs
+    /// are written and synced); its chunks are indexed at commit, once
+    /// every pack is durable.
+    pub fn put(&mut self, p: SealedPack, on_device: bool) -> Result<()> {
+        if on_device {
+            self.stats.packs_sealed_on_device += 1;
+        }
+        if self.writers.is_none() {
+            self.writers = Some(Writers::new(self.repo.backend.clone()));
+        }
+        let w = self
+            .writers
+            .as_mut()
+            .ok_or_else(|| Error::Accel("pack writers missing".into()))?;
+        w.send(p)?;
+        let done = w.collect(false);
+        self.written(done)
+    }
+
+    fn written(&mut self, done: Vec<Written>) -> Result<()> {
+        for r in done {
+            let (name, size, entries) = r?;
+            let id = gvault_cas::repo::parse_id(&name)
+                .ok_or_else(|| Error::Accel("pack name is not an id".into()))?;
+            self.pack_sizes.insert(id, size);
+            self.stats.bytes_added += size;
+            self.stats.packs += 1;
+            for (i, e) in entries.into_iter().enumerate() {
+                self.pending.push(Location {
+                    pack: id,
+                    ordinal: i as u32,
+                    blob: e,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the index file, then the snapshot (segment 0 is the
+    /// manifest); returns the snapshot's name. Every plan must have been
+    /// sealed and put.
+    pub fn commit(&mut self, name: &str) -> Result<String> {
+        if !self.cur.blobs.is_empty() {
+            return Err(Error::InvalidArgument(
+                "commit with chunks not yet sealed".into(),
+            ));
+        }
+        if self.seg_chunks.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a checkpoint needs its manifest".into(),
+            ));
+        }
+        let root = ckpt_path(name)?;
+        if let Some(mut w) = self.writers.take() {
+            let done = w.collect(true);
+            self.written(done)?;
+        }
+        if !self.pending.is_empty() {
+            let entries = std::mem::take(&mut self.pending);
+            let f = index::write_file(&self.repo, entries, &self.pack_sizes)?;
+            self.stats.bytes_added += self.repo.backend.size(Kind::Index, &f.name)?;
+            self.repo.index.add(f);
+        }
+        let lock = self
+            .lock
+            .take()
+            .ok_or_else(|| Error::InvalidArgument("checkpoint already committed".into()))?;
+        lock.check_held()?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(0);
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let entry = |path: Vec<u8>, kind: EntryKind, chunks: Vec<ChunkRef>| Entry {
+            path,
+            kind,
+            mode: if kind == EntryKind::Dir {
+                0o040755
+            } else {
+                0o100644
+            },
+            uid,
+            gid,
+            mtime_ns: now,
+            atime_ns: now,
+            ctime_ns: now,
+            dev: 0,
+            ino: 0,
+            size: chunks.iter().map(|c| c.len as u64).sum(),
+            flags: 0,
+            target: Vec::new(),
+            link: 0,
+            chunks,
+        };
+        let mut entries = vec![entry(root.clone(), EntryKind::Dir, Vec::new())];
+        for (i, chunks) in std::mem::take(&mut self.seg_chunks).into_iter().enumerate() {
+            let mut p = root.clone();
+            p.push(b'/');
+            if i == 0 {
+                p.extend_from_slice(MANIFEST.as_bytes());
+            } else {
+                p.extend_from_slice(format!("seg-{:06}", i - 1).as_bytes());
+            }
+            entries.push(entry(p, EntryKind::File, chunks));
+        }
+        let snap = Snapshot {
+            time_ns: now,
+            hostname: gvault_cas::lock::hostname().into_bytes(),
+            paths: vec![root],
+            parent: None,
+            entries,
+        };
+        let name = snap.write(&self.repo)?;
+        drop(lock);
+        Ok(name)
+    }
+}
+
+/// Packs being written: at most `WRITE_QUEUE` wait for `WRITE_THREADS`
+/// threads (bounding memory to a few packs).
+const WRITE_THREADS: usize = 3;
+const WRITE_QUEUE: usize = 2;
+
+type Written = Result<(String, u64, Vec<pack::BlobEntry>)>;
+
+struct Writers {
+    tx: Option<std::sync::mpsc::SyncSender<SealedPack>>,
+    // In a mutex only so that a Saver is Sync (it is used behind &).
+    rx: std::sync::Mutex<std::sync::mpsc::Receiver<Written>>,
+    in_flight: usize,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Writers {
+    fn new(backend: Arc<dyn gvault_cas::Backend>) -> Writers {
+        let (tx, work) = std::sync::mpsc::sync_channel::<SealedPack>(WRITE_QUEUE);
+        let (done, rx) = std::sync::mpsc::channel::<Written>();
+        let work = Arc::new(std::sync::Mutex::new(work));
+        let threads = (0..WRITE_THREADS)
+            .map(|_| {
+                let (work, done, backend) = (work.clone(), done.clone(), backend.clone());
+                std::thread::spawn(move || loop {
+                    let next = match work.lock() {
+                        Ok(w) => w.recv(),
+                        Err(_) => return,
+                    };
+                    let Ok(p) = next else { return };
+                    let r = backend
+                        .put(Kind::Pack, &p.name, &p.bytes)
+                        .map(|()| (p.name, p.bytes.len() as u64, p.entries));
+                    if done.send(r).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        Writers {
+            tx: Some(tx),
+            rx: std::sync::Mutex::new(rx),
+            in_flight: 0,
+            threads,
+        }
+    }
+
+    fn send(&mut self, p: SealedPack) -> Result<()> {
+        let tx = self
+            .tx
+            .as_ref()
+            .ok_or_else(|| Error::Accel("pack writers stopped".into()))?;
+        tx.send(p)
+            .map_err(|_| Error::Accel("pack writer threads ended".into()))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Results ready now (`wait`: all of them).
+    fn collect(&mut self, wait: bool) -> Vec<Written> {
+        let mut out = Vec::new();
+        let rx = match self.rx.get_mut() {
+            Ok(rx) => rx,
+            Err(_) => {
+                self.in_flight = 0;
+                return vec![Err(Error::Accel("pack writer results poisoned".into()))];
+            }
+        };
+        while self.in_flight > 0 {
+            let r = if wait {
+                rx.recv().map_err(|_| ())
+            } else {
+                rx.try_recv().map_err(|_| ())
+            };
+            match r {
+                Ok(x) => {
+                    self.in_flight -= 1;
+                    out.push(x);
+                }
+                Err(()) if wait => {
+                    out.push(Err(Error::Accel("a pack writer thread ended".into())));
+                    self.in_flight = 0;
+                }
+                Err(()) => break,
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Writers {
+    fn drop(&mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The newest snapshot of checkpoint `name`, by its recorded time.
+pub fn find(repo: &Repository, name: &str) -> Result<String> {
+    let root = ckpt_path(name)?;
+    let mut all = snapshot::headers(repo)?;
+    while let Some((n, s)) = all.pop() {
+        if s.paths.len() == 1 && s.paths[0] == root {
+            return Ok(n);
+        }
+    }
+    Err(Error::NotFound(format!("no checkpoint named {name:?}")))
+}
+
+/// Every checkpoint: (name, snapshot, time ns), oldest first.
+pub fn list(repo: &Repository) -> Result<Vec<(String, String, i64)>> {
+    let prefix = format!("{ROOT}/");
+    Ok(snapshot::headers(repo)?
+        .into_iter()
+        .filter_map(|(n, s)| {
+            let p = s.paths.first()?;
+            let name = p.strip_prefix(prefix.as_bytes())?;
+            (s.paths.len() == 1).then(|| (String::from_utf8_lossy(name).into_owned(), n, s.time_ns))
+        })
+        .collect())
+}
+
+/// An open checkpoint: its manifest and its segments' chunk lists.
+pub struct Opened {
+    pub manifest: Vec<u8>,
+    pub segments: Vec<Vec<ChunkRef>>,
+}
+
+pub fn open(repo: &Repository, snap_name: &str) -> Result<Opened> {
+    let snap = Snapshot::read(repo, snap_name)?;
+    let bad =
+        |why: &str| Error::corrupt(format!("checkpoint snapshot {snap_name}"), why.to_string());
+    let root = match snap.paths.as_slice() {
+        [p] if p.starts_with(format!("{ROOT}/").as_bytes()) => p.clone(),
+        _ => return Err(bad("is not a checkpoint")),
+    };
+    let mut it = snap.entries.into_iter();
+    match it.next() {
+        Some(e) if e.kind == EntryKind::Dir && e.path == root => {}
+        _ => return Err(bad("has no checkpoint directory entry")),
+    }
+    let mut files = Vec::new();
+    for e in it {
+        if e.kind != EntryKind::File || !e.path.starts_with(&root) {
+            return Err(bad("holds an entry that is no checkpoint file"));
+        }
+        files.push(e.chunks);
+    }
+    if files.is_empty() {
+        return Err(bad("has no manifest"));
+    }
+    let mut manifest = Vec::new();
+    gvault_cas::restore::read_chunks(repo, &files[0], &mut |_, d| {
+        manifest.extend_from_slice(d);
+        Ok(())
+    })?;
+    Ok(Opened {
+        manifest,
+        segments: files.split_off(1),
+    })
+}
+
+/// Reads a segment into `out` (exactly its length); every chunk is opened
+/// and checked against its id.
+pub fn read_segment(repo: &Repository, chunks: &[ChunkRef], out: &mut [u8]) -> Result<()> {
+    let total: u64 = chunks.iter().map(|c| c.len as u64).sum();
+    if total != out.len() as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "segment is {total} bytes; the buffer {}",
+            out.len()
+        )));
+    }
+    let mut pos = 0usize;
+    gvault_cas::restore::read_chunks(repo, chunks, &mut |_, d| {
+        out[pos..pos + d.len()].copy_from_slice(d);
+        pos += d.len();
+        Ok(())
+    })
+}
+
+/// A run of a segment's chunks, fetched for opening on the device.
+pub struct Fetched {
+    /// Per chunk: its place in the host/scratch layout, its offset in the
+    /// segment, its length, and how it is to be opened.
+    pub items: Vec<FetchedChunk>,
+    pub layout_len: u64,
+}
+
+pub struct FetchedChunk {
+    pub scratch: u64,
+    pub seg_offset: u64,
+    pub id: [u8; 32],
+    pub len: u32,
+    /// None: the host already opened it (a compressed blob); the device
+    /// only re-hashes it.
+    pub sealed: Option<(Location, [u8; 16])>,
+}
+
+/// Chunk ranges of a segment whose aligned layout fits `cap` bytes (a
+/// chunk larger than `cap` gets a range of its own).
+pub fn groups(chunks: &[ChunkRef], cap: u64) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < chunks.len() {
+        let mut end = start;
+        let mut used = 0;
+        while end < chunks.len() && (end == start || align(used) + chunks[end].len as u64 <= cap) {
+            used = align(used) + chunks[end].len as u64;
+            end += 1;
+        }
+        out.push((start, end));
+        start = end;
+    }
+    out
+}
+
+/// Fetches the ciphertext of `chunks` into `host` at aligned offsets (the
+/// layout the caller copies to the device as is). `first_offset` is the
+/// segment offset of the first chunk.
+pub fn fetch(
+    repo: &Repository,
+    chunks: &[ChunkRef],
+    first_offset: u64,
+    host: &mut [u8],
+) -> Result<Fetched> {
+    let mut items = Vec::with_capacity(chunks.len());
+    let mut used = 0u64;
+    let mut seg_off = first_offset;
+    for c in chunks {
+        let at = align(used);
+        let end = at + c.len as u64;
+        if end > host.len() as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "host buffer of {} bytes is too small for the group ({end} bytes)",
+                host.len()
+            )));
+        }
+        let what = || format!("chunk {}", hex::encode(c.id));
+        let loc = repo
+            .index
+            .lookup(repo, &c.id)?
+            .ok_or_else(|| Error::corrupt(what(), "no index file names it (missing)"))?;
+        let b = loc.blob;
+        if b.raw_len != c.len {
+            return Err(Error::corrupt(what(), "length differs from the snapshot"));
+        }
+        let name = loc.pack_name();
+        let sealed =
+            repo.backend
+                .get_range(Kind::Pack, &name, b.offset as u64, b.sealed_len as usize)?;
+        let dst = &mut host[at as usize..end as usize];
+        if b.flags & FLAG_ZSTD == 0 && sealed.len() == c.len as usize + TAG_LEN {
+            dst.copy_from_slice(&sealed[..c.len as usize]);
+            let mut tag = [0u8; 16];
+            tag.copy_from_slice(&sealed[c.len as usize..]);
+            items.push(FetchedChunk {
+                scratch: at,
+                seg_offset: seg_off,
+                id: c.id,
+                len: c.len,
+                sealed: Some((loc, tag)),
+            });
+        } else {
+            // Stored compressed (by a file backup that had the same chunk):
+            // opened and checked here.
+            let opened = pack::open_blobs(repo, &name, &[(loc.ordinal, b)], vec![sealed])?;
+            let plain = opened
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::corrupt(what(), "not opened"))?
+                .map_err(|why| Error::corrupt(format!("{} in pack {name}", what()), why))?;
+            dst.copy_from_slice(&plain);
+            items.push(FetchedChunk {
+                scratch: at,
+                seg_offset: seg_off,
+                id: c.id,
+                len: c.len,
+                sealed: None,
+            });
+        }
+        used = end;
+        seg_off += c.len as u64;
+    }
+    Ok(Fetched {
+        items,
+        layout_len: used,
+    })
+}
+
+/// Opens a fetched group in `scratch` on the device (one AES-GCM job per
+/// pack) and re-hashes every chunk there against its id.
+pub fn open_device(
+    repo: &Repository,
+    backend: &dyn Backend,
+    f: &Fetched,
+    scratch: DeviceSlice,
+) -> Result<()> {
+    if (scratch.len() as u64) < f.layout_len || !scratch.ptr().is_multiple_of(ALIGN) {
+        return Err(Error::InvalidArgument(
+            "device scratch too small or not 16-byte aligned".into(),
+        ));
+    }
+    // SAFETY: inside the scratch allocation (checked above).
+    let slice = |c: &FetchedChunk| unsafe {
+        DeviceSlice::new(scratch.device(), scratch.ptr() + c.scratch, c.len as usize)
+    };
+    let mut by_pack: HashMap<[u8; 32], Vec<&FetchedChunk>> = HashMap::new();
+    for c in &f.items {
+        if let Some((loc, _)) = &c.sealed {
+            by_pack.entry(loc.pack).or_default().push(c);
+        }
+    }
+    for (p, chunks) in by_pack {
+        let key = repo.keys.object_key(ObjectKind::Pack, &p);
+        let aads: Vec<Vec<u8>> = chunks
+            .iter()
+            .map(|c| pack::blob_aad(&c.id, c.len, 0))
+            .collect();
+        let mut segments = Vec::with_capacity(chunks.len());
+        for (c, aad) in chunks.iter().zip(&aads) {
+            let (loc, tag) = c
+                .sealed
+                .as_ref()
+                .ok_or_else(|| Error::Accel("unsealed".into()))?;
+            segments.push(OpenSegment {
+                nonce: Nonce96::try_from_slice(&pack::blob_nonce(loc.ordinal))
+                    .map_err(|e| Error::Accel(e.to_string()))?,
+                aad,
+                tag: Tag::try_from_slice(tag).map_err(|e| Error::Accel(e.to_string()))?,
+                data: DataMut::Device(slice(c)),
+            });
+        }
+        let mut job = Job::Open {
+            key: &key,
+            segments,
+        };
+        let r = backend
+            .run(&mut job)
+            .map_err(|e| Error::Accel(format!("device open failed: {e}")))?;
+        for (c, r) in chunks.iter().zip(&r) {
+            if r.is_err() {
+                return Err(Error::corrupt(
+                    format!("chunk {} in pack {}", hex::encode(c.id), hex::encode(p)),
+                    "does not authenticate (damaged or moved bytes)",
+                ));
+            }
+        }
+        if r.len() != chunks.len() {
+            return Err(Error::Accel("device open lost segments".into()));
+        }
+    }
+    if f.items.is_empty() {
+        return Ok(());
+    }
+    let mut job = Job::Digest {
+        algo: DigestAlgo::Blake3Keyed(&repo.keys.chunk_id),
+        segments: f.items.iter().map(|c| Data::Device(slice(c))).collect(),
+    };
+    let r = backend
+        .run(&mut job)
+        .map_err(|e| Error::Accel(format!("device hash failed: {e}")))?;
+    if r.len() != f.items.len() {
+        return Err(Error::Accel("device hash lost segments".into()));
+    }
+    for (c, r) in f.items.iter().zip(r) {
+        match r {
+            Ok(Output::Digest(Digest::B256(d))) if d == c.id => {}
+            Ok(Output::Digest(_)) => {
+                return Err(Error::corrupt(
+                    format!("chunk {}", hex::encode(c.id)),
+                    "content does not match its chunk id",
+                ))
+            }
+            other => return Err(Error::Accel(format!("device hash: {other:?}"))),
+        }
+    }
+    Ok(())
+}
+
+/// For tests of the GPU path: re-seals every blob of pack `name` on the
+/// host under the same pack id and lays the pack out again. A pack sealed
+/// on a GPU equals this byte for byte exactly when the device produced
+/// what the CPU would.
+pub fn reseal_on_host(repo: &Repository, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+    let bytes = repo.backend.get(Kind::Pack, name)?;
+    let entries = pack::read_header(repo, name, Some(&bytes))?;
+    let pack_id = gvault_cas::repo::parse_id(name)
+        .ok_or_else(|| Error::corrupt(format!("pack {name}"), "bad name"))?;
+    let blobs: Vec<(u32, pack::BlobEntry)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i as u32, *e))
+        .collect();
+    let sealed: Vec<Vec<u8>> = entries
+        .iter()
+        .map(|e| bytes[e.offset as usize..(e.offset + e.sealed_len) as usize].to_vec())
+        .collect();
+    let opened = pack::open_blobs(repo, name, &blobs, sealed)?;
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let mut plain = Vec::with_capacity(opened.len());
+    for (r, e) in opened.into_iter().zip(&entries) {
+        let p = r.map_err(|why| Error::corrupt(format!("pack {name}"), why))?;
+        if e.flags != 0 {
+            return Err(Error::InvalidArgument(
+                "pack holds compressed blobs (not a checkpoint pack)".into(),
+            ));
+        }
+        plain.push(p);
+    }
+    let aads: Vec<Vec<u8>> = entries
+        .iter()
+        .map(|e| pack::blob_aad(&e.id, e.raw_len, e.flags))
+        .collect();
+    let items = plain
+        .iter_mut()
+        .zip(&aads)
+        .enumerate()
+        .map(|(i, (data, aad))| CipherItem {
+            nonce: pack::blob_nonce(i as u32),
+            aad,
+            data,
+        })
+        .collect();
+    let tags = accel_jobs::seal(repo.accel(), &key, items)?;
+    let blobs: Vec<SealedBlob<'_>> = entries
+        .iter()
+        .zip(plain.iter().zip(&tags))
+        .map(|(e, (c, t))| SealedBlob {
+            id: e.id,
+            raw_len: e.raw_len,
+            flags: e.flags,
+            ciphertext: c,
+            tag: *t,
+        })
+        .collect();
+    let again = pack::assemble(repo, pack_id, &blobs)?;
+    Ok((bytes, again.bytes))
+}
