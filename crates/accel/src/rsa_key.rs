@@ -41,6 +41,12 @@ impl RsaPrivateKey {
         })
     }
 
+    /// Whether the batch kernels (GPU) take this key: 1024, 2048 or
+    /// 4096 bits with primes of at most half the modulus length.
+    pub fn batch_kernels_take(&self) -> bool {
+        self.plan().is_ok()
+    }
+
     /// The key prepared for the batch kernels (GPU and its CPU
     /// emulation), computed once per key; an error names why a key cannot
     /// take that path (a size other than 1024, 2048 or 4096 bits, or

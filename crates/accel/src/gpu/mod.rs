@@ -270,13 +270,25 @@ impl Backend for GpuBackend {
                 crc32c,
                 segments,
             } => digest::run_chunk_digest(dev, params, key, *crc32c, segments, pre),
-            Job::RsaPrivate { key, segments } => {
+            Job::RsaPrivate { key, segments } if key.batch_kernels_take() => {
                 let items: Vec<crate::rsa_batch::RsaItem<'_>> = segments
                     .iter()
                     .map(|input| crate::rsa_batch::RsaItem { key: *key, input })
                     .collect();
                 self.rsa_private_batch(&items, crate::rsa_batch::RsaOptions::default())
             }
+            // A key size the kernels do not take (e.g. 3072 bits): the CPU
+            // path, so that a job never fails for its key size.
+            Job::RsaPrivate { key, segments } => Ok(segments
+                .iter()
+                .enumerate()
+                .map(|(i, input)| match &pre[i] {
+                    Some(kind) => Err(kind.clone().at(i)),
+                    None => crate::cpu::rsa_private_op(key, input)
+                        .map(Output::Bytes)
+                        .map_err(|k| k.at(i)),
+                })
+                .collect()),
         }
     }
 }

@@ -176,6 +176,15 @@ impl GpuBackend {
         })
     }
 
+    /// One launch's raw output words (no blinding, no checks): for the GPU
+    /// test that compares the kernel with its CPU emulation word for word.
+    #[doc(hidden)]
+    pub fn rsa_execute(&self, launch: &Launch) -> Result<Vec<u32>, BackendError> {
+        let dev = self.rsa_device();
+        execute(dev, launch)
+            .map_err(|e| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name)))
+    }
+
     /// The device for an RSA batch: the one with the least queued work.
     fn rsa_device(&self) -> &Device {
         self.devices()

@@ -8,6 +8,7 @@ mod measure;
 pub mod plot;
 pub mod primitive;
 mod replay;
+pub mod rsa;
 pub mod seed001;
 
 #[derive(clap::Subcommand, Debug)]
@@ -26,6 +27,8 @@ pub enum BenchCommand {
     Replay(replay::ReplayArgs),
     /// Seed 001 (HashGPU): sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
     Seed001(seed001::Seed001Args),
+    /// RSA private-key ops/s against batch size: CPU, openssl, GPU, auto, batch ordering (seed 004).
+    Rsa(rsa::RsaArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -37,5 +40,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Plot(args) => plot::run(args),
         BenchCommand::Replay(args) => replay::run(args),
         BenchCommand::Seed001(args) => seed001::run(args),
+        BenchCommand::Rsa(args) => rsa::run(args),
     }
 }
