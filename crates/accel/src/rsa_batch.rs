@@ -171,7 +171,10 @@ pub fn run_with(
             .map(|(slot, &g)| {
                 let p = group[g];
                 let words = &out[slot * 2 * limbs..(slot + 1) * 2 * limbs];
-                (p.index, unblind_and_check(p, words).map_err(|k| k.at(p.index)))
+                (
+                    p.index,
+                    unblind_and_check(p, words).map_err(|k| k.at(p.index)),
+                )
             })
             .collect();
         for (i, r) in checked {
@@ -211,9 +214,11 @@ fn blind<'a>(
     // Chunks of consecutive messages of one key: a chunk shares n.
     let mut chunks: Vec<Vec<(usize, &'a CrtPlan, BigUint)>> = Vec::new();
     for entry in ok {
-        let same = chunks.last().is_some_and(|c: &Vec<(usize, &CrtPlan, BigUint)>| {
-            c.len() < CHUNK && std::ptr::eq(c[0].1, entry.1)
-        });
+        let same = chunks
+            .last()
+            .is_some_and(|c: &Vec<(usize, &CrtPlan, BigUint)>| {
+                c.len() < CHUNK && std::ptr::eq(c[0].1, entry.1)
+            });
         if same {
             if let Some(last) = chunks.last_mut() {
                 last.push(entry);
@@ -256,10 +261,7 @@ fn blinding_factors(
         rand_core::OsRng
             .try_fill_bytes(&mut bytes)
             .map_err(|e| BackendError::Device(format!("RSA blinding: no randomness: {e}")))?;
-        let rs: Vec<BigUint> = bytes
-            .chunks(size - 1)
-            .map(BigUint::from_bytes_be)
-            .collect();
+        let rs: Vec<BigUint> = bytes.chunks(size - 1).map(BigUint::from_bytes_be).collect();
         if rs.iter().any(|r| r.bits() < 2) {
             continue;
         }

@@ -46,7 +46,9 @@ fn sub(a: &[u32], b: &[u32]) -> (Vec<u32>, u32) {
         .iter()
         .zip(b)
         .map(|(&x, &y)| {
-            let v = (x as u64).wrapping_sub(y as u64).wrapping_sub(borrow as u64);
+            let v = (x as u64)
+                .wrapping_sub(y as u64)
+                .wrapping_sub(borrow as u64);
             borrow = ((v >> 32) as u32) & 1;
             v as u32
         })

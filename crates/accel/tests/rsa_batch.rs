@@ -71,7 +71,11 @@ fn messages(key: &RsaPrivateKey, random: usize, rng: &mut impl Rng) -> Vec<Vec<u
 }
 
 fn ok_bytes(r: &gvault_accel::SegmentResult) -> Vec<u8> {
-    r.as_ref().expect("segment ok").bytes().expect("bytes").to_vec()
+    r.as_ref()
+        .expect("segment ok")
+        .bytes()
+        .expect("bytes")
+        .to_vec()
 }
 
 #[test]
@@ -83,7 +87,10 @@ fn emulation_matches_the_rsa_crate_and_the_cpu_backend_for_every_size() {
         let msgs = messages(&key, if bits == 4096 { 3 } else { 12 }, &mut rng);
         let items: Vec<RsaItem<'_>> = msgs
             .iter()
-            .map(|m| RsaItem { key: &key, input: m })
+            .map(|m| RsaItem {
+                key: &key,
+                input: m,
+            })
             .collect();
         let out = run_emulated(&items, RsaOptions::default()).unwrap();
         let mut job = Job::RsaPrivate {
@@ -153,7 +160,11 @@ fn many_keys_of_mixed_sizes_in_one_batch_under_every_sort() {
         let out = run_emulated(&items, RsaOptions { sort }).unwrap();
         assert_eq!(out.len(), items.len());
         for (i, (k, m)) in items_src.iter().enumerate() {
-            assert_eq!(ok_bytes(&out[i]), reference(&keys[*k], m), "{sort:?} item {i}");
+            assert_eq!(
+                ok_bytes(&out[i]),
+                reference(&keys[*k], m),
+                "{sort:?} item {i}"
+            );
         }
     }
 }
@@ -192,7 +203,10 @@ fn a_faulty_result_is_an_error_never_a_value() {
     let msgs: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i + 1; 128]).collect();
     let items: Vec<RsaItem<'_>> = msgs
         .iter()
-        .map(|m| RsaItem { key: &key, input: m })
+        .map(|m| RsaItem {
+            key: &key,
+            input: m,
+        })
         .collect();
     for flip_word in [0usize, 17, 31] {
         let out = run_with(&items, RsaOptions::default(), &mut |l: &Launch| {
@@ -204,9 +218,13 @@ fn a_faulty_result_is_an_error_never_a_value() {
         .unwrap();
         for (i, r) in out.iter().enumerate() {
             if i == 2 {
-                let e = r.as_ref().expect_err("a faulty result must not be returned");
+                let e = r
+                    .as_ref()
+                    .expect_err("a faulty result must not be returned");
                 assert_eq!(e.index, 2);
-                assert!(matches!(e.kind, SegmentErrorKind::Internal(ref s) if s.contains("public-exponent")));
+                assert!(
+                    matches!(e.kind, SegmentErrorKind::Internal(ref s) if s.contains("public-exponent"))
+                );
             } else {
                 assert_eq!(ok_bytes(r), reference(&key, &msgs[i]));
             }
@@ -244,7 +262,10 @@ fn wrong_inputs_are_typed_errors_as_on_the_cpu() {
     let inputs = [&short, &at_n, &good, &long, &above];
     let items: Vec<RsaItem<'_>> = inputs
         .iter()
-        .map(|m| RsaItem { key: &key, input: m })
+        .map(|m| RsaItem {
+            key: &key,
+            input: m,
+        })
         .collect();
     let out = run_emulated(&items, RsaOptions::default()).unwrap();
     let mut job = Job::RsaPrivate {

@@ -98,9 +98,10 @@ fn check_batch(g: &GpuBackend, items: &[RsaItem<'_>], sort: RsaSort, what: &str)
         let got = g.rsa_execute(l).map_err(|e| e.to_string())?;
         let want = emulate(l);
         assert_eq!(got.len(), want.len(), "{what}: output length");
-        if let Some(k) = (0..l.messages())
-            .find(|&k| got[k * 2 * l.limbs..(k + 1) * 2 * l.limbs] != want[k * 2 * l.limbs..(k + 1) * 2 * l.limbs])
-        {
+        if let Some(k) = (0..l.messages()).find(|&k| {
+            got[k * 2 * l.limbs..(k + 1) * 2 * l.limbs]
+                != want[k * 2 * l.limbs..(k + 1) * 2 * l.limbs]
+        }) {
             panic!(
                 "{what}: {}-limb launch of {} messages: slot {k} differs from the emulation",
                 l.limbs,
@@ -112,7 +113,11 @@ fn check_batch(g: &GpuBackend, items: &[RsaItem<'_>], sort: RsaSort, what: &str)
     })
     .unwrap();
     assert!(launches > 0 || items.is_empty());
-    assert_eq!(out, cpu_results(items), "{what}: GPU batch against the CPU backend");
+    assert_eq!(
+        out,
+        cpu_results(items),
+        "{what}: GPU batch against the CPU backend"
+    );
     // The public entry point (blinding with fresh randomness) agrees too.
     assert_eq!(
         g.rsa_private_batch(items, RsaOptions { sort }).unwrap(),
@@ -130,7 +135,10 @@ fn one_key_per_batch_every_size_edge_messages() {
         let msgs = messages(&key, 40, bits as u64);
         let items: Vec<RsaItem<'_>> = msgs
             .iter()
-            .map(|m| RsaItem { key: &key, input: m })
+            .map(|m| RsaItem {
+                key: &key,
+                input: m,
+            })
             .collect();
         check_batch(g, &items, RsaSort::default(), &format!("RSA-{bits}"));
         // openssl's raw decryption of the test vector
@@ -145,7 +153,11 @@ fn one_key_per_batch_every_size_edge_messages() {
                 RsaOptions::default(),
             )
             .unwrap();
-        assert_eq!(out[0].as_ref().unwrap().bytes().unwrap(), &want[..], "RSA-{bits} openssl");
+        assert_eq!(
+            out[0].as_ref().unwrap().bytes().unwrap(),
+            &want[..],
+            "RSA-{bits} openssl"
+        );
     }
 }
 
@@ -184,7 +196,10 @@ fn many_keys_of_every_size_in_one_batch_under_every_sort() {
             }
             let mut b = vec![0u8; key.size()];
             rng.fill_bytes(&mut b);
-            src.push((k, be(&(BigUint::from_bytes_be(&b) % key.inner().n()), key.size())));
+            src.push((
+                k,
+                be(&(BigUint::from_bytes_be(&b) % key.inner().n()), key.size()),
+            ));
         }
     }
     let items: Vec<RsaItem<'_>> = src
@@ -207,7 +222,10 @@ fn a_large_batch_spans_many_blocks() {
     let msgs = messages(&key, 5000, 99);
     let items: Vec<RsaItem<'_>> = msgs
         .iter()
-        .map(|m| RsaItem { key: &key, input: m })
+        .map(|m| RsaItem {
+            key: &key,
+            input: m,
+        })
         .collect();
     let out = g.rsa_private_batch(&items, RsaOptions::default()).unwrap();
     // Emulating 5000 messages is slow: compare every 97th with the CPU.
@@ -256,13 +274,22 @@ fn wrong_inputs_are_typed_errors_as_on_the_cpu() {
             got: 255
         }
     );
-    assert_eq!(got[1].as_ref().unwrap_err().kind, SegmentErrorKind::InputOutOfRange);
+    assert_eq!(
+        got[1].as_ref().unwrap_err().kind,
+        SegmentErrorKind::InputOutOfRange
+    );
     assert!(got[2].is_ok());
     // A key size the kernels do not take fails the job with the reason.
     let odd = generated(1536, 3);
     let m = vec![1u8; odd.size()];
     let err = g
-        .rsa_private_batch(&[RsaItem { key: &odd, input: &m }], RsaOptions::default())
+        .rsa_private_batch(
+            &[RsaItem {
+                key: &odd,
+                input: &m,
+            }],
+            RsaOptions::default(),
+        )
         .unwrap_err();
     assert!(err.to_string().contains("RSA-1536"), "{err}");
 }

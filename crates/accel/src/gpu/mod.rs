@@ -273,7 +273,7 @@ impl Backend for GpuBackend {
             Job::RsaPrivate { key, segments } if key.batch_kernels_take() => {
                 let items: Vec<crate::rsa_batch::RsaItem<'_>> = segments
                     .iter()
-                    .map(|input| crate::rsa_batch::RsaItem { key: *key, input })
+                    .map(|input| crate::rsa_batch::RsaItem { key, input })
                     .collect();
                 self.rsa_private_batch(&items, crate::rsa_batch::RsaOptions::default())
             }

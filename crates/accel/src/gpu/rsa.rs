@@ -203,7 +203,8 @@ impl GpuBackend {
         reps: u32,
     ) -> Result<Duration, BackendError> {
         let dev = self.rsa_device();
-        let err = |e: String| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name));
+        let err =
+            |e: String| BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name));
         let mut launches = Vec::new();
         rsa_batch::run_with(items, options, &mut |l: &Launch| {
             launches.push(Launch {

@@ -11,8 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gvault_accel::{
-    AutoBackend, Backend, CpuBackend, GpuBackend, Job, RsaItem, RsaOptions, RsaPrivateKey,
-    RsaSort,
+    AutoBackend, Backend, CpuBackend, GpuBackend, Job, RsaItem, RsaOptions, RsaPrivateKey, RsaSort,
 };
 use rand::{RngCore, SeedableRng};
 use rsa::traits::PublicKeyParts;
@@ -187,7 +186,9 @@ fn parse_openssl_speed(text: &str, bits: usize) -> Option<f64> {
 pub fn run(args: RsaArgs) -> Result<(), String> {
     for &b in &args.bits {
         if !gvault_accel::RSA_BATCH_KEY_BITS.contains(&b) {
-            return Err(format!("--bits {b}: the batch kernels take 1024, 2048 and 4096"));
+            return Err(format!(
+                "--bits {b}: the batch kernels take 1024, 2048 and 4096"
+            ));
         }
     }
     let batches: Vec<usize> = match &args.batches {
@@ -220,10 +221,8 @@ pub fn run(args: RsaArgs) -> Result<(), String> {
         let mut prev = Row::default();
         for &batch in &batches {
             let msgs = messages(&k, batch, batch as u64);
-            let items: Vec<RsaItem<'_>> = msgs
-                .iter()
-                .map(|m| RsaItem { key: &k, input: m })
-                .collect();
+            let items: Vec<RsaItem<'_>> =
+                msgs.iter().map(|m| RsaItem { key: &k, input: m }).collect();
             let mut row = Row {
                 bits,
                 batch,
