@@ -64,6 +64,7 @@ mod job;
 pub mod rsa_batch;
 mod rsa_emu;
 mod rsa_key;
+mod rsa_mont;
 pub mod seed001;
 mod sysinfo;
 pub mod tuning;

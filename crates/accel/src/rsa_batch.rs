@@ -4,8 +4,9 @@
 //!
 //! The host side, the same for every executor:
 //! - each input is checked (length, c < n) as the CPU backend does;
-//! - each is blinded as the CPU path does (c' = c * r^e mod n, r random;
-//!   the result is multiplied by r^-1, inverses found for many r at once);
+//! - each is blinded (c' = c * A mod n, A = r^e for a random r; the result
+//!   is multiplied by r^-1): a fresh pair every 32 messages of a key,
+//!   squared in between, as OpenSSL's RSA blinding does;
 //! - messages are grouped by key size (one launch per size) and ordered
 //!   within a launch by seed 004's 0, 1 or 2-pass sorting ([`RsaSort`]);
 //! - every result is checked with the public exponent (m^e mod n == c)
@@ -22,7 +23,8 @@ use zeroize::Zeroizing;
 
 use crate::error::{BackendError, SegmentErrorKind};
 use crate::job::{Output, SegmentResult};
-use crate::rsa_key::{put_limbs, CrtPlan, RsaPrivateKey};
+use crate::rsa_key::{CrtPlan, RsaPrivateKey};
+use crate::rsa_mont::{be_bytes, less, limbs_of, limbs_of_be_bytes, Limbs, MAX_LIMBS};
 
 /// One RSA private-key operation: `input` (exactly the modulus length,
 /// big-endian) under `key`.
@@ -106,14 +108,18 @@ impl Launch {
 /// What runs a launch: returns 2N words per message.
 pub type Executor<'e> = dyn FnMut(&Launch) -> Result<Vec<u32>, String> + 'e;
 
-/// A checked, blinded message.
+/// A checked, blinded message (limbs: 64-bit, little-endian, the
+/// modulus's count).
 struct Prepared<'a> {
     index: usize,
     plan: &'a CrtPlan,
     key: *const RsaPrivateKey,
-    c: BigUint,
-    blinded: BigUint,
-    r_inv: BigUint,
+    /// The input, for the public-exponent check.
+    c: Vec<u64>,
+    /// c * A mod n, what the kernel exponentiates.
+    blinded: Vec<u64>,
+    /// A^-d = r^-1 in Montgomery form: the unblinding factor.
+    ai: Vec<u64>,
 }
 
 // SAFETY: `key` is only compared as an address, never dereferenced.
@@ -129,7 +135,7 @@ pub fn run_with(
     exec: &mut Executor<'_>,
 ) -> Result<Vec<SegmentResult>, BackendError> {
     let mut results: Vec<Option<SegmentResult>> = vec![None; items.len()];
-    let mut ok: Vec<(usize, &CrtPlan, BigUint)> = Vec::with_capacity(items.len());
+    let mut ok: Vec<(usize, &CrtPlan, Vec<u64>)> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let size = item.key.size();
         if item.input.len() != size {
@@ -141,12 +147,13 @@ pub fn run_with(
             continue;
         }
         let plan = item.key.plan().map_err(BackendError::InvalidJob)?;
-        let c = BigUint::from_bytes_be(item.input);
-        if c >= plan.n {
+        let len = plan.mont.len;
+        let c = limbs_of_be_bytes(item.input);
+        if !less(&c, &plan.mont.n, len) {
             results[i] = Some(Err(SegmentErrorKind::InputOutOfRange.at(i)));
             continue;
         }
-        ok.push((i, plan, c));
+        ok.push((i, plan, c[..len].to_vec()));
     }
     let prepared = blind(items, ok)?;
     // One launch per key size, smallest first.
@@ -203,98 +210,82 @@ pub fn emulate(l: &Launch) -> Vec<u32> {
     crate::rsa_emu::run(&l.keys, l.limbs, l.window, &l.msg_key, &l.input)
 }
 
-/// Blinds every checked message (c * r^e mod n), with r^-1 for the
-/// unblinding; the inverses of a chunk of messages under one key cost one
-/// modular inversion (Montgomery's trick).
+/// Blinds every checked message: c * A mod n with A = r^e for a random r,
+/// unblinded by r^-1 after the exponentiation. A fresh pair (A, r^-1)
+/// starts every run of up to `PAIR_USES` messages of one key, and is
+/// squared from one message to the next (OpenSSL's BN_BLINDING update):
+/// two products a message instead of an exponentiation and an inversion.
 fn blind<'a>(
     items: &[RsaItem<'a>],
-    ok: Vec<(usize, &'a CrtPlan, BigUint)>,
+    ok: Vec<(usize, &'a CrtPlan, Vec<u64>)>,
 ) -> Result<Vec<Prepared<'a>>, BackendError> {
-    const CHUNK: usize = 64;
-    // Chunks of consecutive messages of one key: a chunk shares n.
-    let mut chunks: Vec<Vec<(usize, &'a CrtPlan, BigUint)>> = Vec::new();
+    const PAIR_USES: usize = 32;
+    type Entry<'a> = (usize, &'a CrtPlan, Vec<u64>);
+    let mut runs: Vec<Vec<Entry<'a>>> = Vec::new();
     for entry in ok {
-        let same = chunks
-            .last()
-            .is_some_and(|c: &Vec<(usize, &CrtPlan, BigUint)>| {
-                c.len() < CHUNK && std::ptr::eq(c[0].1, entry.1)
-            });
-        if same {
-            if let Some(last) = chunks.last_mut() {
-                last.push(entry);
+        match runs.last_mut() {
+            Some(run) if run.len() < PAIR_USES && std::ptr::eq(run[0].1, entry.1) => {
+                run.push(entry)
             }
-        } else {
-            chunks.push(vec![entry]);
+            _ => runs.push(vec![entry]),
         }
     }
-    let done: Result<Vec<Vec<Prepared<'a>>>, BackendError> = chunks
+    let done: Result<Vec<Vec<Prepared<'a>>>, BackendError> = runs
         .into_par_iter()
-        .map(|chunk| {
-            let plan = chunk[0].1;
-            let (rs, invs) = blinding_factors(plan, chunk.len())?;
-            Ok(chunk
-                .into_iter()
-                .zip(rs.into_iter().zip(invs))
-                .map(|((index, plan, c), (r_e, r_inv))| Prepared {
+        .map(|run| {
+            let plan = run[0].1;
+            let mont = &plan.mont;
+            let (mut a, mut ai) = blinding_pair(plan)?;
+            let mut out = Vec::with_capacity(run.len());
+            for (index, plan, c) in run {
+                let blinded = mont.mul(&c, &a)[..mont.len].to_vec();
+                out.push(Prepared {
                     index,
                     plan,
                     key: items[index].key as *const RsaPrivateKey,
-                    blinded: (&c * &r_e) % &plan.n,
                     c,
-                    r_inv,
-                })
-                .collect())
+                    blinded,
+                    ai: ai[..mont.len].to_vec(),
+                });
+                a = mont.mul(&a, &a);
+                ai = mont.mul(&ai, &ai);
+            }
+            Ok(out)
         })
         .collect();
     Ok(done?.into_iter().flatten().collect())
 }
 
-/// `count` pairs (r^e mod n, r^-1 mod n) for random r in [2, n).
-fn blinding_factors(
-    plan: &CrtPlan,
-    count: usize,
-) -> Result<(Vec<BigUint>, Vec<BigUint>), BackendError> {
+/// (r^e, r^-1) mod n in Montgomery form, r random in [2, n).
+fn blinding_pair(plan: &CrtPlan) -> Result<(Limbs, Limbs), BackendError> {
+    let mont = &plan.mont;
     let size = plan.bits / 8;
     for _ in 0..8 {
         // size - 1 random bytes: r < 2^(bits - 8) < n.
-        let mut bytes = Zeroizing::new(vec![0u8; (size - 1) * count]);
+        let mut bytes = Zeroizing::new(vec![0u8; size - 1]);
         rand_core::OsRng
             .try_fill_bytes(&mut bytes)
             .map_err(|e| BackendError::Device(format!("RSA blinding: no randomness: {e}")))?;
-        let rs: Vec<BigUint> = bytes.chunks(size - 1).map(BigUint::from_bytes_be).collect();
-        if rs.iter().any(|r| r.bits() < 2) {
+        let r = Zeroizing::new(BigUint::from_bytes_be(&bytes));
+        if r.bits() < 2 {
             continue;
         }
-        let Some(invs) = batch_inverse(&rs, &plan.n) else {
-            continue; // an r shares a factor with n: practically never
+        // No inverse: r shares a factor with n (practically never).
+        let Some(inv) = (*r)
+            .clone()
+            .mod_inverse(&plan.n)
+            .and_then(|v| v.to_biguint())
+        else {
+            continue;
         };
-        let r_e = rs.iter().map(|r| r.modpow(&plan.e, &plan.n)).collect();
-        return Ok((r_e, invs));
+        let r_m = mont.to_mont(&limbs_of(&r));
+        let a = mont.pow(&r_m, &plan.e);
+        let ai = mont.to_mont(&limbs_of(&inv));
+        return Ok((a, ai));
     }
     Err(BackendError::Device(
         "RSA blinding: no invertible blinding factor found".into(),
     ))
-}
-
-/// Inverses modulo n of every value, with one modular inversion.
-fn batch_inverse(vals: &[BigUint], n: &BigUint) -> Option<Vec<BigUint>> {
-    let mut prefix = Vec::with_capacity(vals.len());
-    let mut acc = BigUint::from(1u32);
-    for v in vals {
-        acc = (&acc * v) % n;
-        prefix.push(acc.clone());
-    }
-    let mut inv = acc.mod_inverse(n)?.to_biguint()?;
-    let mut out = vec![BigUint::default(); vals.len()];
-    for i in (0..vals.len()).rev() {
-        out[i] = if i == 0 {
-            inv.clone()
-        } else {
-            (&inv * &prefix[i - 1]) % n
-        };
-        inv = (&inv * &vals[i]) % n;
-    }
-    Some(out)
 }
 
 /// The launch of one key size, and for each of its slots the index in
@@ -314,10 +305,11 @@ fn layout(group: &[&Prepared<'_>], limbs: usize, sort: RsaSort) -> (Launch, Vec<
     let order = sort_order(&msg_key, sort);
     let mut input = vec![0u32; group.len() * 2 * limbs];
     for (slot, &g) in order.iter().enumerate() {
-        put_limbs(
-            &mut input[slot * 2 * limbs..(slot + 1) * 2 * limbs],
-            &group[g].blinded,
-        );
+        let words = &mut input[slot * 2 * limbs..(slot + 1) * 2 * limbs];
+        for (j, &l) in group[g].blinded.iter().enumerate() {
+            words[2 * j] = l as u32;
+            words[2 * j + 1] = (l >> 32) as u32;
+        }
     }
     let msg_key = order.iter().map(|&g| msg_key[g]).collect();
     (
@@ -353,19 +345,20 @@ pub(crate) fn sort_order(msg_key: &[u32], sort: RsaSort) -> Vec<usize> {
 /// The result of one message from the launch's 2N words: unblinded, and
 /// returned only if it passes the public-exponent check.
 fn unblind_and_check(p: &Prepared<'_>, words: &[u32]) -> Result<Output, SegmentErrorKind> {
-    let bytes: Zeroizing<Vec<u8>> =
-        Zeroizing::new(words.iter().flat_map(|w| w.to_le_bytes()).collect());
-    let blinded_m = BigUint::from_bytes_le(&bytes);
-    let m = (&blinded_m * &p.r_inv) % &p.plan.n;
-    if blinded_m >= p.plan.n || m.modpow(&p.plan.e, &p.plan.n) != p.c {
+    let mont = &p.plan.mont;
+    let len = mont.len;
+    let mut blinded_m = [0u64; MAX_LIMBS];
+    for j in 0..len {
+        blinded_m[j] = words[2 * j] as u64 | (words[2 * j + 1] as u64) << 32;
+    }
+    let in_range = less(&blinded_m, &mont.n, len);
+    let m = mont.mul(&blinded_m, &p.ai);
+    let back = mont.from_mont(&mont.pow(&mont.to_mont(&m), &p.plan.e));
+    if !in_range || back[..len] != p.c[..] {
         return Err(SegmentErrorKind::Internal(
             "RSA result failed the public-exponent check (a device or kernel fault); discarded"
                 .into(),
         ));
     }
-    let size = p.plan.bits / 8;
-    let be = m.to_bytes_be();
-    let mut out = vec![0u8; size];
-    out[size - be.len()..].copy_from_slice(&be);
-    Ok(Output::Bytes(out))
+    Ok(Output::Bytes(be_bytes(&m, len, p.plan.bits / 8)))
 }

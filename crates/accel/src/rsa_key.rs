@@ -107,6 +107,8 @@ pub(crate) struct CrtPlan {
     pub record: Zeroizing<Vec<u32>>,
     pub n: BigUint,
     pub e: BigUint,
+    /// Host Montgomery constants modulo n (blinding and checks).
+    pub mont: crate::rsa_mont::Mont,
 }
 
 impl CrtPlan {
@@ -157,12 +159,14 @@ impl CrtPlan {
         }
         record[11 * limbs] = neg_inv32(record[0]);
         record[11 * limbs + 1] = neg_inv32(record[limbs]);
+        let mont = crate::rsa_mont::Mont::new(key.n()).ok_or("the modulus is even")?;
         Ok(CrtPlan {
             bits,
             limbs,
             record,
             n: key.n().clone(),
             e: key.e().clone(),
+            mont,
         })
     }
 }

@@ -323,3 +323,59 @@ fn keys_the_kernels_do_not_take_fail_the_batch_with_a_reason() {
         assert_eq!(ok_bytes(&out[0]), reference(&k, &c));
     }
 }
+
+#[test]
+fn the_kernel_sees_blinded_inputs_fresh_each_batch() {
+    let key = common::rsa_key(1024);
+    let msgs: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 128]).collect();
+    let items: Vec<RsaItem<'_>> = msgs
+        .iter()
+        .map(|m| RsaItem {
+            key: &key,
+            input: m,
+        })
+        .collect();
+    let words_of = |m: &[u8]| -> Vec<u32> {
+        m.rchunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let mut seen: Vec<Vec<u32>> = Vec::new();
+    for _ in 0..2 {
+        let out = run_with(&items, RsaOptions::default(), &mut |l: &Launch| {
+            seen.push(l.input.clone());
+            Ok(gvault_accel::rsa_batch::emulate(l))
+        })
+        .unwrap();
+        for (i, m) in msgs.iter().enumerate() {
+            assert_eq!(ok_bytes(&out[i]), reference(&key, m));
+        }
+    }
+    for (i, m) in msgs.iter().enumerate().skip(2) {
+        let raw = words_of(m);
+        let a = &seen[0][i * 32..(i + 1) * 32];
+        let b = &seen[1][i * 32..(i + 1) * 32];
+        assert_ne!(a, &raw[..], "message {i} reached the kernel unblinded");
+        assert_ne!(a, b, "message {i} blinded the same way twice");
+    }
+    // Within a batch no two messages share a blinding factor: equal
+    // inputs reach the kernel as different values.
+    let same = vec![vec![9u8; 128]; 40];
+    let items: Vec<RsaItem<'_>> = same
+        .iter()
+        .map(|m| RsaItem {
+            key: &key,
+            input: m,
+        })
+        .collect();
+    let mut input = Vec::new();
+    run_with(&items, RsaOptions::default(), &mut |l: &Launch| {
+        input = l.input.clone();
+        Ok(gvault_accel::rsa_batch::emulate(l))
+    })
+    .unwrap();
+    let mut slots: Vec<&[u32]> = input.chunks(32).collect();
+    slots.sort();
+    slots.dedup();
+    assert_eq!(slots.len(), 40);
+}
