@@ -95,6 +95,12 @@
 #              SCALING_BINS [.gpu/gvault; several binaries run side by side,
 #              output tagged by file name]. The defaults take ~4 minutes.
 #                                             -> scaling.txt, scaling.json
+#   rsa        RSA private-key batches (issue 24): the #[ignore]d tests of
+#              crates/accel/tests/rsa_gpu.rs (kernel == CPU emulation word for
+#              word, GPU == CPU backend), then `bench rsa` (ops/s against batch
+#              size for 1024/2048/4096: 1 core, all cores, openssl speed, GPU end to
+#              end, GPU kernel, auto; sorting 0/1/2-pass). RSA_BENCH_FLAGS
+#              [--quick]; saved as JSON too.     -> rsa.txt, rsa.json
 #   seeds      The seeds' measurements at their shapes (docs/seeds.md says which
 #              table or figure each reproduces). SEEDS [000 000-lsm 001 002 003]:
 #                000      seed 000 Tables 4.4-4.9: CRC32 and TEA-CTR, one job of
@@ -121,7 +127,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 B=.gpu
-ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas"
+ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa"
 ALL_VARIANTS="tables ghash pieces gear crc desc slots wide share"
 ALL_SEEDS="000 000-lsm 001 002 003"
 
@@ -148,6 +154,8 @@ if [ "${1:-}" = "--build" ]; then
   cp "$bin" "$B/gpu-hash-tests"
   bin=$(test_binary gvault-cas gpu_chunking)
   cp "$bin" "$B/cas-gpu-tests"
+  bin=$(test_binary gvault-accel rsa_gpu)
+  cp "$bin" "$B/rsa-gpu-tests"
   cargo build --release -p gvault-store --example read_cost --example write_cost
   cp target/release/examples/read_cost target/release/examples/write_cost "$B/"
   strip "$B"/* 2>/dev/null || true
@@ -186,6 +194,7 @@ if [ -z "$DRY" ]; then
   need=(gvault)
   pick tests "${phases[*]}" && need+=(gpu-tests gpu-hash-tests cas-gpu-tests)
   pick costs "${phases[*]}" && need+=(read_cost write_cost)
+  pick rsa "${phases[*]}" && need+=(rsa-gpu-tests)
   for f in "${need[@]}"; do
     [ -x "$B/$f" ] || { echo "no $B/$f: run scripts/gpu.sh --build on the build machine and carry .gpu" >&2; exit 2; }
   done
@@ -512,6 +521,12 @@ phase_seeds() {
         run $f "${S[@]}" --ops blowfish-ctr --sizes 64M --total 256M ;;
     esac
   done
+}
+
+phase_rsa() {
+  local f=rsa.txt
+  run $f "$B/rsa-gpu-tests" --include-ignored --test-threads=1 --nocapture
+  run $f "$B/gvault" bench rsa ${RSA_BENCH_FLAGS:---quick} --save "$OUT/rsa.json"
 }
 
 for p in "${phases[@]}"; do

@@ -59,7 +59,14 @@ mod error;
 #[doc(hidden)]
 pub mod gpu;
 mod job;
+// The host side of RSA batches (checks, blinding, ordering, verification)
+// for the GPU kernels and their CPU emulation; hidden, public for the
+// tests that drive it with a faulty executor.
+#[doc(hidden)]
+pub mod rsa_batch;
+mod rsa_emu;
 mod rsa_key;
+mod rsa_mont;
 pub mod seed001;
 mod sysinfo;
 pub mod tuning;
@@ -81,6 +88,7 @@ pub use job::{
     ChunkSpan, CtrCipher, CtrSegment, Data, DataMut, DeviceSlice, Digest, DigestAlgo,
     DigestedChunk, Job, OpKind, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN,
 };
-pub use rsa_key::RsaPrivateKey;
+pub use rsa_batch::{RsaItem, RsaOptions, RsaSort};
+pub use rsa_key::{RsaPrivateKey, BATCH_KEY_BITS as RSA_BATCH_KEY_BITS};
 pub use sysinfo::{cpu_info, CpuInfo};
 pub use types::{Aes256Key, Blake3Key, BlowfishKey, CtrIv, Iv128, Iv64, Nonce96, Tag, TeaKey};

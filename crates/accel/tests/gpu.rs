@@ -192,7 +192,8 @@ fn device_resident_input_needs_no_host_round_trip() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: scripts/gpu-check.sh runs it with --include-ignored"]
-fn unsupported_ops_say_so() {
+fn rsa_jobs_run_on_the_gpu() {
+    // Every op runs on the GPU now; tests/rsa_gpu.rs covers RSA in depth.
     let Some(g) = gpu() else { return };
     let key = RsaPrivateKey::from_pem(include_str!("data/rsa1024.pem")).unwrap();
     let input = vec![1u8; key.size()];
@@ -200,10 +201,8 @@ fn unsupported_ops_say_so() {
         key: &key,
         segments: vec![&input[..]],
     };
-    assert!(matches!(
-        g.run(&mut job),
-        Err(BackendError::Unsupported { .. })
-    ));
+    let want = CpuBackend::new().run(&mut job).unwrap();
+    assert_eq!(g.run(&mut job).unwrap(), want);
 }
 
 #[test]

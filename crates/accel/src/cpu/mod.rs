@@ -24,6 +24,7 @@ use crate::error::{BackendError, BlockError, SegmentErrorKind};
 use crate::job::{CtrCipher, DataMut, Job, Output, SealSegment, SegmentResult};
 use crate::types::{Aes256Key, Nonce96, Tag};
 
+pub(crate) use rsa::private_op as rsa_private_op;
 pub(crate) use survey::Survey;
 
 /// Segments longer than this are cut into pieces of this size (rounded to the

@@ -7,7 +7,7 @@ use rsa::BigUint;
 use crate::error::SegmentErrorKind;
 use crate::rsa_key::RsaPrivateKey;
 
-pub(super) fn private_op(key: &RsaPrivateKey, input: &[u8]) -> Result<Vec<u8>, SegmentErrorKind> {
+pub(crate) fn private_op(key: &RsaPrivateKey, input: &[u8]) -> Result<Vec<u8>, SegmentErrorKind> {
     let c = BigUint::from_bytes_be(input);
     let mut rng = rand_core::OsRng;
     // `_and_check` re-encrypts the result: a fault in the CRT path (which

@@ -99,6 +99,11 @@ pub const SOURCES: &[KernelSource] = &[
             "crc32c_pieces",
         ],
     },
+    KernelSource {
+        name: "rsa",
+        source: include_str!("../../kernels/rsa.cu"),
+        functions: &["rsa_crt_t1024", "rsa_crt_t2048", "rsa_crt_t4096"],
+    },
 ];
 
 /// The AES-256-GCM kernels (`gpu/gcm.rs`).
@@ -121,6 +126,7 @@ const GENERATED: &[(&str, MakeHeader)] = &[
     (super::abi::HEADER_NAME, super::abi::header),
     (super::abi::GEAR_HEADER_NAME, super::abi::gear_header),
     (super::abi::CRC_POW_HEADER_NAME, super::abi::crc_pow_header),
+    (super::rsa::HEADER_NAME, super::rsa::header),
 ];
 
 /// The compilation unit's text: each `#include "name"` of a header in

@@ -509,6 +509,16 @@ kernels! {
         count: DevPtr<u64>,
         cap: u64,
     } => SLIDING_MD5 = "sliding_md5";
+
+    /// rsa.cu: CRT private-key operations, one launch per key size.
+    RsaCrtArgs {
+        keys: DevPtr<u32>,
+        msg_key: DevPtr<u32>,
+        input: DevPtr<u32>,
+        output: DevPtr<u32>,
+        nmsgs: u32,
+    } => RSA_CRT_T1024 = "rsa_crt_t1024", RSA_CRT_T2048 = "rsa_crt_t2048",
+        RSA_CRT_T4096 = "rsa_crt_t4096";
 }
 
 #[cfg(test)]

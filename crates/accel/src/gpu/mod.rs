@@ -11,6 +11,7 @@
 //! - `gcm`: AES-256-GCM seal/open: the CTR pipeline plus a parallel GHASH pass.
 //! - `digest`, `blake3`, `serial`, `cdc`, `chunk_digest`: hashing and chunking.
 //! - `seed001`: seed 001's parallel Merkle-Damgård and sliding-window hashing.
+//! - `rsa`: RSA private-key batches (CRT), host side in `crate::rsa_batch`.
 
 mod abi;
 mod blake3;
@@ -25,6 +26,7 @@ pub mod kernels;
 pub mod key_schedule;
 mod launch;
 pub mod link;
+mod rsa;
 mod runtime;
 mod seed001;
 mod serial;
@@ -272,10 +274,25 @@ impl Backend for GpuBackend {
                 crc32c,
                 segments,
             } => digest::run_chunk_digest(dev, params, key, *crc32c, segments, pre),
-            other => Err(BackendError::Unsupported {
-                backend: "gpu",
-                op: other.op(),
-            }),
+            Job::RsaPrivate { key, segments } if key.batch_kernels_take() => {
+                let items: Vec<crate::rsa_batch::RsaItem<'_>> = segments
+                    .iter()
+                    .map(|input| crate::rsa_batch::RsaItem { key, input })
+                    .collect();
+                self.rsa_private_batch(&items, crate::rsa_batch::RsaOptions::default())
+            }
+            // A key size the kernels do not take (e.g. 3072 bits): the CPU
+            // path, so that a job never fails for its key size.
+            Job::RsaPrivate { key, segments } => Ok(segments
+                .iter()
+                .enumerate()
+                .map(|(i, input)| match &pre[i] {
+                    Some(kind) => Err(kind.clone().at(i)),
+                    None => crate::cpu::rsa_private_op(key, input)
+                        .map(Output::Bytes)
+                        .map_err(|k| k.at(i)),
+                })
+                .collect()),
         }
     }
 }

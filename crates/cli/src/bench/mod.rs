@@ -9,6 +9,7 @@ mod measure;
 pub mod plot;
 pub mod primitive;
 mod replay;
+pub mod rsa;
 pub mod seed001;
 
 #[derive(clap::Subcommand, Debug)]
@@ -31,6 +32,8 @@ pub enum BenchCommand {
     Cas(cas::CasArgs),
     /// Seed 001 (HashGPU): sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
     Seed001(seed001::Seed001Args),
+    /// RSA private-key ops/s against batch size: CPU, openssl, GPU, auto, batch ordering (seed 004).
+    Rsa(rsa::RsaArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -43,5 +46,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Replay(args) => replay::run(args),
         BenchCommand::Seed001(args) => seed001::run(args),
         BenchCommand::Cas(args) => cas::run(args),
+        BenchCommand::Rsa(args) => rsa::run(args),
     }
 }

@@ -1,0 +1,382 @@
+//! `gvault bench rsa`: RSA private-key operations per second against batch
+//! size (seed 004 §5.2, issue 24) for 1024, 2048 and 4096-bit keys: one
+//! CPU core, all cores, `openssl speed -multi <cores>` (when openssl is
+//! installed), the GPU end to end (blinding, copies, kernel, checks), the
+//! GPU kernel alone, and the auto backend; then seed 004's batch ordering
+//! (0, 1 and 2-pass) over many keys with uneven group sizes (the seed's
+//! "mixed" requests). Every GPU result is checked with the public exponent
+//! by the batch itself; the first of each size is compared with the CPU.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gvault_accel::{
+    AutoBackend, Backend, CpuBackend, GpuBackend, Job, RsaItem, RsaOptions, RsaPrivateKey, RsaSort,
+};
+use rand::{RngCore, SeedableRng};
+use rsa::traits::PublicKeyParts;
+use serde::Serialize;
+
+use super::measure::repeat;
+
+#[derive(clap::Args, Debug)]
+pub struct RsaArgs {
+    /// Fewer batch sizes and shorter timing (a few minutes in all).
+    #[arg(long)]
+    quick: bool,
+    /// Key sizes (bits): any of 1024, 2048, 4096.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1024, 2048, 4096])]
+    bits: Vec<usize>,
+    /// Batch sizes (messages per job); default 1 to 65536, powers of 4.
+    #[arg(long, value_delimiter = ',')]
+    batches: Option<Vec<usize>>,
+    /// Distinct keys in the ordering comparison.
+    #[arg(long, default_value_t = 32)]
+    sort_keys: usize,
+    /// Messages in the ordering comparison's batch.
+    #[arg(long, default_value_t = 16384)]
+    sort_batch: usize,
+    /// Skip a cell whose run would take longer than this (seconds),
+    /// judged from the same column at the previous batch size.
+    #[arg(long, default_value_t = 20.0)]
+    max_cell_seconds: f64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    save: Option<std::path::PathBuf>,
+}
+
+#[derive(Serialize, Default, Clone)]
+struct Row {
+    bits: usize,
+    batch: usize,
+    cpu_1_ops: Option<f64>,
+    cpu_all_ops: Option<f64>,
+    openssl_all_ops: Option<f64>,
+    gpu_ops: Option<f64>,
+    gpu_kernel_ops: Option<f64>,
+    auto_ops: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct SortRow {
+    bits: usize,
+    keys: usize,
+    batch: usize,
+    passes: u32,
+    gpu_ops: f64,
+    gpu_kernel_ops: f64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    cores: usize,
+    gpu: Option<String>,
+    rows: Vec<Row>,
+    sorting: Vec<SortRow>,
+}
+
+fn key(bits: usize, seed: u64) -> Result<RsaPrivateKey, String> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let k = rsa::RsaPrivateKey::new(&mut rng, bits).map_err(|e| e.to_string())?;
+    RsaPrivateKey::from_key(k).map_err(|e| e.to_string())
+}
+
+/// `count` random messages below the key's modulus.
+fn messages(key: &RsaPrivateKey, count: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let n = key.inner().n();
+    (0..count)
+        .map(|_| {
+            let mut b = vec![0u8; key.size()];
+            rng.fill_bytes(&mut b);
+            let v = rsa::BigUint::from_bytes_be(&b) % n;
+            let be = v.to_bytes_be();
+            let mut out = vec![0u8; key.size()];
+            out[key.size() - be.len()..].copy_from_slice(&be);
+            out
+        })
+        .collect()
+}
+
+/// Ops/s of `f` running `ops` operations, or None when the estimate
+/// from `prev` (ops/s of the smaller batch) says it would take too long.
+fn rate(
+    ops: usize,
+    prev: Option<f64>,
+    max_s: f64,
+    min_time: Duration,
+    mut f: impl FnMut() -> Result<(), String>,
+) -> Result<Option<f64>, String> {
+    if let Some(p) = prev {
+        if ops as f64 / p > max_s {
+            return Ok(None);
+        }
+    }
+    let mut err = None;
+    let t = repeat(1, min_time, || {
+        let start = Instant::now();
+        if let Err(e) = f() {
+            err.get_or_insert(e);
+        }
+        start.elapsed()
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(Some(ops as f64 / t.median.as_secs_f64())),
+    }
+}
+
+/// Runs one RSA job; every segment must succeed.
+fn run_job(b: &dyn Backend, key: &RsaPrivateKey, msgs: &[Vec<u8>]) -> Result<(), String> {
+    let mut job = Job::RsaPrivate {
+        key,
+        segments: msgs.iter().map(|m| m.as_slice()).collect(),
+    };
+    for r in b.run(&mut job).map_err(|e| e.to_string())? {
+        r.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn run_batch(g: &GpuBackend, items: &[RsaItem<'_>], options: RsaOptions) -> Result<(), String> {
+    for r in g
+        .rsa_private_batch(items, options)
+        .map_err(|e| e.to_string())?
+    {
+        r.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// `openssl speed -multi <cores> -seconds <s> rsa<bits>`: sign/s, when
+/// openssl is installed and its output parses.
+fn openssl_speed(bits: usize, cores: usize, seconds: u32) -> Option<f64> {
+    let out = Command::new("openssl")
+        .args([
+            "speed",
+            "-multi",
+            &cores.to_string(),
+            "-seconds",
+            &seconds.to_string(),
+            &format!("rsa{bits}"),
+        ])
+        .output()
+        .ok()?;
+    parse_openssl_speed(&String::from_utf8_lossy(&out.stdout), bits)
+}
+
+/// The sign/s figure of the `rsa <bits> bits` line: after "bits", the
+/// times (ending in "s") come first, then the rates, sign/s the first.
+fn parse_openssl_speed(text: &str, bits: usize) -> Option<f64> {
+    let tag = format!("{bits} bits");
+    text.lines()
+        .filter(|l| l.trim_start().starts_with("rsa") && l.contains(&tag))
+        .find_map(|l| {
+            let after = &l[l.find(&tag)? + tag.len()..];
+            after
+                .split_whitespace()
+                .filter(|t| !t.ends_with('s'))
+                .find_map(|t| t.parse::<f64>().ok())
+        })
+}
+
+pub fn run(args: RsaArgs) -> Result<(), String> {
+    for &b in &args.bits {
+        if !gvault_accel::RSA_BATCH_KEY_BITS.contains(&b) {
+            return Err(format!(
+                "--bits {b}: the batch kernels take 1024, 2048 and 4096"
+            ));
+        }
+    }
+    let batches: Vec<usize> = match &args.batches {
+        Some(b) if b.contains(&0) => return Err("--batches: a batch has at least 1 message".into()),
+        Some(b) => b.clone(),
+        None if args.quick => vec![1, 64, 1024, 16384],
+        None => (0..=8).map(|k| 1usize << (2 * k)).collect(),
+    };
+    let min_time = Duration::from_millis(if args.quick { 200 } else { 1000 });
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let one = CpuBackend::with_own_pool(1);
+    let all = CpuBackend::shared();
+    let auto = AutoBackend::shared();
+    let gpu = match GpuBackend::probe() {
+        Ok(g) => Some(g),
+        Err(why) => {
+            eprintln!("no GPU ({why}): CPU columns only");
+            None
+        }
+    };
+    let mut rows = Vec::new();
+    for &bits in &args.bits {
+        let k = key(bits, bits as u64)?;
+        let openssl = openssl_speed(bits, cores, if args.quick { 1 } else { 3 });
+        // One core's rate does not depend on the batch: measured once.
+        let probe = messages(&k, 8, 1);
+        let cpu_1 = rate(probe.len(), None, args.max_cell_seconds, min_time, || {
+            run_job(&one, &k, &probe)
+        })?;
+        let mut prev = Row::default();
+        for &batch in &batches {
+            let msgs = messages(&k, batch, batch as u64);
+            let items: Vec<RsaItem<'_>> =
+                msgs.iter().map(|m| RsaItem { key: &k, input: m }).collect();
+            let mut row = Row {
+                bits,
+                batch,
+                cpu_1_ops: cpu_1,
+                openssl_all_ops: openssl,
+                ..Row::default()
+            };
+            let max = args.max_cell_seconds;
+            row.cpu_all_ops = rate(batch, prev.cpu_all_ops, max, min_time, || {
+                run_job(all.as_ref(), &k, &msgs)
+            })?;
+            if let Some(g) = &gpu {
+                // The GPU's results against the CPU's, once per row.
+                let mut job = Job::RsaPrivate {
+                    key: &k,
+                    segments: msgs.iter().take(4).map(|m| m.as_slice()).collect(),
+                };
+                let want = all.run(&mut job).map_err(|e| e.to_string())?;
+                if g.run(&mut job).map_err(|e| e.to_string())? != want {
+                    return Err(format!("RSA-{bits}: GPU results differ from the CPU's"));
+                }
+                row.gpu_ops = rate(batch, prev.gpu_ops, max, min_time, || {
+                    run_batch(g, &items, RsaOptions::default())
+                })?;
+                if prev.gpu_kernel_ops.is_none_or(|p| batch as f64 / p <= max) {
+                    let t = g
+                        .rsa_kernel_time(&items, RsaOptions::default(), 3)
+                        .map_err(|e| e.to_string())?;
+                    row.gpu_kernel_ops = Some(batch as f64 / t.as_secs_f64());
+                }
+            }
+            row.auto_ops = rate(batch, prev.auto_ops, max, min_time, || {
+                run_job(auto.as_ref(), &k, &msgs)
+            })?;
+            if !args.json {
+                print_row(&row);
+            }
+            prev = row.clone();
+            rows.push(row);
+        }
+    }
+    let mut sorting = Vec::new();
+    if let Some(g) = &gpu {
+        for &bits in args.bits.iter().filter(|&&b| b <= 2048) {
+            let keys: Vec<RsaPrivateKey> = (0..args.sort_keys.max(1))
+                .map(|s| key(bits, 1000 + s as u64))
+                .collect::<Result<_, _>>()?;
+            let src = mixed_requests(&keys, args.sort_batch, 4);
+            let items: Vec<RsaItem<'_>> = src
+                .iter()
+                .map(|(k, m)| RsaItem {
+                    key: &keys[*k],
+                    input: m,
+                })
+                .collect();
+            for sort in [RsaSort::None, RsaSort::ByKey, RsaSort::ByKeySmallFirst] {
+                let options = RsaOptions { sort };
+                let e2e = rate(items.len(), None, f64::MAX, min_time, || {
+                    run_batch(g, &items, options)
+                })?
+                .unwrap_or(0.0);
+                let t = g
+                    .rsa_kernel_time(&items, options, 3)
+                    .map_err(|e| e.to_string())?;
+                let r = SortRow {
+                    bits,
+                    keys: keys.len(),
+                    batch: items.len(),
+                    passes: sort.passes(),
+                    gpu_ops: e2e,
+                    gpu_kernel_ops: items.len() as f64 / t.as_secs_f64(),
+                };
+                if !args.json {
+                    println!(
+                        "sort RSA-{bits} {} keys {} msgs {}-pass: gpu {:.0}/s, kernel {:.0}/s",
+                        r.keys, r.batch, r.passes, r.gpu_ops, r.gpu_kernel_ops
+                    );
+                }
+                sorting.push(r);
+            }
+        }
+    }
+    let report = Report {
+        cores,
+        gpu: gpu
+            .as_ref()
+            .and_then(|g| g.devices().first().map(|d| d.name.clone())),
+        rows,
+        sorting,
+    };
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{json}");
+    }
+    if let Some(path) = &args.save {
+        std::fs::write(path, &json).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Seed 004's "mixed" scenario: requests of random sizes (1-10 small,
+/// 100-300 large messages) under random keys, until `total` messages.
+fn mixed_requests(keys: &[RsaPrivateKey], total: usize, seed: u64) -> Vec<(usize, Vec<u8>)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(total);
+    while out.len() < total {
+        let k = (rng.next_u32() as usize) % keys.len();
+        let size = if rng.next_u32() % 2 == 0 {
+            1 + rng.next_u32() as usize % 10
+        } else {
+            100 + rng.next_u32() as usize % 201
+        };
+        let n = size.min(total - out.len());
+        for m in messages(&keys[k], n, rng.next_u64()) {
+            out.push((k, m));
+        }
+    }
+    out
+}
+
+fn print_row(r: &Row) {
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
+    if r.batch == 1 {
+        println!(
+            "RSA-{} ops/s  {:>6} {:>9} {:>9} {:>11} {:>9} {:>11} {:>9}",
+            r.bits, "batch", "cpu-1", "cpu-all", "openssl-all", "gpu", "gpu-kernel", "auto"
+        );
+    }
+    println!(
+        "             {:>6} {:>9} {:>9} {:>11} {:>9} {:>11} {:>9}",
+        r.batch,
+        f(r.cpu_1_ops),
+        f(r.cpu_all_ops),
+        f(r.openssl_all_ops),
+        f(r.gpu_ops),
+        f(r.gpu_kernel_ops),
+        f(r.auto_ops)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_openssl_speed;
+
+    #[test]
+    fn openssl_speed_output_parses() {
+        // OpenSSL 3.0 with -multi: sign, verify, encrypt, decrypt columns.
+        let v3 = "                   sign    verify    encrypt   decrypt   sign/s verify/s  encr./s  decr./s\n\
+                  rsa  2048 bits 0.000024s 0.000001s 0.000001s 0.000024s  41012.3 1101022.0 1000000.0 40000.0\n";
+        assert_eq!(parse_openssl_speed(v3, 2048), Some(41012.3));
+        // OpenSSL 1.1: sign, verify only.
+        let v1 = "rsa 1024 bits 0.000070s 0.000004s  14285.7 250000.0\n";
+        assert_eq!(parse_openssl_speed(v1, 1024), Some(14285.7));
+        assert_eq!(parse_openssl_speed(v1, 2048), None);
+        assert_eq!(parse_openssl_speed("garbage", 2048), None);
+    }
+}
