@@ -101,6 +101,14 @@
 #              size for 1024/2048/4096: 1 core, all cores, openssl speed, GPU end to
 #              end, GPU kernel, auto; sorting 0/1/2-pass). RSA_BENCH_FLAGS
 #              [--quick]; saved as JSON too.     -> rsa.txt, rsa.json
+#   python     The Python package with the torch installed there (issue 22): the wheel
+#              that --build put in .gpu-py/ (carry [".gpu", ".gpu-py"]) installed into
+#              /tmp/gvault-site, then python/tests/test_gpu.py (device round trips, link
+#              bytes only for new chunks, GPU and CPU paths write the same packs) and
+#              python/bench/checkpoint.py (save, 5%-changed save, load; GPU and CPU
+#              paths against torch.save and safetensors). CKPT_GIB [20],
+#              CKPT_DIR [/tmp/gvault-ckpt], CKPT_SKIP [none].
+#                                                  -> python.txt, checkpoint.json
 #   seeds      The seeds' measurements at their shapes (docs/seeds.md says which
 #              table or figure each reproduces). SEEDS [000 000-lsm 001 002 003]:
 #                000      seed 000 Tables 4.4-4.9: CRC32 and TEA-CTR, one job of
@@ -127,7 +135,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 B=.gpu
-ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa"
+ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa python"
 ALL_VARIANTS="tables ghash pieces gear crc desc slots wide share"
 ALL_SEEDS="000 000-lsm 001 002 003"
 
@@ -160,6 +168,9 @@ if [ "${1:-}" = "--build" ]; then
   cp target/release/examples/read_cost target/release/examples/write_cost "$B/"
   strip "$B"/* 2>/dev/null || true
   ls -la "$B"
+  # The Python package's wheel for the python phase (its python3 has torch).
+  rm -rf .gpu-py
+  scripts/python.sh --wheel .gpu-py
   exit 0
 fi
 
@@ -195,6 +206,10 @@ if [ -z "$DRY" ]; then
   pick tests "${phases[*]}" && need+=(gpu-tests gpu-hash-tests cas-gpu-tests)
   pick costs "${phases[*]}" && need+=(read_cost write_cost)
   pick rsa "${phases[*]}" && need+=(rsa-gpu-tests)
+  if pick python "${phases[*]}" && ! ls .gpu-py/gvault-*.whl >/dev/null 2>&1; then
+    echo "no wheel in .gpu-py: run scripts/gpu.sh --build and carry .gpu-py" >&2
+    exit 2
+  fi
   for f in "${need[@]}"; do
     [ -x "$B/$f" ] || { echo "no $B/$f: run scripts/gpu.sh --build on the build machine and carry .gpu" >&2; exit 2; }
   done
@@ -527,6 +542,44 @@ phase_rsa() {
   local f=rsa.txt
   run $f "$B/rsa-gpu-tests" --include-ignored --test-threads=1 --nocapture
   run $f "$B/gvault" bench rsa ${RSA_BENCH_FLAGS:---quick} --save "$OUT/rsa.json"
+}
+
+# watchdog SECONDS CMD...: runs CMD; if it is still running after SECONDS,
+# prints every thread's stack (cuda-gdb, when installed; then SIGABRT, which
+# Python's faulthandler answers with its threads' tracebacks) and kills it.
+watchdog() {
+  local limit=$1 pid i gdb
+  shift
+  "$@" &
+  pid=$!
+  for ((i = 0; i < limit; i++)); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid"; return; }
+    sleep 1
+  done
+  echo "== still running after $limit s: stacks, then killed: $*"
+  gdb=$(command -v cuda-gdb || ls /usr/local/cuda*/bin/cuda-gdb 2>/dev/null | head -1)
+  local target
+  target=$(pgrep -P "$pid" | tail -1)
+  [ -n "$gdb" ] && timeout 90 "$gdb" -p "${target:-$pid}" -batch \
+    -ex "thread apply all bt 25" 2>&1 | grep -v "^\[New LWP\|^$" | head -400
+  pkill -ABRT -P "$pid"; kill -ABRT "$pid" 2>/dev/null
+  sleep 3
+  pkill -KILL -P "$pid"; kill -KILL "$pid" 2>/dev/null
+  wait "$pid"
+  return 124
+}
+
+phase_python() {
+  local f=python.txt site=/tmp/gvault-site d=${CKPT_DIR:-/tmp/gvault-ckpt}
+  run $f python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" \
+    .gpu-py/gvault-*.whl || return
+  run $f watchdog "${PY_TEST_S:-240}" env PYTHONPATH="$site" PYTHONUNBUFFERED=1 \
+    python3 -X faulthandler python/tests/test_gpu.py || return
+  [ -n "$DRY" ] || { rm -rf "$d"; mkdir -p "$d"; }
+  run $f watchdog "${CKPT_S:-400}" env PYTHONPATH="$site" PYTHONUNBUFFERED=1 \
+    python3 -X faulthandler python/bench/checkpoint.py \
+    --gib "${CKPT_GIB:-20}" --dir "$d" ${CKPT_SKIP:+--skip "$CKPT_SKIP"} --out "$OUT/checkpoint.json"
+  [ -n "$DRY" ] || rm -rf "$d"
 }
 
 for p in "${phases[@]}"; do

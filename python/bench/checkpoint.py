@@ -94,6 +94,7 @@ def main():
     ap.add_argument("--dir", default=None)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--skip", default="", help="comma list of: gvault-cpu,torch,safetensors")
+    ap.add_argument("--out", default=None, help="also write the JSON to this file")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     base = a.dir or tempfile.mkdtemp(prefix="gvault-bench-")
@@ -151,6 +152,9 @@ def main():
             t3, _ = timed(lambda: load_file(f, device=a.device))
             res["runs"]["safetensors"] = {"save_gbps": gb(t1), "save2_gbps": gb(t2), "load_gbps": gb(t3)}
     print(json.dumps(res, indent=1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
     if not a.dir:
         shutil.rmtree(base, ignore_errors=True)
 

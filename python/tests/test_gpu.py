@@ -156,9 +156,12 @@ def _main():  # pragma: no cover - the GPU machine without pytest
             d = tempfile.mkdtemp()
             try:
                 import pathlib
+                import time
 
+                print(f"RUN  {name}")
+                t = time.perf_counter()
                 fn(pathlib.Path(d))
-                print(f"PASS {name}")
+                print(f"PASS {name} ({time.perf_counter() - t:.1f} s)")
             except Exception:
                 import traceback
 
