@@ -10,7 +10,7 @@
 //! of this host that no longer runs, or when it has not been refreshed for
 //! `STALE_AFTER` (holders rewrite theirs every `REFRESH_EVERY`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -114,7 +114,8 @@ fn process_alive(pid: u32) -> bool {
 pub struct Lock {
     backend: Arc<dyn Backend>,
     name: String,
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the refresher, which wakes at once.
+    stop: Option<mpsc::Sender<()>>,
     refresher: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -138,7 +139,7 @@ impl Lock {
         let mut lock = Lock {
             backend: backend.clone(),
             name: name.clone(),
-            stop: Arc::new(AtomicBool::new(false)),
+            stop: None,
             refresher: None,
         };
         if let Some(other) = conflicting(&*backend, &name, exclusive)? {
@@ -148,22 +149,16 @@ impl Lock {
                 STALE_AFTER.as_secs() / 60
             )));
         }
-        let stop = lock.stop.clone();
+        let (stop, stopped) = mpsc::channel::<()>();
         let b = backend.clone();
         let n = name.clone();
         let refresher = std::thread::spawn(move || {
-            let step = Duration::from_millis(200);
-            let mut waited = Duration::ZERO;
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(step);
-                waited += step;
-                if waited >= REFRESH_EVERY {
-                    waited = Duration::ZERO;
-                    info.time = now_secs();
-                    let _ = b.put(Kind::Lock, &n, &info.encode());
-                }
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(REFRESH_EVERY) {
+                info.time = now_secs();
+                let _ = b.put(Kind::Lock, &n, &info.encode());
             }
         });
+        lock.stop = Some(stop);
         lock.refresher = Some(refresher);
         Ok(lock)
     }
@@ -210,7 +205,7 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(h) = self.refresher.take() {
             let _ = h.join();
         }
