@@ -353,7 +353,7 @@ fn unblind_and_check(p: &Prepared<'_>, words: &[u32]) -> Result<Output, SegmentE
     }
     let in_range = less(&blinded_m, &mont.n, len);
     let m = mont.mul(&blinded_m, &p.ai);
-    let back = mont.from_mont(&mont.pow(&mont.to_mont(&m), &p.plan.e));
+    let back = mont.out_of_mont(&mont.pow(&mont.to_mont(&m), &p.plan.e));
     if !in_range || back[..len] != p.c[..] {
         return Err(SegmentErrorKind::Internal(
             "RSA result failed the public-exponent check (a device or kernel fault); discarded"

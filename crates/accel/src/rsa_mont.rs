@@ -139,7 +139,7 @@ impl Mont {
     }
 
     /// a * R^-1 mod n.
-    pub(crate) fn from_mont(&self, a: &[u64]) -> Limbs {
+    pub(crate) fn out_of_mont(&self, a: &[u64]) -> Limbs {
         let mut one = [0u64; MAX_LIMBS];
         one[0] = 1;
         self.mul(a, &one)
@@ -197,7 +197,7 @@ mod tests {
                 let want = (&a * &b * &r_inv) % &n;
                 assert_eq!(got, limbs_of(&want));
                 let e = BigUint::from(65537u32);
-                let p = m.from_mont(&m.pow(&m.to_mont(&limbs_of(&a)), &e));
+                let p = m.out_of_mont(&m.pow(&m.to_mont(&limbs_of(&a)), &e));
                 assert_eq!(p, limbs_of(&a.modpow(&e, &n)));
                 assert_eq!(be_bytes(&limbs_of(&a), m.len, bytes), {
                     let v = a.to_bytes_be();
@@ -210,7 +210,8 @@ mod tests {
             }
             // n - 1 and 0 at the edges.
             let nm1 = &n - BigUint::from(1u32);
-            let sq = m.from_mont(&m.mul(&m.to_mont(&limbs_of(&nm1)), &m.to_mont(&limbs_of(&nm1))));
+            let sq =
+                m.out_of_mont(&m.mul(&m.to_mont(&limbs_of(&nm1)), &m.to_mont(&limbs_of(&nm1))));
             assert_eq!(sq, limbs_of(&BigUint::from(1u32)));
             assert!(!less(&m.n, &m.n, m.len));
         }

@@ -106,7 +106,10 @@ mod tests {
     fn copies_under_a_lock_inside_a_rayon_pool_finish() {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(8).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(8)
+                .build()
+                .unwrap();
             let lock = Mutex::new(());
             let n = 24 << 20;
             let src: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
