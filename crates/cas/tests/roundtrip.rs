@@ -707,3 +707,91 @@ fn streamed_windows_chunk_as_one_pass_and_restore_in_parallel() {
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     assert!(fs::read(target.join("big")).unwrap() == data);
 }
+
+/// A file written to while it is read: the backup says so (the snapshot
+/// holds the bytes read), the repository stays whole, and the next backup
+/// reads the file again and keeps its final contents exactly.
+#[test]
+fn a_file_changing_while_read_is_reported_and_read_again_next_time() {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+    let mut calm = vec![0u8; 300_000];
+    rng.fill_bytes(&mut calm);
+    fs::write(src.join("calm"), &calm).unwrap();
+    // Larger than the small-file batch, so it streams through the windows.
+    let mut hot = vec![0u8; 48 << 20];
+    rng.fill_bytes(&mut hot);
+    fs::write(src.join("hot"), &hot).unwrap();
+    let (repo, enc) = init(&d.path().join("repo"), SMALL_CDC, true);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, writes) = (stop.clone(), writes.clone());
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(src.join("hot"))
+            .unwrap();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                // Bytes across the file, and a new mtime with each.
+                let at = (n.wrapping_mul(2_654_435_761) % (48 << 20)) & !7;
+                f.write_all_at(&n.to_le_bytes(), at).unwrap();
+                n += 1;
+                writes.store(n, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        })
+    };
+    while writes.load(Ordering::SeqCst) < 3 {
+        std::thread::yield_now();
+    }
+    let s = gvault_cas::backup(&repo, &[src.clone()], &mut |_| {}).unwrap();
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("hot") && w.contains("changed while it was read")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(
+        !s.warnings.iter().any(|w| w.contains("calm")),
+        "{:?}",
+        s.warnings
+    );
+    let c = gvault_cas::check(&repo, true, &mut |_, _| {}).unwrap();
+    assert!(c.errors.is_empty(), "{:?}", c.errors);
+    let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
+    let hot_entry = snap
+        .entries
+        .iter()
+        .find(|e| e.path.ends_with(b"/hot"))
+        .unwrap();
+    assert_eq!(hot_entry.size, 48 << 20);
+
+    // Quiet now: read again (its mtime moved on), stored exactly.
+    drop(repo);
+    let repo = reopen(&d.path().join("repo"), &enc);
+    let s2 = gvault_cas::backup(&repo, &[src.clone()], &mut |_| {}).unwrap();
+    assert!(s2.warnings.is_empty(), "{:?}", s2.warnings);
+    assert_eq!((s2.files_changed, s2.files_unchanged), (1, 1), "{s2:?}");
+    let snap2 = gvault_cas::Snapshot::read(&repo, &s2.snapshot).unwrap();
+    let target = d.path().join("out");
+    let r = gvault_cas::restore(&repo, &snap2, &target, None, &|_, _| {}).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    let back = restored_root(&target, &src);
+    assert_eq!(fs::read(back.join("calm")).unwrap(), calm);
+    assert_eq!(
+        fs::read(back.join("hot")).unwrap(),
+        fs::read(src.join("hot")).unwrap()
+    );
+}
