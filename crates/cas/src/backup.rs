@@ -72,7 +72,11 @@ pub struct BackupSummary {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Progress {
     pub files: u64,
+    /// Bytes of file contents read.
     pub bytes: u64,
+    /// Bytes of the files found unchanged since the parent snapshot (not
+    /// read again): with `bytes`, how far through the tree the backup is.
+    pub bytes_unchanged: u64,
 }
 
 pub type ProgressFn<'a> = &'a mut dyn FnMut(Progress);
@@ -604,6 +608,9 @@ impl Walk<'_, '_> {
                     e.chunks = p.chunks.clone();
                     self.w.sum.files_unchanged += 1;
                     self.w.sum.bytes_total += e.size;
+                    self.progress.files += 1;
+                    self.progress.bytes_unchanged += e.size;
+                    (self.report)(self.progress);
                     self.entries.push(e);
                     return Ok(());
                 }

@@ -795,3 +795,37 @@ fn a_file_changing_while_read_is_reported_and_read_again_next_time() {
         fs::read(src.join("hot")).unwrap()
     );
 }
+
+/// Progress covers the whole tree: bytes read plus the bytes of files
+/// passed over as unchanged reach the snapshot's total (what a bar with a
+/// time left needs), on a first backup and on a second one that reads
+/// only the changed file.
+#[test]
+fn progress_reaches_the_tree_total_with_unchanged_files_counted() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    random_tree(&src, 53);
+    let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, true);
+    let mut last = gvault_cas::Progress::default();
+    let s1 = gvault_cas::backup(&repo, &[src.clone()], &mut |p| last = p).unwrap();
+    assert_eq!(last.bytes + last.bytes_unchanged, s1.bytes_total);
+    assert_eq!(last.bytes_unchanged, 0);
+    let victim = fs::read_dir(src.join("a"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| fs::symlink_metadata(p).unwrap().is_file())
+        .unwrap();
+    fs::write(&victim, b"changed contents").unwrap();
+    let mut last = gvault_cas::Progress::default();
+    let mut calls = 0u64;
+    let s2 = gvault_cas::backup(&repo, &[src.clone()], &mut |p| {
+        assert!(p.bytes + p.bytes_unchanged >= last.bytes + last.bytes_unchanged);
+        last = p;
+        calls += 1;
+    })
+    .unwrap();
+    assert!(s2.files_unchanged > 0, "{s2:?}");
+    assert_eq!(last.bytes, s2.bytes_read);
+    assert_eq!(last.bytes + last.bytes_unchanged, s2.bytes_total);
+    assert!(calls >= s2.files_unchanged);
+}

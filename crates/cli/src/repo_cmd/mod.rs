@@ -720,8 +720,14 @@ fn backup(repo: &RepoArgs, paths: &[PathBuf], stdin: Option<&str>) -> CmdResult 
     let r = repo.open()?;
     let start = std::time::Instant::now();
     let pb = crate::progress::bytes("backing up", None);
+    // The tree's size, found beside the backup, gives the bar a total;
+    // files unchanged since the parent count as done when they are passed.
+    let _walk = match stdin {
+        Some(_) => None,
+        None => Some(crate::progress::total_of_tree(&pb, paths)),
+    };
     let mut report = |p: gvault_cas::Progress| {
-        pb.set_position(p.bytes);
+        pb.set_position(p.bytes + p.bytes_unchanged);
         pb.set_message(format!("backing up: {} files", p.files));
     };
     let sum = match stdin {
