@@ -29,8 +29,10 @@ const RATES: [(OpKind, f64, f64, f64, f64); 14] = [
     (OpKind::Chunk, 1.0, 500.0, 0.02, 100.0),
     // Chunking plus BLAKE3 over the same bytes.
     (OpKind::ChunkDigest, 1.33, 800.0, 0.025, 200.0),
-    // RSA-2048 at 2.4 k/s a core; its cost is per segment, not per byte.
-    (OpKind::RsaPrivate, 0.0, 420_000.0, 0.0, 5_000.0),
+    // RSA-2048, per message (the decision sizes other key lengths): the
+    // CPU backend (the rsa crate) at 550/s a core, a GPU batch at 104 K/s
+    // end to end, both on the H200 host (bench/JOURNAL.md 2026-11-27).
+    (OpKind::RsaPrivate, 0.0, 1_800_000.0, 0.0, 9_600.0),
 ];
 
 /// A job on the CPU pays to enter the rayon pool; on the GPU, a launch and
@@ -51,7 +53,8 @@ const CPU_EFFICIENCY: f64 = 0.85;
 /// (bench/JOURNAL.md, the first H100 sweep of the auto dispatcher).
 const STAGED_NS_PER_SEGMENT: f64 = 210.0;
 
-/// One GPU thread's ns per byte for the ops run one thread per segment,
+/// One GPU thread's ns per byte for the ops run one thread per segment
+/// (and RSA, a message a thread pair),
 /// from the H100 figures in bench/JOURNAL.md: SHA-256 at
 /// 1.93 GB/s resident for 1 MiB x 64 (64 threads: 33 ns/B each); MD5 from
 /// its 1 MiB x 4096 kernel rate against SHA-256's (212 vs 123 GB/s); the
@@ -61,6 +64,9 @@ fn thread_ns_per_byte(op: OpKind) -> Option<f64> {
         OpKind::Sha256 => Some(33.0),
         OpKind::Md5 => Some(19.0),
         OpKind::Crc32 | OpKind::Crc32c => Some(35.0),
+        // One RSA-2048 message: 19.2 ms on one GPU thread (H200 host), the
+        // floor of any batch, over its 256 bytes.
+        OpKind::RsaPrivate => Some(75_000.0),
         _ => None,
     }
 }
@@ -138,8 +144,13 @@ mod tests {
         }
         // Pageable host data is priced slower than pinned, pinned slower
         // than device-resident, for large jobs of every op (pieces DMA'd,
-        // short enough that serial hashes are not thread-bound).
-        for op in OpKind::ALL {
+        // short enough that serial hashes are not thread-bound; RSA
+        // messages are at most 512 bytes, and one GPU thread's whole
+        // exponentiation bounds a batch of them on every memory kind).
+        for op in OpKind::ALL
+            .into_iter()
+            .filter(|&op| op != OpKind::RsaPrivate)
+        {
             let t = |mem| m.gpu_ns(op, 1 << 30, 4096, 256 << 10, mem).expect("gpu");
             assert!(t(HostMemory::Pageable) > t(HostMemory::Pinned), "{op}");
             assert!(t(HostMemory::Pinned) >= t(HostMemory::Device), "{op}");

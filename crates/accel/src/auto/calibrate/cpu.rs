@@ -5,13 +5,14 @@
 use std::time::{Duration, Instant};
 
 use super::super::model::{
-    CostModel, CpuCost, LinearCost, OpModel, SMALL_SPEEDUP_UNITS_PER_THREAD,
+    CostModel, CpuCost, GpuCost, LinearCost, OpModel, SMALL_SPEEDUP_UNITS_PER_THREAD,
     SPEEDUP_UNITS_PER_THREAD,
 };
 use super::table::size_label;
 use super::{random, time_ns, Bench};
 use crate::backend::Backend;
 use crate::cpu::CpuBackend;
+use crate::gpu::GpuBackend;
 use crate::job::{Job, OpKind};
 use crate::rsa_key::RsaPrivateKey;
 
@@ -247,11 +248,16 @@ pub(super) fn gcm_cut_cost(
 }
 
 /// RSA-2048 private operations: a cost per segment (key sizes differ by
-/// far more than bytes would say; 2048 bits is the common case).
+/// far more than bytes would say; 2048 bits is the common case, and the
+/// decision sizes the figures for the others). On a GPU: one message,
+/// whose time is the floor of any batch (one GPU thread runs a whole
+/// exponentiation), and a batch large enough to fill the GPU, whose time a
+/// message is the per-segment cost (the host's blinding and checks bound it).
 pub(super) fn calibrate_rsa(
     bench: &dyn Bench,
     one: &CpuBackend,
     all: &CpuBackend,
+    gpu: Option<&GpuBackend>,
     min_time: Duration,
 ) -> Result<OpModel, String> {
     let key = RsaPrivateKey::from_key(
@@ -259,14 +265,14 @@ pub(super) fn calibrate_rsa(
     )
     .map_err(|e| e.to_string())?;
     let batch = all.threads() * 2;
-    let inputs: Vec<Vec<u8>> = (0..batch)
+    let inputs: Vec<Vec<u8>> = (0..batch.max(if gpu.is_some() { RSA_GPU_BATCH } else { 0 }))
         .map(|_| {
             let mut v = random(key.size());
             v[0] = 0;
             v
         })
         .collect();
-    let time = |b: &CpuBackend, n: usize| {
+    let time = |b: &dyn Backend, n: usize| {
         bench
             .repeat(2, min_time, &mut || {
                 let mut job = Job::RsaPrivate {
@@ -298,7 +304,39 @@ pub(super) fn calibrate_rsa(
             cut_cost: None,
             small_speedup: None,
         },
-        gpu: None,
+        gpu: match gpu {
+            Some(g) => Some(gpu_rsa(g, &key, time)?),
+            None => None,
+        },
+    })
+}
+
+/// Messages of the GPU calibration batch: enough to fill an H100/H200
+/// (two threads a message, one wave of 132 SMs) without a long run.
+const RSA_GPU_BATCH: usize = 8192;
+
+fn gpu_rsa(
+    g: &GpuBackend,
+    key: &RsaPrivateKey,
+    time: impl Fn(&dyn Backend, usize) -> f64,
+) -> Result<GpuCost, String> {
+    if !key.batch_kernels_take() {
+        return Err("RSA calibration key is not one the GPU kernels take".into());
+    }
+    let one_message = time(g, 1);
+    let batch = time(g, RSA_GPU_BATCH);
+    let line = LinearCost {
+        fixed_ns: 0.0,
+        ns_per_byte: 0.0,
+        ns_per_segment: batch / RSA_GPU_BATCH as f64,
+    };
+    Ok(GpuCost {
+        kernel: line,
+        pinned: Some(line),
+        pageable: Some(line),
+        pinned_packed: None,
+        thread_ns_per_byte: Some(one_message / key.size() as f64),
+        pinned_large: None,
     })
 }
 

@@ -225,7 +225,7 @@ pub fn calibrate(
     for op in OpKind::ALL {
         let op_started = Instant::now();
         let m = if op == OpKind::RsaPrivate {
-            cpu::calibrate_rsa(bench, &one, &all, min_time)?
+            cpu::calibrate_rsa(bench, &one, &all, gpu, min_time)?
         } else {
             calibrate_op(
                 op,

@@ -336,6 +336,9 @@ pub(crate) struct OpCosts {
     pinned_plateau_ns_per_byte: Option<f64>,
     /// The measured line of large pinned jobs (`GpuCost::pinned_large`).
     pinned_large: Option<LinearCost>,
+    /// RSA: the message length these costs are sized for (`rsa_sized`);
+    /// 0 while they are per RSA-2048 operation, as the model holds them.
+    rsa_len: u64,
 }
 
 fn line_index(line: GpuLine) -> usize {
@@ -370,6 +373,7 @@ impl OpCosts {
             cpu: model.op(op).map(|m| m.cpu),
             gpu,
             thread_ns_per_byte: gpu_cost.and_then(|g| g.thread_ns_per_byte),
+            rsa_len: 0,
         }
     }
 
@@ -383,6 +387,34 @@ impl OpCosts {
 
     fn gpu(&self, line: GpuLine) -> Option<LinearCost> {
         self.gpu[line_index(line)]
+    }
+
+    /// RSA's costs for messages of `len` bytes. The model holds them per
+    /// RSA-2048 operation (256-byte messages), the size calibration
+    /// measures; other sizes are priced by exponents fitted to the H200
+    /// host (bench/JOURNAL.md 2026-11-27): one message's time on a CPU core
+    /// and a message's share of a large GPU batch (host-bound: blinding and
+    /// the public-exponent check) grow as (len / 256)^2.5 and ^2, and the
+    /// GPU's floor, one exponentiation on one GPU thread, whatever the
+    /// batch, as ^3 (RSA-1024 / 2048 / 4096: CPU 660 us / 1.8 ms / 10.7 ms,
+    /// GPU floor 2.9 / 19.2 / 140 ms).
+    fn rsa_sized(&self, len: u64) -> OpCosts {
+        if self.op != OpKind::RsaPrivate || len == 0 || self.rsa_len != 0 {
+            return *self;
+        }
+        let x = len as f64 / 256.0;
+        let mut c = *self;
+        c.rsa_len = len;
+        if let Some(cpu) = c.cpu.as_mut() {
+            cpu.one_thread.ns_per_segment *= x.powf(2.5);
+        }
+        for line in c.gpu.iter_mut().flatten() {
+            line.ns_per_segment *= x * x;
+        }
+        // The floor is priced per byte of the longest message:
+        // t * len * x^2 = (t * 256) * x^3.
+        c.thread_ns_per_byte = c.thread_ns_per_byte.map(|t| t * x * x);
+        c
     }
 }
 
@@ -484,6 +516,8 @@ pub(crate) enum Sketch {
 /// The single backends' finish times and the best whole-job candidate,
 /// priced from the totals alone: O(1) in the number of segments.
 pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, Decision) {
+    let sized = c.rsa_sized(stats.largest);
+    let c = &sized;
     let op = c.op;
     let cpu_finish = sides.cpu_queued_ns
         + cpu_time(
@@ -652,6 +686,8 @@ pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
     sides: &Sides,
     lengths: impl FnOnce() -> I,
 ) -> Decision {
+    let sized = c.rsa_sized(stats.largest);
+    let c = &sized;
     let op = c.op;
     let (sketch, best) = sketch(c, stats, sides);
     let gpu_bytes = match sketch {

@@ -643,3 +643,43 @@ fn a_large_line_survives_the_model_file() {
     assert!(bad.validate().is_err());
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
+
+/// RSA batches under the shipped model of a 16-core GPU host, at the batch
+/// sizes the H200 host measured (bench/JOURNAL.md 2026-11-27): the CPU
+/// while the batch is smaller than one GPU exponentiation's time would
+/// fill there, the GPU for large batches, for every key size. (Before the
+/// model sized RSA by key length and knew one GPU thread's floor, one
+/// RSA-2048 message went to the GPU: 20 ms against 1.8 ms on a core.)
+#[test]
+fn rsa_batches_go_where_the_h200_host_ran_them_faster() {
+    let m = super::super::defaults::shipped(Identity {
+        gvault_version: "0".into(),
+        cpu_cores: 16,
+        gpu_name: Some("H200".into()),
+        driver_version: Some(13000),
+    });
+    for (bytes, batch, want_gpu) in [
+        (128u64, 1usize, false),
+        (128, 16, false),
+        (128, 1024, true),
+        (128, 16384, true),
+        (256, 1, false),
+        (256, 64, false),
+        (256, 1024, true),
+        (256, 16384, true),
+        (512, 1, false),
+        (512, 64, false),
+        (512, 1024, true),
+        (512, 16384, true),
+    ] {
+        let lengths = vec![bytes; batch];
+        let job = JobShape {
+            op: OpKind::RsaPrivate,
+            lengths: &lengths,
+            mem: HostMemory::Pageable,
+        };
+        let d = decide(&m, &job, &idle(16));
+        let on_gpu = matches!(d.plan, Plan::Gpu);
+        assert_eq!(on_gpu, want_gpu, "RSA-{} x {batch}: {d:?}", bytes * 8);
+    }
+}
