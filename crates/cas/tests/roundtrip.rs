@@ -753,7 +753,7 @@ fn a_file_changing_while_read_is_reported_and_read_again_next_time() {
     while writes.load(Ordering::SeqCst) < 3 {
         std::thread::yield_now();
     }
-    let s = gvault_cas::backup(&repo, &[src.clone()], &mut |_| {}).unwrap();
+    let s = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).unwrap();
     stop.store(true, Ordering::SeqCst);
     writer.join().unwrap();
     assert!(
@@ -781,7 +781,7 @@ fn a_file_changing_while_read_is_reported_and_read_again_next_time() {
     // Quiet now: read again (its mtime moved on), stored exactly.
     drop(repo);
     let repo = reopen(&d.path().join("repo"), &enc);
-    let s2 = gvault_cas::backup(&repo, &[src.clone()], &mut |_| {}).unwrap();
+    let s2 = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).unwrap();
     assert!(s2.warnings.is_empty(), "{:?}", s2.warnings);
     assert_eq!((s2.files_changed, s2.files_unchanged), (1, 1), "{s2:?}");
     let snap2 = gvault_cas::Snapshot::read(&repo, &s2.snapshot).unwrap();
@@ -807,7 +807,7 @@ fn progress_reaches_the_tree_total_with_unchanged_files_counted() {
     random_tree(&src, 53);
     let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, true);
     let mut last = gvault_cas::Progress::default();
-    let s1 = gvault_cas::backup(&repo, &[src.clone()], &mut |p| last = p).unwrap();
+    let s1 = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |p| last = p).unwrap();
     assert_eq!(last.bytes + last.bytes_unchanged, s1.bytes_total);
     assert_eq!(last.bytes_unchanged, 0);
     let victim = fs::read_dir(src.join("a"))
@@ -818,7 +818,7 @@ fn progress_reaches_the_tree_total_with_unchanged_files_counted() {
     fs::write(&victim, b"changed contents").unwrap();
     let mut last = gvault_cas::Progress::default();
     let mut calls = 0u64;
-    let s2 = gvault_cas::backup(&repo, &[src.clone()], &mut |p| {
+    let s2 = gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |p| {
         assert!(p.bytes + p.bytes_unchanged >= last.bytes + last.bytes_unchanged);
         last = p;
         calls += 1;
