@@ -26,7 +26,13 @@ fn main() {
             m
         })
         .collect();
-    let items: Vec<RsaItem<'_>> = inputs.iter().map(|m| RsaItem { key: &key, input: m }).collect();
+    let items: Vec<RsaItem<'_>> = inputs
+        .iter()
+        .map(|m| RsaItem {
+            key: &key,
+            input: m,
+        })
+        .collect();
     for round in 0..3 {
         let t0 = Instant::now();
         let mut t_exec = None;
