@@ -1,6 +1,7 @@
 //! The CPU's share of a host-data pipeline: parallel copies between user
 //! memory and the pinned staging slots. One core cannot feed the link, so
-//! copies are cut into pieces spread over the rayon pool.
+//! copies are cut into pieces spread over a rayon pool of the copies' own
+//! (`copy_pool` says why not the global one).
 //!
 //! Plain stores: non-temporal stores into the slots (no read-for-ownership
 //! of the destination) were measured on the H100 host and
@@ -9,6 +10,8 @@
 //! 19.6/17.7 GB/s (seal/open).
 
 use std::sync::{mpsc, OnceLock};
+
+use rayon::prelude::*;
 
 /// Work per copy task: large enough to amortise the task, small enough to
 /// spread one slot over every core.
@@ -39,9 +42,11 @@ fn copy_pool() -> Option<&'static rayon::ThreadPool> {
 /// (running nothing else) until every copy is done.
 pub(crate) fn copy_parallel(jobs: &[CopyJob]) {
     struct Raw(*mut u8, *const u8, usize);
-    // SAFETY (Send): each Raw names disjoint live memory (the caller's
-    // contract on `jobs`), so moving it to another thread races with nothing.
+    // SAFETY (Send, Sync): each Raw names disjoint live memory (the caller's
+    // contract on `jobs`), so moving it to or sharing it with another
+    // thread races with nothing.
     unsafe impl Send for Raw {}
+    unsafe impl Sync for Raw {}
     impl Raw {
         fn copy(&self) {
             // SAFETY: dst and src are valid for len bytes and do not overlap
@@ -62,17 +67,16 @@ pub(crate) fn copy_parallel(jobs: &[CopyJob]) {
         Some(pool) if parts.len() > 1 => pool,
         _ => return parts.iter().for_each(Raw::copy),
     };
+    // One task on the copy pool spreads the parts over its threads (rayon
+    // splits them as the threads free up, thousands of small pieces in a
+    // few tasks); the caller waits on the channel.
     let (done, all_done) = mpsc::channel::<()>();
-    for part in parts {
-        let done = done.clone();
-        pool.spawn(move || {
-            part.copy();
-            drop(done);
-        });
-    }
-    drop(done);
-    // Returns once every task has dropped its sender: the memory the jobs
-    // name is not touched after this.
+    pool.spawn(move || {
+        parts.par_iter().for_each(Raw::copy);
+        drop(done);
+    });
+    // Returns once the task has dropped its sender (done or unwound): the
+    // memory the jobs name is not touched after this.
     while all_done.recv().is_ok() {}
 }
 
