@@ -3,6 +3,9 @@
 //! extra.
 
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -47,74 +50,61 @@ pub fn spinner(what: &str) -> ProgressBar {
 /// Bytes done of `total` with the rate and, when `total` is known, a bar
 /// and the time left.
 pub fn bytes(what: &str, total: Option<u64>) -> ProgressBar {
-    let pb = ProgressBar::with_draw_target(total, target());
-    pb.set_style(if total.is_some() {
-        style(BYTES_OF_TOTAL).progress_chars("=> ")
-    } else {
-        style(BYTES)
-    });
+    let pb = ProgressBar::with_draw_target(None, target());
+    match total {
+        Some(t) => set_total(&pb, t),
+        None => pb.set_style(style(BYTES)),
+    }
     pb.set_message(what.to_string());
     start(pb)
 }
 
-/// Gives a bar made by [`bytes`] without a total its total: from then on
-/// it shows the bar and the time left.
+/// Gives a bar made by [`bytes`] its total: from then on it shows the bar
+/// and the time left.
 pub fn set_total(pb: &ProgressBar, total: u64) {
     pb.set_length(total);
     pb.set_style(style(BYTES_OF_TOTAL).progress_chars("=> "));
 }
 
 /// Sums, on a thread of its own, the sizes of the regular files under
-/// `paths` (symbolic links not followed, unreadable directories skipped)
-/// and hands the total to `pb` with [`set_total`]: a backup's time left.
-/// Nothing is walked when the bar is not drawn. The walk stops early
-/// when the returned guard is dropped.
-pub fn total_of_tree(pb: &ProgressBar, paths: &[std::path::PathBuf]) -> TreeWalk {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+/// `paths` (symbolic links not followed, unreadable entries counted as
+/// empty) and hands the total to `pb` with [`set_total`]: a backup's time
+/// left. Nothing is walked when the bar is not drawn. The walk stops, and
+/// sets no total, when the returned guard is dropped.
+pub fn total_of_tree(pb: &ProgressBar, paths: &[PathBuf]) -> TreeWalk {
+    let stop = Arc::new(AtomicBool::new(false));
     if pb.is_hidden() {
         return TreeWalk(stop);
     }
-    let (pb, paths, flag) = (pb.clone(), paths.to_vec(), stop.clone());
+    let (pb, paths, stopped) = (pb.clone(), paths.to_vec(), stop.clone());
     std::thread::spawn(move || {
-        fn walk(p: &std::path::Path, stop: &std::sync::atomic::AtomicBool) -> Option<u64> {
-            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                return None;
-            }
-            let m = std::fs::symlink_metadata(p).ok()?;
-            if m.is_file() {
-                return Some(m.len());
-            }
-            if !m.is_dir() {
-                return Some(0);
-            }
-            let mut sum = 0;
-            for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
-                sum += walk(&e.path(), stop).unwrap_or(0);
-                if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    return None;
-                }
-            }
-            Some(sum)
-        }
-        let mut total = 0;
-        for p in &paths {
-            match walk(p, &flag) {
-                Some(n) => total += n,
-                None if flag.load(std::sync::atomic::Ordering::Relaxed) => return,
-                None => {}
+        fn walk(p: &Path, stopped: &AtomicBool) -> u64 {
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_file() => m.len(),
+                Ok(m) if m.is_dir() => std::fs::read_dir(p)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .take_while(|_| !stopped.load(Ordering::Relaxed))
+                    .map(|e| walk(&e.path(), stopped))
+                    .sum(),
+                _ => 0,
             }
         }
-        set_total(&pb, total);
+        let total = paths.iter().map(|p| walk(p, &stopped)).sum();
+        if !stopped.load(Ordering::Relaxed) {
+            set_total(&pb, total);
+        }
     });
     TreeWalk(stop)
 }
 
 /// Stops a [`total_of_tree`] walk when dropped.
-pub struct TreeWalk(std::sync::Arc<std::sync::atomic::AtomicBool>);
+pub struct TreeWalk(Arc<AtomicBool>);
 
 impl Drop for TreeWalk {
     fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
