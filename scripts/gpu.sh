@@ -99,7 +99,8 @@
 #              crates/accel/tests/rsa_gpu.rs (kernel == CPU emulation word for
 #              word, GPU == CPU backend), then `bench rsa` (ops/s against batch
 #              size for 1024/2048/4096: 1 core, all cores, openssl speed, GPU end to
-#              end, GPU kernel, auto; sorting 0/1/2-pass). RSA_BENCH_FLAGS
+#              end, GPU kernel, auto on the calibrated model (or COST_MODEL);
+#              sorting 0/1/2-pass). RSA_BENCH_FLAGS
 #              [--quick]; saved as JSON too.     -> rsa.txt, rsa.json
 #   python     The Python package with the torch installed there (issue 22): the wheel
 #              that --build put in .gpu-py/ (carry [".gpu", ".gpu-py"]) installed into
@@ -540,6 +541,8 @@ phase_seeds() {
 
 phase_rsa() {
   local f=rsa.txt
+  # auto's column prices RSA by the calibrated GPU figures.
+  calibrate_once $f
   run $f "$B/rsa-gpu-tests" --include-ignored --test-threads=1 --nocapture
   run $f "$B/gvault" bench rsa ${RSA_BENCH_FLAGS:---quick} --save "$OUT/rsa.json"
 }
