@@ -54,6 +54,34 @@ impl Default for KdfParams {
     }
 }
 
+impl KdfParams {
+    /// The most memory, passes and lanes gvault writes or reads: a damaged
+    /// or forged header must not make an open reserve terabytes or run for
+    /// days before the key is found wrong.
+    pub const MAX_M_COST_KIB: u32 = 4 << 20;
+    pub const MAX_T_COST: u32 = 64;
+    pub const MAX_P_COST: u32 = 64;
+
+    /// Why these costs are out of bounds, if they are.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.m_cost_kib > Self::MAX_M_COST_KIB
+            || self.t_cost > Self::MAX_T_COST
+            || self.p_cost > Self::MAX_P_COST
+        {
+            return Err(format!(
+                "Argon2id costs of {} KiB, {} passes, {} lanes exceed gvault's bounds ({} KiB, {} passes, {} lanes)",
+                self.m_cost_kib,
+                self.t_cost,
+                self.p_cost,
+                Self::MAX_M_COST_KIB,
+                Self::MAX_T_COST,
+                Self::MAX_P_COST
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Where the master key comes from.
 #[derive(Clone)]
 pub enum MasterKeySource {
@@ -264,6 +292,7 @@ impl Registry {
     /// A new registry with one data key (id 1).
     pub fn new(enc: &Encryption, path: &Path) -> Result<Registry> {
         let kdf = kdf_for(enc);
+        kdf.params.check().map_err(Error::InvalidArgument)?;
         let master = derive_master(&enc.master, &kdf, path)?;
         Ok(Registry {
             store_id: random_bytes(),
@@ -331,6 +360,11 @@ impl Registry {
                 "header",
                 format!("unknown key-derivation kind {kind}"),
             ));
+        }
+        if kind == 1 {
+            params
+                .check()
+                .map_err(|why| Error::corruption(&path, "key-derivation parameters", why))?;
         }
         let kdf = KdfHeader { kind, params, salt };
         let master = derive_master(&enc.master, &kdf, &path)?;
@@ -477,6 +511,7 @@ impl Registry {
     /// passphrase); the data keys are unchanged.
     pub fn rewrap(&mut self, enc: &Encryption, path: &Path) -> Result<()> {
         let kdf = kdf_for(enc);
+        kdf.params.check().map_err(Error::InvalidArgument)?;
         self.master = derive_master(&enc.master, &kdf, path)?;
         self.kdf = kdf;
         Ok(())
@@ -583,6 +618,40 @@ impl KeyState {
 mod tests {
     use super::*;
     use crate::env::OsFs;
+
+    #[test]
+    fn argon2_costs_past_the_bounds_are_refused_at_creation_and_on_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = keys_path(dir.path());
+        let mut enc = Encryption::with_passphrase("p");
+        enc.kdf = KdfParams {
+            m_cost_kib: KdfParams::MAX_M_COST_KIB + 1,
+            t_cost: 1,
+            p_cost: 1,
+        };
+        assert!(matches!(
+            Registry::new(&enc, &path),
+            Err(Error::InvalidArgument(_))
+        ));
+        // A header forged to ask for 4 TiB is damage, found before any
+        // key derivation runs.
+        enc.kdf = KdfParams {
+            m_cost_kib: 8,
+            t_cost: 1,
+            p_cost: 1,
+        };
+        let backend = gvault_accel::CpuBackend::with_threads(1);
+        let r = Registry::new(&enc, &path).unwrap();
+        r.save(&OsFs, dir.path(), &backend).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        match Registry::load(&OsFs, dir.path(), &enc, &backend) {
+            Err(Error::Corruption { reason, .. }) => assert!(reason.contains("bounds"), "{reason}"),
+            Err(e) => panic!("expected corruption, got {e}"),
+            Ok(_) => panic!("a forged header opened"),
+        }
+    }
 
     #[test]
     fn registry_flags_round_trip_and_version_1_reads_as_fully_sealed() {

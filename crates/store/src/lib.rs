@@ -46,7 +46,9 @@
 //! - **Close** ([`Store::close`]) leaves the store as a long-lived process
 //!   would: compactions no longer due, no value-log file holding records
 //!   already in tables; [`Store::compact_all`] compacts everything.
-//! - **Files** go through [`env::FileSystem`], so tests inject a full disk.
+//! - **Files** go through [`env::FileSystem`], so tests inject a full disk;
+//!   [`MemFs`] holds files in memory (the CAS's key registry on object
+//!   storage, the fuzz targets' files).
 //!
 //! docs/format.md in the repository describes every byte on disk.
 
@@ -64,6 +66,9 @@ mod dir_lock;
 pub mod env;
 pub mod error;
 pub mod format;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gc;
 mod inspect;
 mod iterator;
@@ -73,6 +78,7 @@ mod lock_order;
 mod log_reader;
 mod log_writer;
 mod manifest;
+mod mem_fs;
 mod memtable;
 pub mod options;
 mod read_ahead;
@@ -98,6 +104,7 @@ pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use inspect::{block_extents, block_extents_with, Stats, VerifyReport};
 pub use keys::{Encryption, KdfParams, MasterKeySource};
+pub use mem_fs::MemFs;
 pub use options::{Options, WriteOptions};
 pub use rotation::{KeyStatus, ReencryptReport};
 pub use salvage::{salvage, SalvageReport};

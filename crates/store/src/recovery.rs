@@ -412,7 +412,7 @@ struct ReplayedFile {
 
 /// Replays every value-log file from the replay pointer into `mem`. A
 /// torn tail of the head file is cut, or for a read-only open left alone.
-fn replay(
+pub(crate) fn replay(
     opts: &Options,
     dir: &Path,
     version: &Version,
@@ -538,7 +538,7 @@ fn replay(
                 } else {
                     format!(
                         "an append that never completed: {pending_values} value frame(s) and no readable commit record, so none of its records (sequence {} on) was acknowledged as synced",
-                        max_seq.max(version.last_sequence) + 1
+                        max_seq.max(version.last_sequence).saturating_add(1)
                     )
                 };
                 let action = match access {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::coding::{put_bytes, put_varint, Decoder};
-use crate::format::{compare_internal, user_key, LogPosition};
+use crate::format::{compare_internal, user_key, LogPosition, MAX_SEQUENCE};
 
 pub const NUM_LEVELS: usize = 7;
 
@@ -162,6 +162,11 @@ impl Version {
     pub fn apply(&self, edit: &VersionEdit) -> Result<Version, String> {
         let mut v = self.clone();
         if let Some(s) = edit.last_sequence {
+            if s > MAX_SEQUENCE {
+                return Err(format!(
+                    "last sequence {s} does not fit in 56 bits (the most a key can hold)"
+                ));
+            }
             v.last_sequence = v.last_sequence.max(s);
         }
         if let Some(n) = edit.next_file_number {
@@ -265,6 +270,19 @@ impl Version {
 mod tests {
     use super::*;
     use crate::format::internal_key;
+
+    #[test]
+    fn a_last_sequence_past_56_bits_does_not_apply() {
+        let edit = |s| VersionEdit {
+            last_sequence: Some(s),
+            ..VersionEdit::default()
+        };
+        assert!(Version::default().apply(&edit(MAX_SEQUENCE)).is_ok());
+        let e = Version::default()
+            .apply(&edit(MAX_SEQUENCE + 1))
+            .unwrap_err();
+        assert!(e.contains("56 bits"), "{e}");
+    }
 
     #[test]
     fn edit_round_trip_and_apply() {

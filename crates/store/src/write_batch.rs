@@ -4,7 +4,7 @@
 //! frame is read back intact, which is what makes each batch atomic.
 
 use crate::coding::{put_bytes, put_u64, put_varint, Decoder};
-use crate::format::{BlockHandle, ValueType};
+use crate::format::{BlockHandle, ValueType, MAX_SEQUENCE};
 
 /// Puts and deletes applied together or not at all.
 #[derive(Clone, Debug, Default)]
@@ -127,7 +127,9 @@ pub(crate) fn decode_commit(payload: &[u8]) -> Option<Vec<LogRecord<'_>>> {
         let first = d.u64()?;
         let count = d.varint()?;
         for i in 0..count {
-            let seq = first.checked_add(i)?;
+            // Sequence numbers are 56 bits: a larger one would not fit an
+            // internal key's trailer and would sort as another number.
+            let seq = first.checked_add(i).filter(|s| *s <= MAX_SEQUENCE)?;
             let t = ValueType::from_u8(d.u8()?)?;
             let key = d.bytes()?;
             let (value, frame) = match t {
@@ -150,6 +152,22 @@ pub(crate) fn decode_commit(payload: &[u8]) -> Option<Vec<LogRecord<'_>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sequence_number_past_56_bits_is_malformed() {
+        let mut c = CommitBuilder::new();
+        c.start_batch(MAX_SEQUENCE, 1);
+        c.inline(b"a", b"1");
+        assert!(decode_commit(&c.finish()).is_some());
+        for (first, count) in [(MAX_SEQUENCE, 2), (MAX_SEQUENCE + 1, 1), (u64::MAX, 1)] {
+            let mut c = CommitBuilder::new();
+            c.start_batch(first, count);
+            for _ in 0..count {
+                c.inline(b"a", b"1");
+            }
+            assert!(decode_commit(&c.finish()).is_none(), "{first} x {count}");
+        }
+    }
 
     #[test]
     fn commit_round_trip() {
