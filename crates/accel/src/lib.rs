@@ -53,6 +53,10 @@ mod chunking;
 #[doc(hidden)]
 pub mod cpu;
 mod error;
+// Entry points for the fuzz targets in fuzz/ (never on in a shipped build).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 // The GPU backend's internals (kernel sources and cache, device memory,
 // link measurement): reachable, hidden, for accel's GPU tests and the
 // calibration. Callers use `GpuBackend` and the diagnostics at the root.

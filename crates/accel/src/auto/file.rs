@@ -47,22 +47,28 @@ pub(crate) fn read(path: &Path, current: &Identity) -> Result<CostModel, String>
 
 /// As [`read`]; the GPU and driver are checked only when `check_gpu`.
 fn read_checking(path: &Path, current: &Identity, check_gpu: bool) -> Result<CostModel, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    decode(&text, current, check_gpu)
+}
+
+/// A model file's text, decoded and checked as [`read_checking`] checks it
+/// (also the `fuzzing` entry point's decoder).
+pub(crate) fn decode(text: &str, current: &Identity, check_gpu: bool) -> Result<CostModel, String> {
     /// The one field every format version has.
     #[derive(serde::Deserialize)]
     struct Version {
         format_version: u32,
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
     // The version first: a file of another version is not corrupt, only
     // not ours to read (its fields may differ).
-    let v: Version = serde_json::from_str(&text).map_err(|e| format!("corrupt: {e}"))?;
+    let v: Version = serde_json::from_str(text).map_err(|e| format!("corrupt: {e}"))?;
     if v.format_version != FORMAT_VERSION {
         return Err(format!(
             "of format version {} (this gvault reads {FORMAT_VERSION})",
             v.format_version
         ));
     }
-    let model: CostModel = serde_json::from_str(&text).map_err(|e| format!("corrupt: {e}"))?;
+    let model: CostModel = serde_json::from_str(text).map_err(|e| format!("corrupt: {e}"))?;
     model.validate().map_err(|e| format!("corrupt: {e}"))?;
     let stale = if check_gpu {
         model.identity.mismatch(current)
@@ -81,10 +87,15 @@ pub fn write(path: &Path, model: &CostModel) -> Result<(), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    let text = serde_json::to_string_pretty(model).map_err(|e| e.to_string())?;
+    let text = encode(model)?;
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| format!("renaming to {}: {e}", path.display()))
+}
+
+/// A model file's text, as [`write`] writes it.
+pub(crate) fn encode(model: &CostModel) -> Result<String, String> {
+    serde_json::to_string_pretty(model).map_err(|e| e.to_string())
 }
 
 /// The model for `current`: the file at `path` if it is usable, else the

@@ -32,16 +32,16 @@
 
 mod backend;
 pub mod calibrate;
-mod decide;
+pub(crate) mod decide;
 mod defaults;
-mod file;
+pub(crate) mod file;
 pub mod forced_split;
 #[cfg(test)]
 mod golden;
 #[cfg(test)]
 mod h100;
 mod inspect;
-mod model;
+pub(crate) mod model;
 #[cfg(test)]
 mod overhead;
 pub mod replay;

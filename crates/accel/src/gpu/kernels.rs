@@ -216,10 +216,8 @@ pub fn compile_cached(
     });
     if let Some(path) = &path {
         if let Ok(bytes) = std::fs::read(path) {
-            if bytes.len() > 32 && blake3::hash(&bytes[32..]).as_bytes() == &bytes[..32] {
-                if let Ok(ptx) = String::from_utf8(bytes[32..].to_vec()) {
-                    return Ok(ptx);
-                }
+            if let Some(ptx) = decode_cache_entry(&bytes) {
+                return Ok(ptx);
             }
             eprintln!(
                 "gvault: kernel cache entry {} is corrupt; rebuilding",
@@ -253,12 +251,28 @@ pub fn compile_cached(
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        let mut bytes = blake3::hash(ptx.as_bytes()).as_bytes().to_vec();
-        bytes.extend_from_slice(ptx.as_bytes());
+        let bytes = encode_cache_entry(&ptx);
         let tmp = path.with_extension("tmp");
         if std::fs::write(&tmp, &bytes).is_ok() {
             let _ = std::fs::rename(&tmp, path);
         }
     }
     Ok(ptx)
+}
+
+/// A cache entry's bytes: BLAKE3(ptx) ‖ ptx.
+pub fn encode_cache_entry(ptx: &str) -> Vec<u8> {
+    let mut bytes = blake3::hash(ptx.as_bytes()).as_bytes().to_vec();
+    bytes.extend_from_slice(ptx.as_bytes());
+    bytes
+}
+
+/// The PTX of a cache entry, or `None` when the entry is damaged (digest
+/// mismatch, too short, not UTF-8) and must be rebuilt.
+pub fn decode_cache_entry(bytes: &[u8]) -> Option<String> {
+    let (digest, ptx) = (bytes.get(..32)?, bytes.get(32..)?);
+    if ptx.is_empty() || blake3::hash(ptx).as_bytes() != digest {
+        return None;
+    }
+    String::from_utf8(ptx.to_vec()).ok()
 }

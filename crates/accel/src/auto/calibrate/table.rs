@@ -38,6 +38,10 @@ fn describe(c: Crossover) -> String {
         Crossover::GpuNeverFaster => "GPU never faster".into(),
         Crossover::GpuAlwaysFaster => "GPU always faster".into(),
         Crossover::At(size) => format!("GPU from {}", approx_size(size)),
+        Crossover::AtMessages(n) => format!(
+            "GPU from {n} messages of {} bits",
+            super::super::decide::RSA_SHOWN_LEN * 8
+        ),
     }
 }
 

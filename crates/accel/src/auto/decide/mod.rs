@@ -727,7 +727,13 @@ pub(crate) enum Crossover {
     GpuAlwaysFaster,
     /// The GPU is faster from this segment size up.
     At(u64),
+    /// RSA: the GPU is faster from this many messages of `RSA_SHOWN_LEN`
+    /// bytes up (RSA is priced by messages, not bytes).
+    AtMessages(u64),
 }
+
+/// The key size RSA cross-overs are reported for: 2048 bits.
+pub(crate) const RSA_SHOWN_LEN: u64 = 256;
 
 /// Smallest segment size (512 B to 1 GiB) at which the GPU's predicted
 /// time beats the CPU's, for idle backends and data in `mem`.
@@ -741,6 +747,9 @@ pub(crate) fn crossover(
     let c = &OpCosts::of(model, op);
     if c.gpu(gpu_line_kind(mem, u64::MAX, 1)).is_none() {
         return Crossover::NoGpu;
+    }
+    if op == OpKind::RsaPrivate {
+        return rsa_crossover(c, cpu_threads, mem);
     }
     let n = segments.max(1);
     let gpu_wins = |size: u64| {
@@ -766,6 +775,34 @@ pub(crate) fn crossover(
         }
     }
     Crossover::At(hi)
+}
+
+/// Smallest batch of 2048-bit messages (1 to 2^24) the GPU finishes first.
+fn rsa_crossover(c: &OpCosts, cpu_threads: usize, mem: HostMemory) -> Crossover {
+    let len = RSA_SHOWN_LEN;
+    let c = &c.rsa_sized(len);
+    let gpu_wins = |n: u64| {
+        let cpu = cpu_time(c, n * len, n as usize, len, cpu_threads);
+        gpu_time(c, n * len, n as usize, len, mem).is_some_and(|g| g < cpu)
+    };
+    let (mut lo, mut hi) = (1u64, 1u64 << 24);
+    if gpu_wins(lo) {
+        return Crossover::GpuAlwaysFaster;
+    }
+    if !gpu_wins(hi) {
+        return Crossover::GpuNeverFaster;
+    }
+    // The GPU's floor is one message's time whatever the batch, and the
+    // CPU's time grows with it: they cross once.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if gpu_wins(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Crossover::AtMessages(hi)
 }
 
 #[cfg(test)]

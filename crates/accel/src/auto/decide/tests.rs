@@ -683,3 +683,34 @@ fn rsa_batches_go_where_the_h200_host_ran_them_faster() {
         assert_eq!(on_gpu, want_gpu, "RSA-{} x {batch}: {d:?}", bytes * 8);
     }
 }
+
+/// RSA's cross-over is a message count (RSA is priced by messages), and it
+/// lies where `decide` starts sending 2048-bit batches to the GPU.
+#[test]
+fn rsa_crossover_is_the_batch_decide_first_sends_to_the_gpu() {
+    let m = super::super::defaults::shipped(Identity {
+        gvault_version: "0".into(),
+        cpu_cores: 16,
+        gpu_name: Some("H200".into()),
+        driver_version: Some(13000),
+    });
+    let Crossover::AtMessages(n) = crossover(&m, OpKind::RsaPrivate, 64, 16, HostMemory::Pageable)
+    else {
+        panic!("RSA's cross-over should be a message count");
+    };
+    assert!((64..=1024).contains(&n), "GPU from {n} messages");
+    let on_gpu = |batch: u64| {
+        let lengths = vec![RSA_SHOWN_LEN; batch as usize];
+        let job = JobShape {
+            op: OpKind::RsaPrivate,
+            lengths: &lengths,
+            mem: HostMemory::Pageable,
+        };
+        matches!(decide(&m, &job, &idle(16)).plan, Plan::Gpu)
+    };
+    // decide asks the GPU to win by a margin before it moves a job there.
+    assert!(
+        on_gpu(2 * n) && !on_gpu(n / 2),
+        "decide disagrees around {n}"
+    );
+}
