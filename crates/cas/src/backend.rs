@@ -47,6 +47,21 @@ pub trait Backend: Send + Sync {
     /// The small singleton files (`config`): put/get by name at the root.
     fn put_root(&self, name: &str, data: &[u8]) -> Result<()>;
     fn get_root(&self, name: &str) -> Result<Vec<u8>>;
+    /// How many requests the backend serves well at once (writers of
+    /// packs use at least this many threads); 1 for a local disk.
+    fn parallelism(&self) -> usize {
+        1
+    }
+    /// Where the objects are, for messages.
+    fn location(&self) -> String {
+        String::new()
+    }
+    /// Forgets a local copy of the object (one that did not authenticate),
+    /// so that the next read fetches it from the repository; whether there
+    /// was one. Only caches ([`crate::backend_cache::CachedBackend`]) have any.
+    fn drop_cached(&self, _kind: Kind, _name: &str) -> bool {
+        false
+    }
 }
 
 /// A repository in a local directory: `<root>/<kind dir>/<name>`. Writes go
@@ -188,6 +203,9 @@ impl Backend for LocalDir {
         valid_name(name)?;
         let p = self.root.join(name);
         fs::read(&p).ctx(|| format!("reading {}", p.display()))
+    }
+    fn location(&self) -> String {
+        self.root.display().to_string()
     }
 }
 

@@ -82,9 +82,12 @@ pub struct Progress {
 pub type ProgressFn<'a> = &'a mut dyn FnMut(Progress);
 
 /// Packs are sealed and written by this many threads (at least 2), so that
-/// chunking and packing go on while packs are sealed, written and synced.
-fn pack_threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).clamp(2, 8))
+/// chunking and packing go on while packs are sealed, written and synced;
+/// on object storage, as many as the backend's connections (at most 8: each
+/// holds up to two 16 MiB packs), since each mostly waits on the network.
+fn pack_threads(repo: &Repository) -> usize {
+    let cpu = std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).clamp(2, 8));
+    cpu.max(repo.backend.parallelism().min(8))
 }
 
 type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
@@ -100,7 +103,7 @@ struct Uploads {
 
 impl Uploads {
     fn new<'s, 'r: 's>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Uploads {
-        let threads = pack_threads();
+        let threads = pack_threads(repo);
         let (tx, work) = sync_channel::<PackBuilder>(threads);
         let (done, rx) = std::sync::mpsc::channel::<Uploaded>();
         let work = Arc::new(Mutex::new(work));
@@ -925,6 +928,82 @@ fn drop_entries(entries: &mut Vec<Entry>, dropped: &HashSet<usize>) {
         }
     }
     *entries = kept;
+}
+
+/// Copies the snapshot `snap` of `src` into `dst` (any two repositories,
+/// e.g. a directory and a bucket): every chunk is read and checked in
+/// `src`, named by `dst`'s chunk-id key, and written to `dst` only if
+/// `dst` lacks it, so only missing chunks travel to `dst`. Chunk
+/// boundaries are kept (the data is not chunked again). The copy keeps the
+/// snapshot's time, host, paths and entries; it has no parent.
+pub fn copy_snapshot(src: &Repository, dst: &Repository, snap: &Snapshot) -> Result<BackupSummary> {
+    /// Chunks are named in batches of about this many bytes.
+    const BATCH: usize = 32 << 20;
+    let _src_lock = Lock::shared(src.backend.clone())?;
+    let lock = Lock::shared(dst.backend.clone())?;
+    std::thread::scope(|scope| {
+        let mut w = Writer::new(dst, scope);
+        adopt_orphans(dst, &mut w)?;
+        let mut entries = Vec::with_capacity(snap.entries.len());
+        for e in &snap.entries {
+            let mut copy = e.clone();
+            match e.kind {
+                EntryKind::File => w.sum.files_new += 1,
+                EntryKind::Dir => w.sum.dirs += 1,
+                _ => {}
+            }
+            w.sum.bytes_total += e.size;
+            if !e.chunks.is_empty() {
+                let mut refs = Vec::with_capacity(e.chunks.len());
+                let mut batch: Vec<u8> = Vec::new();
+                let mut spans: Vec<(u64, u32)> = Vec::new();
+                let mut flush = |w: &mut Writer<'_>,
+                                 batch: &mut Vec<u8>,
+                                 spans: &mut Vec<(u64, u32)>|
+                 -> Result<()> {
+                    let segs: Vec<&[u8]> = spans
+                        .iter()
+                        .map(|&(o, l)| &batch[o as usize..o as usize + l as usize])
+                        .collect();
+                    let ids = accel_jobs::keyed_digests(dst.accel(), &dst.keys.chunk_id, &segs)?;
+                    let chunks: Vec<IdChunk> = spans
+                        .iter()
+                        .zip(ids)
+                        .map(|(&(offset, len), id)| IdChunk { offset, len, id })
+                        .collect();
+                    refs.extend(w.add(batch, &chunks)?);
+                    w.sum.bytes_read += batch.len() as u64;
+                    batch.clear();
+                    spans.clear();
+                    Ok(())
+                };
+                crate::restore::read_chunks(src, &e.chunks, &mut |c, data| {
+                    spans.push((batch.len() as u64, c.len));
+                    batch.extend_from_slice(data);
+                    if batch.len() >= BATCH {
+                        flush(&mut w, &mut batch, &mut spans)?;
+                    }
+                    Ok(())
+                })?;
+                if !spans.is_empty() {
+                    flush(&mut w, &mut batch, &mut spans)?;
+                }
+                copy.chunks = refs;
+            }
+            entries.push(copy);
+        }
+        let mut sum = w.finish()?;
+        lock.check_held()?;
+        let s = Snapshot {
+            time_ns: snap.time_ns,
+            hostname: snap.hostname.clone(),
+            paths: snap.paths.clone(),
+            parent: None,
+            entries,
+        };
+        sum.snapshot = s.write(dst)?;
+        Ok(sum)
+    })
 }
 
 /// Backs up standard input (or any reader) as one file named `name`.

@@ -24,10 +24,10 @@ use crate::pack::BlobEntry;
 use crate::repo::{ObjectKind, Repository};
 
 pub const INDEX_MAGIC: [u8; 8] = *b"GVCASIX1";
-const TRAILER_LEN: usize = 12;
-const ENTRY_LEN: usize = 32 + 4 + 4 + 4 + 4 + 4 + 1;
+pub(crate) const TRAILER_LEN: usize = 12;
+pub(crate) const ENTRY_LEN: usize = 32 + 4 + 4 + 4 + 4 + 4 + 1;
 pub const BLOCK_ENTRIES: usize = 1024;
-const FOOTER_NONCE: [u8; 12] = [0xff; 12];
+pub(crate) const FOOTER_NONCE: [u8; 12] = [0xff; 12];
 const BLOOM_BITS_PER_ENTRY: usize = 10;
 const BLOOM_HASHES: u8 = 7;
 const CACHE_BLOCKS: usize = 256;
@@ -90,11 +90,11 @@ impl IndexFile {
     }
 }
 
-fn block_nonce(i: u32) -> [u8; 12] {
+pub(crate) fn block_nonce(i: u32) -> [u8; 12] {
     crate::pack::blob_nonce(i)
 }
-const BLOCK_AAD: &[u8] = b"gvault-cas index block";
-const FOOTER_AAD: &[u8] = b"gvault-cas index footer";
+pub(crate) const BLOCK_AAD: &[u8] = b"gvault-cas index block";
+pub(crate) const FOOTER_AAD: &[u8] = b"gvault-cas index footer";
 
 /// A cached block: its file's name and its number.
 type BlockKey = (String, usize);
@@ -120,7 +120,14 @@ impl Index {
     pub fn load(repo: &Repository) -> Result<Index> {
         let mut idx = Index::empty();
         for name in repo.backend.list(Kind::Index)? {
-            match read_footer(repo, &name) {
+            let mut r = read_footer(repo, &name);
+            // A damaged cached copy is dropped and the file read again.
+            if matches!(r, Err(Error::Corrupt { .. }))
+                && repo.backend.drop_cached(Kind::Index, &name)
+            {
+                r = read_footer(repo, &name);
+            }
+            match r {
                 Ok(f) => idx.add(f),
                 Err(e @ Error::Corrupt { .. }) => idx.damaged.push((name, e.to_string())),
                 Err(e) => return Err(e),
@@ -187,6 +194,16 @@ impl Index {
 }
 
 fn read_block(repo: &Repository, f: &IndexFile, b: usize) -> Result<Vec<Location>> {
+    match read_block_once(repo, f, b) {
+        // A damaged cached copy is dropped and the block read again.
+        Err(Error::Corrupt { .. }) if repo.backend.drop_cached(Kind::Index, &f.name) => {
+            read_block_once(repo, f, b)
+        }
+        r => r,
+    }
+}
+
+fn read_block_once(repo: &Repository, f: &IndexFile, b: usize) -> Result<Vec<Location>> {
     let what = || format!("index file {}", f.name);
     let r = &f.blocks[b];
     let sealed = repo
@@ -285,6 +302,11 @@ fn read_footer(repo: &Repository, name: &str) -> Result<IndexFile> {
     }
     let words = d.u32().ok_or_else(bad)?;
     let hashes = d.u8().ok_or_else(bad)?;
+    // Sized by what the footer holds, not by its word count: a damaged
+    // count must not allocate 32 GiB before the footer runs out.
+    if d.remaining() < words as usize * 8 {
+        return Err(bad());
+    }
     let mut bloom = Vec::with_capacity(words as usize);
     for _ in 0..words {
         bloom.push(d.u64().ok_or_else(bad)?);

@@ -3,6 +3,9 @@
 //!
 //! - [`backend`]: whole immutable objects behind a [`Backend`] trait; the
 //!   local directory ([`LocalDir`]) with atomic writes.
+//! - [`backend_s3`]: S3-compatible object storage ([`S3Backend`]).
+//! - [`backend_cache`]: a local cache of a remote repository's index files
+//!   and snapshots ([`CachedBackend`]).
 //! - [`repo`]: config (format version, chunker), keys (gvault-store's key
 //!   registry; per-object keys derived from the data key), [`Repository`].
 //! - [`pack`], [`index`], [`snapshot`]: the objects; [`lock`]: locks.
@@ -13,11 +16,16 @@
 
 pub mod accel_jobs;
 pub mod backend;
+pub mod backend_cache;
+pub mod backend_s3;
 pub mod backup;
 mod coding;
 pub mod error;
 pub mod extsort;
 pub mod forget;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod lock;
 pub mod maintenance;
@@ -27,7 +35,9 @@ pub mod restore;
 pub mod snapshot;
 
 pub use backend::{Backend, Kind, LocalDir};
-pub use backup::{backup, backup_reader, BackupSummary, Progress};
+pub use backend_cache::{CacheStats, CachedBackend};
+pub use backend_s3::{S3Backend, S3Credentials, S3Options};
+pub use backup::{backup, backup_reader, copy_snapshot, BackupSummary, Progress};
 pub use error::{Error, Result};
 pub use forget::{forget_with, ForgetReport, Policy, Span};
 pub use maintenance::{

@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::repo::{ObjectKind, Repository};
 
 pub const PACK_MAGIC: [u8; 8] = *b"GVCASPK1";
-const TRAILER_LEN: usize = 12;
-const ENTRY_LEN: usize = 32 + 4 + 4 + 4 + 1;
+pub(crate) const TRAILER_LEN: usize = 12;
+pub(crate) const ENTRY_LEN: usize = 32 + 4 + 4 + 4 + 1;
 pub const HEADER_NONCE: [u8; 12] = [0xff; 12];
 /// Flag bit: the chunk is zstd-compressed.
 pub const FLAG_ZSTD: u8 = 1;
@@ -49,7 +49,7 @@ pub fn blob_aad(id: &[u8; 32], raw_len: u32, flags: u8) -> Vec<u8> {
     a
 }
 
-fn header_aad(pack_id: &[u8; 32]) -> Vec<u8> {
+pub(crate) fn header_aad(pack_id: &[u8; 32]) -> Vec<u8> {
     let mut a = b"gvault-cas pack header".to_vec();
     a.extend_from_slice(pack_id);
     a
@@ -332,6 +332,13 @@ pub fn open_blobs(
             continue;
         }
         buf.truncate(buf.len() - TAG_LEN);
+        if e.raw_len > repo.config.chunker.max_len() {
+            // Decompression reserves the recorded length up front: a
+            // damaged one must not reserve 4 GiB. No chunk is longer than
+            // the repository's chunker makes them.
+            plain.push(Err("longer than the repository's largest chunk".into()));
+            continue;
+        }
         if e.flags & FLAG_ZSTD != 0 {
             match zstd::bulk::decompress(&buf, e.raw_len as usize) {
                 Ok(b) if b.len() == e.raw_len as usize => plain.push(Ok(b)),

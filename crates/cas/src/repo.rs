@@ -14,11 +14,12 @@ use std::sync::Arc;
 
 use gvault_accel::{Aes256Key, Blake3Key, ChunkParams};
 use gvault_store::keys::Registry;
-use gvault_store::{Encryption, OsFs};
+use gvault_store::{Encryption, MemFs, OsFs};
 use zeroize::Zeroizing;
 
 use crate::accel_jobs::{self, AccelBackend};
-use crate::backend::{Backend, LocalDir};
+use crate::backend::{Backend, Kind, LocalDir};
+use crate::backend_cache::CachedBackend;
 use crate::coding::{put_u32, put_u8, Decoder};
 use crate::error::{Error, Result};
 use crate::index::Index;
@@ -141,6 +142,11 @@ impl Config {
             1 => Chunker::Fixed { size: a },
             k => return Err(bad(&format!("unknown chunker {k}"))),
         };
+        // Only what `init` accepts: a backup cuts with it (a fixed size of 0
+        // panics, a 4 GiB maximum allocates windows of 16 GiB).
+        chunker
+            .validate()
+            .map_err(|e| bad(&format!("chunker {chunker:?}: {e}")))?;
         Ok((
             Config {
                 version,
@@ -169,13 +175,13 @@ pub enum ObjectKind {
 }
 
 impl Keys {
-    fn new(data: &Aes256Key) -> Keys {
+    pub(crate) fn new(data: &Aes256Key) -> Keys {
         let data = Zeroizing::new(*data.expose());
         let chunk_id =
             accel_jobs::blake3_key(blake3::derive_key("gvault-cas v1 chunk id key", &data[..]));
         Keys { data, chunk_id }
     }
-    fn config_mac(&self, body: &[u8]) -> [u8; 32] {
+    pub(crate) fn config_mac(&self, body: &[u8]) -> [u8; 32] {
         let k = Zeroizing::new(blake3::derive_key(
             "gvault-cas v1 config mac key",
             &self.data[..],
@@ -270,6 +276,20 @@ impl Repository {
         })?;
         let registry = Registry::new(enc, &gvault_store::keys::keys_path(&kd))?;
         registry.save(&OsFs, &kd, &*accel)?;
+        Repository::write_config(&registry, &opts, root.to_owned(), Arc::new(local), accel)
+    }
+
+    /// The last step of an init, on any backend: the config, under the
+    /// registry's current key, written last, so that a directory or prefix
+    /// without it is no repository and an interrupted init leaves nothing
+    /// half made.
+    fn write_config(
+        registry: &Registry,
+        opts: &InitOptions,
+        root: PathBuf,
+        backend: Arc<dyn Backend>,
+        accel: AccelBackend,
+    ) -> Result<Repository> {
         let key_id = registry.current;
         let data = registry
             .keys
@@ -286,12 +306,10 @@ impl Repository {
         let mut bytes = config.encode_body();
         let mac = keys.config_mac(&bytes);
         bytes.extend_from_slice(&mac);
-        // The config is written last: a directory without it is no
-        // repository, so an interrupted init leaves nothing half made.
-        local.put_root(CONFIG_NAME, &bytes)?;
+        backend.put_root(CONFIG_NAME, &bytes)?;
         Ok(Repository {
-            root: root.to_owned(),
-            backend: Arc::new(local),
+            root,
+            backend,
             accel,
             config,
             keys,
@@ -345,9 +363,137 @@ impl Repository {
         Ok(repo)
     }
 
+    /// Creates a repository on any backend (S3, …): as [`Repository::init`],
+    /// with the key registry stored as the object `keys/KEYS` beside
+    /// `config`. `location` names it in messages (`s3://bucket/prefix`).
+    /// The backend's namespace must hold no repository objects yet.
+    pub fn init_on(
+        backend: Arc<dyn Backend>,
+        location: &str,
+        enc: &Encryption,
+        opts: InitOptions,
+        accel: AccelBackend,
+    ) -> Result<Repository> {
+        opts.chunker.validate()?;
+        let root = PathBuf::from(location);
+        match backend.get_root(CONFIG_NAME) {
+            Ok(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{location} already holds a repository"
+                )))
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e),
+        }
+        for k in Kind::ALL {
+            if !backend.list(k)?.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "{location} is not empty (it has {}/ objects); a repository needs an empty prefix",
+                    k.dir()
+                )));
+            }
+        }
+        let kpath = keys_object_path();
+        let registry = Registry::new(enc, &kpath)?;
+        let fs = MemFs::default();
+        registry.save(&fs, Path::new(KEYS_DIR), &*accel)?;
+        let sealed = fs
+            .take(&kpath)
+            .ok_or_else(|| Error::InvalidArgument("the key registry wrote no keys file".into()))?;
+        backend.put_root(KEYS_OBJECT, &sealed)?;
+        Repository::write_config(&registry, &opts, root, backend, accel)
+    }
+
+    /// Opens a repository on any backend, in the order of
+    /// [`Repository::open`]: config version, key registry, config MAC,
+    /// index footers.
+    pub fn open_on(
+        backend: Arc<dyn Backend>,
+        location: &str,
+        enc: Option<&Encryption>,
+        accel: AccelBackend,
+    ) -> Result<Repository> {
+        Self::open_on_cached(backend, location, enc, accel, None)
+    }
+
+    /// [`Repository::open_on`] with a local cache of the index files and
+    /// snapshots in `<cache_root>/<repository id>/` (a [`CachedBackend`]);
+    /// `None`: no cache. The cache is chosen only once the config's MAC
+    /// verified, so that a forged config cannot point at another
+    /// repository's cache.
+    pub fn open_on_cached(
+        backend: Arc<dyn Backend>,
+        location: &str,
+        enc: Option<&Encryption>,
+        accel: AccelBackend,
+        cache_root: Option<&Path>,
+    ) -> Result<Repository> {
+        let root = PathBuf::from(location);
+        let bytes = match backend.get_root(CONFIG_NAME) {
+            Ok(b) => b,
+            Err(e) if is_not_found(&e) => {
+                return Err(Error::NotARepository {
+                    path: root,
+                    reason: "no config object (create one with `gvault repo init`)".into(),
+                })
+            }
+            Err(e) => return Err(e),
+        };
+        let (config, mac) = Config::decode(&bytes, &root.join(CONFIG_NAME))?;
+        let enc = enc.ok_or_else(|| Error::KeyRequired { dir: root.clone() })?;
+        let kpath = keys_object_path();
+        let sealed = backend.get_root(KEYS_OBJECT)?;
+        let fs = MemFs::default();
+        fs.insert(&kpath, sealed);
+        let registry = Registry::load(&fs, Path::new(KEYS_DIR), enc, &*accel)?;
+        let data = registry.keys.get(&config.key_id).ok_or_else(|| {
+            Error::corrupt(
+                "config",
+                format!("names data key {} which keys/KEYS lacks", config.key_id),
+            )
+        })?;
+        let keys = Keys::new(data);
+        if keys.config_mac(&bytes[..CONFIG_LEN - 32]) != mac {
+            return Err(Error::corrupt(
+                "config",
+                "its MAC does not verify (the object was altered)",
+            ));
+        }
+        let backend: Arc<dyn Backend> = match cache_root {
+            Some(c) => Arc::new(CachedBackend::new(
+                backend,
+                c.join(hex::encode(config.repo_id)),
+            )?),
+            None => backend,
+        };
+        let mut repo = Repository {
+            root,
+            backend,
+            accel,
+            config,
+            keys,
+            index: Index::empty(),
+        };
+        repo.index = Index::load(&repo)?;
+        Ok(repo)
+    }
+
     pub fn accel(&self) -> &dyn gvault_accel::Backend {
         &*self.accel
     }
+}
+
+/// The key registry of a repository on a backend: the object `keys/KEYS`.
+pub const KEYS_OBJECT: &str = "keys/KEYS";
+const KEYS_DIR: &str = "keys";
+
+fn keys_object_path() -> PathBuf {
+    gvault_store::keys::keys_path(Path::new(KEYS_DIR))
+}
+
+/// Whether an error says the object does not exist.
+pub fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// The 256-bit repository id from the registry's store id.

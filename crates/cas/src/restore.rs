@@ -287,6 +287,20 @@ fn set_meta(e: &Entry, p: &Path) -> Option<(String, String)> {
     failure
 }
 
+/// Runs `f` on a rayon pool of at least as many threads as the backend
+/// serves requests at once: on object storage the workers mostly wait on
+/// the network, so more of them than cores keep the connections busy.
+fn with_io_threads<R: Send>(repo: &Repository, f: impl FnOnce() -> R + Send) -> R {
+    let want = repo.backend.parallelism();
+    if want <= rayon::current_num_threads() {
+        return f();
+    }
+    match rayon::ThreadPoolBuilder::new().num_threads(want).build() {
+        Ok(pool) => pool.install(f),
+        Err(_) => f(),
+    }
+}
+
 /// Restores the entries of `snap` (those `include` selects) under `target`:
 /// directories first, then files in parallel (each chunk's id checked),
 /// then symlinks and hard links, then the directories' metadata.
@@ -330,21 +344,23 @@ pub fn restore(
     // one group (sealed and opened) per worker thread in memory.
     let done = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
-    let results: Vec<FileResult> = chosen
-        .par_iter()
-        .zip(ready.par_iter())
-        .filter(|((_, e, _), ok)| **ok && e.kind == EntryKind::File)
-        .map(|((i, e, dest), _)| match write_file(repo, e, dest) {
-            Ok(n) => {
-                let meta = set_meta(e, dest);
-                let f = done.fetch_add(1, Ordering::Relaxed) + 1;
-                let b = bytes.fetch_add(n, Ordering::Relaxed) + n;
-                progress(f, b);
-                (*i, Ok(n), meta)
-            }
-            Err(err) => (*i, Err(err.to_string()), None),
-        })
-        .collect();
+    let results: Vec<FileResult> = with_io_threads(repo, || {
+        chosen
+            .par_iter()
+            .zip(ready.par_iter())
+            .filter(|((_, e, _), ok)| **ok && e.kind == EntryKind::File)
+            .map(|((i, e, dest), _)| match write_file(repo, e, dest) {
+                Ok(n) => {
+                    let meta = set_meta(e, dest);
+                    let f = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    let b = bytes.fetch_add(n, Ordering::Relaxed) + n;
+                    progress(f, b);
+                    (*i, Ok(n), meta)
+                }
+                Err(err) => (*i, Err(err.to_string()), None),
+            })
+            .collect()
+    });
     let mut restored: HashMap<usize, PathBuf> = HashMap::new();
     let dest_of: HashMap<usize, &PathBuf> = chosen.iter().map(|(i, _, d)| (*i, d)).collect();
     for (i, r, meta) in results {

@@ -9,8 +9,10 @@ use crate::error::{Error, Result};
 use crate::repo::{ObjectKind, Repository};
 
 const SNAP_MAGIC: [u8; 8] = *b"GVCASSN1";
-const NONCE: [u8; 12] = [0; 12];
-const AAD: &[u8] = b"gvault-cas snapshot";
+pub(crate) const NONCE: [u8; 12] = [0; 12];
+pub(crate) const AAD: &[u8] = b"gvault-cas snapshot";
+/// The shortest encoded entry: an empty path, a directory.
+const MIN_ENTRY_LEN: usize = 4 + 1 + 3 * 4 + 3 * 8 + 3 * 8 + 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryKind {
@@ -130,7 +132,11 @@ impl Snapshot {
             _ => return Err(bad("bad parent flag")),
         };
         let n = d.u64().ok_or_else(cut)?;
-        let mut entries = Vec::with_capacity(n.min(1 << 20) as usize);
+        // Reserved by what the body can hold, not by its count: an entry
+        // takes at least MIN_ENTRY_LEN bytes (a reserve of a million
+        // entries, 170 MB, for a few bytes of input otherwise).
+        let mut entries =
+            Vec::with_capacity(n.min((d.remaining() / MIN_ENTRY_LEN) as u64) as usize);
         for i in 0..n {
             let path = d.bytes().ok_or_else(cut)?.to_vec();
             let kind = match d.u8().ok_or_else(cut)? {
@@ -209,9 +215,16 @@ impl Snapshot {
     pub fn read(repo: &Repository, name: &str) -> Result<Snapshot> {
         let id = crate::repo::parse_id(name)
             .ok_or_else(|| Error::NotFound(format!("snapshot {name}")))?;
-        let sealed = repo.backend.get(Kind::Snapshot, name)?;
         let key = repo.keys.object_key(ObjectKind::Snapshot, &id);
-        let body = accel_jobs::open_one(repo.accel(), &key, NONCE, AAD, &sealed)?
+        let sealed = repo.backend.get(Kind::Snapshot, name)?;
+        let mut body = accel_jobs::open_one(repo.accel(), &key, NONCE, AAD, &sealed)?;
+        // A cached copy that does not authenticate is never trusted: it is
+        // dropped and the object read again from the repository.
+        if body.is_none() && repo.backend.drop_cached(Kind::Snapshot, name) {
+            let sealed = repo.backend.get(Kind::Snapshot, name)?;
+            body = accel_jobs::open_one(repo.accel(), &key, NONCE, AAD, &sealed)?;
+        }
+        let body = body
             .ok_or_else(|| Error::corrupt(format!("snapshot {name}"), "does not authenticate"))?;
         Snapshot::decode(&body, name)
     }

@@ -7,9 +7,10 @@
 //! it could not read. 141: stdout closed early.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use gvault_cas::{accel_jobs, Chunker, InitOptions, Repository};
+use gvault_cas::{accel_jobs, Chunker, InitOptions, Repository, S3Backend, S3Options};
 use serde_json::{json, Value};
 
 use crate::store_cmd::keys::{self, KdfArgs, KeyArgs};
@@ -22,14 +23,134 @@ type CmdResult = Result<i32, Box<dyn std::error::Error>>;
 /// Where the repository is, its key, and the output form.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RepoArgs {
-    /// Repository directory [default: $GVAULT_REPO].
-    #[arg(long = "repo", value_name = "DIR")]
+    /// Repository: a directory, or s3://BUCKET/PREFIX on S3-compatible
+    /// object storage (credentials and region from AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION) [default: $GVAULT_REPO].
+    #[arg(long = "repo", value_name = "DIR|s3://BUCKET/PREFIX")]
     dir: Option<PathBuf>,
     /// Print one JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     keys: KeyArgs,
+    #[command(flatten)]
+    s3: S3Args,
+}
+
+/// How an s3:// repository is reached.
+#[derive(clap::Args, Debug, Clone)]
+pub struct S3Args {
+    /// The S3 server's URL for self-hosted storage (MinIO, SeaweedFS, Ceph
+    /// RGW, R2…); https:// unless the server has no TLS (http://)
+    /// [default: $AWS_ENDPOINT_URL, else AWS].
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// Requests to S3 in flight at most (uploads and downloads).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    s3_connections: u16,
+    /// Where the index files and snapshots of s3:// repositories are cached,
+    /// one directory per repository id (safe to delete at any time)
+    /// [default: $XDG_CACHE_HOME/gvault/repos, else ~/.cache/gvault/repos].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_cache")]
+    cache_dir: Option<PathBuf>,
+    /// Read every index file and snapshot from the s3:// repository (keep
+    /// no local cache of them).
+    #[arg(long)]
+    no_cache: bool,
+}
+
+impl S3Args {
+    /// The root of the metadata cache; `None`: no cache.
+    fn cache_root(&self) -> Option<PathBuf> {
+        if self.no_cache {
+            return None;
+        }
+        self.cache_dir
+            .clone()
+            .or_else(gvault_cas::backend_cache::default_cache_root)
+    }
+    fn options(&self) -> S3Options {
+        S3Options {
+            endpoint: self.s3_endpoint.clone(),
+            connections: self.s3_connections as usize,
+            ..S3Options::default()
+        }
+    }
+}
+
+/// Where a repository lives.
+enum Location {
+    Dir(PathBuf),
+    S3(String),
+}
+
+impl Location {
+    fn parse(p: &Path) -> Result<Location, String> {
+        match p.to_str() {
+            Some(s) if s.starts_with("s3://") => {
+                gvault_cas::backend_s3::parse_s3_url(s).map_err(|e| e.to_string())?;
+                Ok(Location::S3(s.trim_end_matches('/').to_string()))
+            }
+            Some(s) if s.contains("://") => Err(format!(
+                "{s:?}: only local directories and s3:// repositories are supported"
+            )),
+            _ => Ok(Location::Dir(p.to_owned())),
+        }
+    }
+    fn text(&self) -> String {
+        match self {
+            Location::Dir(d) => d.display().to_string(),
+            Location::S3(u) => u.clone(),
+        }
+    }
+}
+
+/// Opens the repository at `loc` with the key `keys` names (for a
+/// directory, else the key file `init` makes beside it, `<repo>.key`).
+fn open_at(
+    loc: &Location,
+    keys: &KeyArgs,
+    s3: &S3Args,
+    accel: accel_jobs::AccelBackend,
+) -> Result<Repository, Box<dyn std::error::Error>> {
+    open_with(loc, keys.encryption()?, s3, accel)
+}
+
+/// [`open_at`] with the master key given (`None`: none named).
+fn open_with(
+    loc: &Location,
+    enc: Option<gvault_store::Encryption>,
+    s3: &S3Args,
+    accel: accel_jobs::AccelBackend,
+) -> Result<Repository, Box<dyn std::error::Error>> {
+    match loc {
+        Location::Dir(dir) => {
+            let enc = match enc {
+                Some(e) => Some(e),
+                None => {
+                    let f = keys::default_key_file(dir)?;
+                    if f.exists() {
+                        Some(gvault_store::Encryption::with_key(
+                            gvault_store::keys::read_key_file(&f)?,
+                        ))
+                    } else {
+                        None
+                    }
+                }
+            };
+            Ok(Repository::open(dir, enc.as_ref(), accel)?)
+        }
+        Location::S3(url) => {
+            let backend = Arc::new(S3Backend::connect(url, &s3.options())?);
+            Ok(Repository::open_on_cached(
+                backend,
+                url,
+                enc.as_ref(),
+                accel,
+                s3.cache_root().as_deref(),
+            )?)
+        }
+    }
 }
 
 impl RepoArgs {
@@ -40,6 +161,10 @@ impl RepoArgs {
             .ok_or_else(|| "no repository: pass --repo DIR or set GVAULT_REPO".into())
     }
 
+    fn location(&self) -> Result<Location, String> {
+        Location::parse(&self.path()?)
+    }
+
     fn accel(&self) -> Result<accel_jobs::AccelBackend, String> {
         Ok(self.keys.backend()?.unwrap_or_else(accel_jobs::cpu_backend))
     }
@@ -47,21 +172,17 @@ impl RepoArgs {
     /// Opens the repository with the key the command line names, else the
     /// key file `init` makes beside it (`<repo>.key`) if it exists.
     fn open(&self) -> Result<Repository, Box<dyn std::error::Error>> {
-        let dir = self.path()?;
-        let enc = match self.keys.encryption()? {
-            Some(e) => Some(e),
-            None => {
-                let f = keys::default_key_file(&dir)?;
-                if f.exists() {
-                    Some(gvault_store::Encryption::with_key(
-                        gvault_store::keys::read_key_file(&f)?,
-                    ))
-                } else {
-                    None
-                }
-            }
+        open_at(&self.location()?, &self.keys, &self.s3, self.accel()?)
+    }
+
+    /// [`RepoArgs::open`] without the metadata cache: `check` reads what
+    /// the repository holds, not a good local copy of a damaged object.
+    fn open_uncached(&self) -> Result<Repository, Box<dyn std::error::Error>> {
+        let s3 = S3Args {
+            no_cache: true,
+            ..self.s3.clone()
         };
-        Ok(Repository::open(&dir, enc.as_ref(), self.accel()?)?)
+        open_at(&self.location()?, &self.keys, &s3, self.accel()?)
     }
 }
 
@@ -225,6 +346,39 @@ pub enum RepoCommand {
         #[command(flatten)]
         repo: RepoArgs,
     },
+    /// Copy snapshots from one repository to another (directory or s3://,
+    /// either way): every chunk is read and checked in the source, and only
+    /// chunks the destination lacks are written to it. Snapshots already in
+    /// the destination (same time, host and paths) are skipped.
+    ///
+    /// The key options (--key-file, …) name the destination's key, and the
+    /// source's too unless it has its own: --from-key-file,
+    /// --from-passphrase-env, or a source directory's `<DIR>.key`. --s3-*
+    /// apply to both.
+    Copy {
+        /// Source repository (DIR or s3://BUCKET/PREFIX).
+        #[arg(long, value_name = "REPO")]
+        from: PathBuf,
+        /// Destination repository (DIR or s3://BUCKET/PREFIX); it must exist
+        /// (`gvault repo init`).
+        #[arg(long, value_name = "REPO")]
+        to: PathBuf,
+        /// The source repository's key file.
+        #[arg(long, value_name = "FILE", conflicts_with = "from_passphrase_env")]
+        from_key_file: Option<PathBuf>,
+        /// The environment variable holding the source's passphrase.
+        #[arg(long, value_name = "VAR")]
+        from_passphrase_env: Option<String>,
+        /// Snapshots to copy (ids, unique prefixes, or `latest`); all if none.
+        snapshots: Vec<String>,
+        /// Print one JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        keys: KeyArgs,
+        #[command(flatten)]
+        s3: S3Args,
+    },
 }
 
 /// Runs one command; returns the process exit code.
@@ -304,6 +458,25 @@ fn execute(cmd: RepoCommand) -> CmdResult {
             !no_compression,
         ),
         RepoCommand::Backup { repo, paths, stdin } => backup(&repo, &paths, stdin.as_deref()),
+        RepoCommand::Copy {
+            from,
+            to,
+            from_key_file,
+            from_passphrase_env,
+            snapshots,
+            json,
+            keys,
+            s3,
+        } => copy(
+            &from,
+            &to,
+            from_key_file.as_deref(),
+            from_passphrase_env.as_deref(),
+            &snapshots,
+            json,
+            &keys,
+            &s3,
+        ),
         RepoCommand::Snapshots { repo } => {
             let r = repo.open()?;
             let list = gvault_cas::snapshot::list(&r)?;
@@ -485,7 +658,7 @@ fn execute(cmd: RepoCommand) -> CmdResult {
             Ok(0)
         }
         RepoCommand::Check { repo, read_data } => {
-            let r = repo.open()?;
+            let r = repo.open_uncached()?;
             let pb = crate::progress::bytes("reading packs", None);
             let c = gvault_cas::check(&r, read_data, &mut |done, _| pb.set_position(done))?;
             pb.finish_and_clear();
@@ -644,6 +817,98 @@ fn execute(cmd: RepoCommand) -> CmdResult {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
+fn copy(
+    from: &Path,
+    to: &Path,
+    from_key_file: Option<&Path>,
+    from_passphrase_env: Option<&str>,
+    wanted: &[String],
+    json: bool,
+    keys: &KeyArgs,
+    s3: &S3Args,
+) -> CmdResult {
+    let (src_loc, dst_loc) = (Location::parse(from)?, Location::parse(to)?);
+    if src_loc.text() == dst_loc.text() {
+        return Err("--from and --to name the same repository".into());
+    }
+    let accel = keys.backend()?.unwrap_or_else(accel_jobs::cpu_backend);
+    let src_enc = match (from_key_file, from_passphrase_env) {
+        (Some(f), _) => Some(gvault_store::Encryption::with_key(
+            gvault_store::keys::read_key_file(f)?,
+        )),
+        (None, Some(var)) => {
+            let p = std::env::var(var)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| format!("--from-passphrase-env: ${var} is not set or empty"))?;
+            Some(gvault_store::Encryption::with_passphrase(p))
+        }
+        // A source directory's own `<DIR>.key` first, else the shared key.
+        (None, None) => match &src_loc {
+            Location::Dir(d) if keys::default_key_file(d).is_ok_and(|f| f.exists()) => None,
+            _ => keys.encryption()?,
+        },
+    };
+    let src = open_with(&src_loc, src_enc, s3, accel.clone())?;
+    let dst = open_at(&dst_loc, keys, s3, accel)?;
+    let all = gvault_cas::snapshot::list(&src)?;
+    let chosen: Vec<String> = if wanted.is_empty() {
+        all.iter().map(|(n, _)| n.clone()).collect()
+    } else {
+        wanted
+            .iter()
+            .map(|w| gvault_cas::snapshot::resolve(&src, w))
+            .collect::<Result<_, _>>()?
+    };
+    let present: Vec<gvault_cas::Snapshot> = gvault_cas::snapshot::list(&dst)?
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    let mut copied = Vec::new();
+    let mut skipped = Vec::new();
+    for name in chosen {
+        let snap = match all.iter().find(|(n, _)| *n == name) {
+            Some((_, s)) => s.clone(),
+            None => gvault_cas::Snapshot::read(&src, &name)?,
+        };
+        if present.iter().any(|p| {
+            p.time_ns == snap.time_ns && p.hostname == snap.hostname && p.paths == snap.paths
+        }) {
+            skipped.push(name);
+            continue;
+        }
+        let pb = crate::progress::spinner(&format!("copying snapshot {}", &name[..16]));
+        let sum = gvault_cas::copy_snapshot(&src, &dst, &snap)?;
+        pb.finish_and_clear();
+        if !json {
+            println!(
+                "snapshot {} copied as {}: {} chunks written, {} already there; added {}",
+                &name[..16],
+                &sum.snapshot[..16],
+                sum.chunks_new,
+                sum.chunks_known,
+                human(sum.bytes_added)
+            );
+        }
+        copied.push(json!({
+            "from": name, "to": sum.snapshot, "chunks_new": sum.chunks_new,
+            "chunks_known": sum.chunks_known, "bytes_read": sum.bytes_read,
+            "bytes_added": sum.bytes_added, "packs_written": sum.packs_written,
+        }));
+    }
+    if json {
+        print_json(&json!({ "copied": copied, "skipped": skipped }))?;
+    } else if !skipped.is_empty() {
+        println!(
+            "{} snapshots already in {} were skipped",
+            skipped.len(),
+            dst_loc.text()
+        );
+    }
+    Ok(0)
+}
+
 fn kind_name(k: gvault_cas::EntryKind) -> &'static str {
     match k {
         gvault_cas::EntryKind::Dir => "dir",
@@ -661,7 +926,7 @@ fn init(
     block: u32,
     compression: bool,
 ) -> CmdResult {
-    let dir = repo.path()?;
+    let loc = repo.location()?;
     let chunker = match kind {
         ChunkerKind::Cdc => Chunker::Cdc {
             min: cdc.0,
@@ -671,25 +936,44 @@ fn init(
         ChunkerKind::Fixed => Chunker::Fixed { size: block },
     };
     chunker.validate()?;
-    let (enc, what, created) = keys::init_key(&dir, &repo.keys, kdf)?;
-    match Repository::init(
-        &dir,
-        &enc,
-        InitOptions {
-            chunker,
-            compression,
-        },
-        repo.accel()?,
-    ) {
+    let opts = InitOptions {
+        chunker,
+        compression,
+    };
+    let made = match &loc {
+        Location::Dir(dir) => {
+            let (enc, what, created) = keys::init_key(dir, &repo.keys, kdf)?;
+            (
+                Repository::init(dir, &enc, opts, repo.accel()?),
+                what,
+                created,
+            )
+        }
+        Location::S3(url) => {
+            if repo.keys.source_name().is_none() {
+                return Err(format!(
+                    "{url}: an S3 repository keeps no key file beside it; pass --key-file FILE (created if missing; keep it safe), --passphrase-env VAR, or set GVAULT_KEY_FILE, GVAULT_KEY or GVAULT_PASSPHRASE"
+                )
+                .into());
+            }
+            // Connect first: a bad endpoint or bucket creates no key file.
+            let backend = Arc::new(S3Backend::connect(url, &repo.s3.options())?);
+            let (enc, what, created) = keys::init_key(Path::new(url), &repo.keys, kdf)?;
+            let r = Repository::init_on(backend, url, &enc, opts, repo.accel()?);
+            (r, what, created)
+        }
+    };
+    let (made, what, created) = made;
+    match made {
         Ok(r) => {
             if repo.json {
                 print_json(
-                    &json!({ "repo": dir, "id": hex::encode(r.config.repo_id), "key": what }),
+                    &json!({ "repo": loc.text(), "id": hex::encode(r.config.repo_id), "key": what }),
                 )?;
             } else {
                 println!(
                     "created repository {} ({}), key: {what}",
-                    dir.display(),
+                    loc.text(),
                     chunker_text(&chunker)
                 );
             }

@@ -11,7 +11,7 @@ mod records;
 mod report;
 
 use gvault_store::{Options, ReadOptions, Store, WriteOptions, MAX_BATCH_BYTES};
-use records::Encoding;
+use records::{check_value_len, Encoding};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -287,18 +287,6 @@ fn open_with(store: &StoreDir, base: Options) -> Result<Store, Box<dyn std::erro
         .into(),
         _ => e.into(),
     })
-}
-
-/// Refuses a value the store would refuse (one write batch holds at most
-/// `MAX_BATCH_BYTES`) before it is read: a 50 GB file would otherwise be
-/// read into memory only to be refused.
-fn check_value_len(len: u64, what: &str) -> Result<(), String> {
-    if len > MAX_BATCH_BYTES as u64 {
-        return Err(format!(
-            "{what} exceeds {MAX_BATCH_BYTES} bytes (1 GiB), the most one value holds: store larger data in pieces under several keys"
-        ));
-    }
-    Ok(())
 }
 
 /// Opens an existing store for writing: it waits until no other process

@@ -15,6 +15,7 @@
 
 mod oracle;
 mod plot;
+mod s3;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -31,21 +32,20 @@ use super::measure::{gbps, parse_nonzero_size};
 
 #[derive(clap::Args, Debug)]
 pub struct CasArgs {
-    /// Workloads: single, different, similar, checkpoint, tree.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "single,different,similar,checkpoint,tree"
-    )]
+    /// Workloads: single, different, similar, checkpoint, tree
+    /// [default: all; with --repo s3://…: single].
+    #[arg(long, value_delimiter = ',')]
     workloads: Vec<String>,
-    /// Bytes of each workload's version 1 (e.g. 1G, 16G).
-    #[arg(long, default_value = "1G")]
-    size: String,
-    /// Backends: cpu, auto, oracle.
+    /// Bytes of each workload's version 1 (e.g. 1G, 16G)
+    /// [default: 1G; with --repo s3://…: 64M].
+    #[arg(long)]
+    size: Option<String>,
+    /// Backends: cpu, auto, oracle (--repo s3://… measures cpu only).
     #[arg(long, value_delimiter = ',', default_value = "cpu,auto,oracle")]
     backends: Vec<String>,
-    /// Chunkers: cdc (FastCDC 512 KiB / 1 MiB / 8 MiB), fixed (1 MiB blocks).
-    #[arg(long, value_delimiter = ',', default_value = "cdc,fixed")]
+    /// Chunkers: cdc (FastCDC 512 KiB / 1 MiB / 8 MiB), fixed (1 MiB blocks)
+    /// [default: cdc,fixed; with --repo s3://…: cdc].
+    #[arg(long, value_delimiter = ',')]
     chunkers: Vec<String>,
     /// Where the data is generated (default: /dev/shm if present, else the
     /// temporary directory; the data is read from the page cache either way).
@@ -55,17 +55,31 @@ pub struct CasArgs {
     /// systems (default: /dev/shm if present, else the temporary directory).
     #[arg(long)]
     repo_dir: Vec<PathBuf>,
-    /// Runs of each configuration; the median is reported.
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
+    /// Runs of each configuration; the median is reported
+    /// [default: 1; with --repo s3://…: 3].
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Compare an S3 repository with a local directory instead: backup and
+    /// restore of the same data to s3://BUCKET/PREFIX (a scratch prefix
+    /// under it per run, deleted after) and to the first --repo-dir, for
+    /// each --s3-connections count (credentials from AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_REGION).
+    #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+    repo: Option<String>,
+    /// The S3 server's URL [default: $AWS_ENDPOINT_URL, else AWS].
+    #[arg(long, value_name = "URL", requires = "repo")]
+    s3_endpoint: Option<String>,
+    /// Connection counts to sweep with --repo.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    s3_connections: Vec<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
     /// Also write the JSON report to this file.
     #[arg(long)]
     save: Option<PathBuf>,
-    /// Draw the results as a PNG figure.
-    #[arg(long)]
+    /// Draw the results as a PNG figure (not with --repo).
+    #[arg(long, conflicts_with = "repo")]
     plot: Option<PathBuf>,
 }
 
@@ -355,8 +369,25 @@ fn median_row(mut runs: Vec<Row>) -> Row {
     row
 }
 
-pub fn run(args: CasArgs) -> Result<(), String> {
-    let size = parse_nonzero_size(&args.size, "--size")? as u64;
+pub fn run(mut args: CasArgs) -> Result<(), String> {
+    let s3 = args.repo.is_some();
+    let defaults = |v: &mut Vec<String>, all: &[&str], s3_one: &str| {
+        if v.is_empty() {
+            *v = if s3 {
+                vec![s3_one.to_string()]
+            } else {
+                all.iter().map(|s| s.to_string()).collect()
+            };
+        }
+    };
+    defaults(&mut args.workloads, &workload::WORKLOADS, "single");
+    defaults(&mut args.chunkers, &["cdc", "fixed"], "cdc");
+    let size_text = args
+        .size
+        .clone()
+        .unwrap_or_else(|| if s3 { "64M" } else { "1G" }.into());
+    let size = parse_nonzero_size(&size_text, "--size")? as u64;
+    let repeat = args.repeat.unwrap_or(if s3 { 3 } else { 1 }).max(1);
     for w in &args.workloads {
         if !workload::WORKLOADS.contains(&w.as_str()) {
             return Err(format!(
@@ -380,6 +411,25 @@ pub fn run(args: CasArgs) -> Result<(), String> {
     } else {
         args.repo_dir.clone()
     };
+    if let Some(url) = &args.repo {
+        let r = s3::run(
+            &s3::S3Bench {
+                url,
+                endpoint: args.s3_endpoint.clone(),
+                connections: &args.s3_connections,
+                workloads: &args.workloads,
+                chunkers: &args.chunkers,
+                size,
+                repeat,
+                data: &data,
+                local_root: &repo_roots[0],
+            },
+            args.json,
+            args.save.as_ref(),
+        );
+        let _ = std::fs::remove_dir_all(&data);
+        return r;
+    }
     let gpu = gvault_accel::GpuBackend::probe()
         .ok()
         .and_then(|g| g.devices().first().map(|d| d.name.clone()));
@@ -399,7 +449,7 @@ pub fn run(args: CasArgs) -> Result<(), String> {
                 for c in &args.chunkers {
                     for b in &args.backends {
                         let mut runs = Vec::new();
-                        for _ in 0..args.repeat.max(1) {
+                        for _ in 0..repeat {
                             let m =
                                 one_run(w, &data, root, &root.display().to_string(), c, b, size)?;
                             runs.push(m.row);
