@@ -22,3 +22,7 @@ pub fn cas_snapshot(data: &[u8]) {
 pub fn cas_config(data: &[u8]) {
     let _ = fuzzing::config(capped(data));
 }
+
+pub fn cas_lock(data: &[u8]) {
+    let _ = fuzzing::lock(capped(data));
+}

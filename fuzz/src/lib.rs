@@ -98,6 +98,10 @@ pub const TARGETS: &[Target] = &[
         name: "cas_config",
         run: cas::cas_config,
     },
+    Target {
+        name: "cas_lock",
+        run: cas::cas_lock,
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static Target> {

@@ -64,6 +64,16 @@ pub fn cas(w: &mut SeedWriter) {
     };
     gvault_cas::backup(&repo, std::slice::from_ref(&src), &mut |_| {}).expect("second backup");
     let b = &repo.backend;
+    for take in [
+        gvault_cas::lock::Lock::shared,
+        gvault_cas::lock::Lock::exclusive,
+    ] {
+        let held = take(b.clone()).expect("a lock on an idle repository");
+        for name in b.list(Kind::Lock).expect("locks") {
+            w.add("cas_lock", &b.get(Kind::Lock, &name).expect("a lock"));
+        }
+        drop(held);
+    }
     for name in b.list(Kind::Pack).expect("packs") {
         let sealed = b.get(Kind::Pack, &name).expect("a pack");
         let clear = fuzzing::clear_pack(&repo, &name, &sealed).expect("a pack just written");

@@ -573,3 +573,20 @@ pub fn clear_snapshot(repo: &Repository, name: &str) -> Option<Vec<u8>> {
     let key = repo.keys.object_key(ObjectKind::Snapshot, &id);
     accel_jobs::open_one(repo.accel(), &key, snapshot::NONCE, snapshot::AAD, &sealed).ok()?
 }
+
+/// A lock object (`locks/<id>`), decoded as a taker reads the others'
+/// locks, judged stale or live and described; what decodes must re-encode
+/// to the same lock.
+pub fn lock(data: &[u8]) -> bool {
+    let Some(info) = crate::lock::LockInfo::decode(data) else {
+        return false;
+    };
+    assert_eq!(
+        crate::lock::LockInfo::decode(&info.encode()).as_ref(),
+        Some(&info),
+        "a lock changed in a round trip"
+    );
+    let _ = info.is_stale(u64::MAX);
+    let _ = info.describe();
+    true
+}

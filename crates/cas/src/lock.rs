@@ -29,7 +29,7 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         format!(
             "gvault-cas-lock 1 {} {} {} {}\n",
             if self.exclusive {
@@ -43,7 +43,7 @@ impl LockInfo {
         )
         .into_bytes()
     }
-    fn decode(b: &[u8]) -> Option<LockInfo> {
+    pub(crate) fn decode(b: &[u8]) -> Option<LockInfo> {
         let s = std::str::from_utf8(b).ok()?.trim_end_matches('\n');
         let mut it = s.splitn(6, ' ');
         if it.next()? != "gvault-cas-lock" || it.next()? != "1" {
@@ -62,7 +62,7 @@ impl LockInfo {
         })
     }
 
-    fn is_stale(&self, now: u64) -> bool {
+    pub(crate) fn is_stale(&self, now: u64) -> bool {
         if self.hostname == hostname() && !process_alive(self.pid) {
             return true;
         }
