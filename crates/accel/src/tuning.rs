@@ -198,6 +198,12 @@ settings![
         "1",
         "the kernel-cache test fails, instead of skipping, without NVRTC"
     ),
+    (
+        "GVAULT_S3_REQUIRE",
+        Test,
+        "1",
+        "the S3 tests fail, instead of skipping, when scripts/s3-server.sh cannot start a server"
+    ),
 ];
 
 /// The tuning settings, as this process read them at first use.
