@@ -336,23 +336,20 @@ impl Repository {
         })?;
         let kd = keys_dir(root);
         let registry = Registry::load(&OsFs, &kd, enc, &*accel)?;
-        let data = registry.keys.get(&config.key_id).ok_or_else(|| {
-            Error::corrupt(
-                "config",
-                format!("names data key {} which keys/KEYS lacks", config.key_id),
-            )
-        })?;
-        let keys = Keys::new(data);
-        let want = keys.config_mac(&bytes[..CONFIG_LEN - 32]);
-        if want != mac {
-            return Err(Error::corrupt(
-                "config",
-                "its MAC does not verify (the file was altered)",
-            ));
-        }
-        let backend: Arc<dyn Backend> = Arc::new(local);
+        let keys = verified_keys(&registry, &config, &bytes, &mac, "file")?;
+        Repository::with_index(root.to_owned(), Arc::new(local), accel, config, keys)
+    }
+
+    /// The opened repository with its index files' footers loaded.
+    fn with_index(
+        root: PathBuf,
+        backend: Arc<dyn Backend>,
+        accel: AccelBackend,
+        config: Config,
+        keys: Keys,
+    ) -> Result<Repository> {
         let mut repo = Repository {
-            root: root.to_owned(),
+            root,
             backend,
             accel,
             config,
@@ -446,19 +443,7 @@ impl Repository {
         let fs = MemFs::default();
         fs.insert(&kpath, sealed);
         let registry = Registry::load(&fs, Path::new(KEYS_DIR), enc, &*accel)?;
-        let data = registry.keys.get(&config.key_id).ok_or_else(|| {
-            Error::corrupt(
-                "config",
-                format!("names data key {} which keys/KEYS lacks", config.key_id),
-            )
-        })?;
-        let keys = Keys::new(data);
-        if keys.config_mac(&bytes[..CONFIG_LEN - 32]) != mac {
-            return Err(Error::corrupt(
-                "config",
-                "its MAC does not verify (the object was altered)",
-            ));
-        }
+        let keys = verified_keys(&registry, &config, &bytes, &mac, "object")?;
         let backend: Arc<dyn Backend> = match cache_root {
             Some(c) => Arc::new(CachedBackend::new(
                 backend,
@@ -466,21 +451,38 @@ impl Repository {
             )?),
             None => backend,
         };
-        let mut repo = Repository {
-            root,
-            backend,
-            accel,
-            config,
-            keys,
-            index: Index::empty(),
-        };
-        repo.index = Index::load(&repo)?;
-        Ok(repo)
+        Repository::with_index(root, backend, accel, config, keys)
     }
 
     pub fn accel(&self) -> &dyn gvault_accel::Backend {
         &*self.accel
     }
+}
+
+/// The keys of the data key the config names, once the config's MAC (over
+/// `bytes`, the config as stored) verifies under them; `what` is "file" or
+/// "object" in the message.
+fn verified_keys(
+    registry: &Registry,
+    config: &Config,
+    bytes: &[u8],
+    mac: &[u8; 32],
+    what: &str,
+) -> Result<Keys> {
+    let data = registry.keys.get(&config.key_id).ok_or_else(|| {
+        Error::corrupt(
+            "config",
+            format!("names data key {} which keys/KEYS lacks", config.key_id),
+        )
+    })?;
+    let keys = Keys::new(data);
+    if keys.config_mac(&bytes[..CONFIG_LEN - 32]) != *mac {
+        return Err(Error::corrupt(
+            "config",
+            format!("its MAC does not verify (the {what} was altered)"),
+        ));
+    }
+    Ok(keys)
 }
 
 /// The key registry of a repository on a backend: the object `keys/KEYS`.
