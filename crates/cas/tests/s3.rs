@@ -12,7 +12,6 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,6 +25,9 @@ use gvault_store::Encryption;
 use rand::{Rng, RngCore, SeedableRng};
 
 mod cache_scenario;
+mod s3_server;
+
+use s3_server::{skip, S3Server as Server};
 
 const SMALL_CDC: Chunker = Chunker::Cdc {
     min: 4096,
@@ -33,111 +35,45 @@ const SMALL_CDC: Chunker = Chunker::Cdc {
     max: 65536,
 };
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/s3-server.sh")
+/// What the tests ask of the server beyond starting and stopping it.
+trait ServerExt {
+    fn kill9(&self);
+    fn endpoint(&self) -> &str;
+    fn creds(&self) -> S3Credentials;
+    fn opts(&self) -> S3Options;
+    fn url(&self, test: &str) -> String;
 }
 
-/// Printed past the test harness's capture, so that a skip is seen.
-fn skip(test: &str, why: &str) {
-    if std::env::var_os("GVAULT_S3_REQUIRE").is_some_and(|v| v == "1") {
-        panic!("GVAULT_S3_REQUIRE=1 but {why}");
-    }
-    let _ = writeln!(std::io::stderr(), "skipped: {test}: {why}");
-}
-
-/// A SeaweedFS server in its own directory; stopped when dropped, and in
-/// any case when this test process ends (the script watches our pid).
-struct Server {
-    dir: tempfile::TempDir,
-    endpoint: String,
-    bucket: String,
-    creds: S3Credentials,
-    pid: u32,
-}
-
-impl Server {
-    fn start(test: &str) -> Option<Server> {
-        let have = Command::new(script()).arg("have").status();
-        match have {
-            Ok(s) if s.success() => {}
-            _ => {
-                skip(
-                    test,
-                    "no SeaweedFS binary cached (run scripts/s3-server.sh build; it needs Go)",
-                );
-                return None;
-            }
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let s = Server {
-            dir,
-            endpoint: String::new(),
-            bucket: String::new(),
-            creds: S3Credentials {
-                access_key_id: String::new(),
-                secret_access_key: String::new(),
-                session_token: None,
-            },
-            pid: 0,
-        };
-        Some(s.run_start())
-    }
-
-    /// Starts (or restarts, on the same ports and data) the server.
-    fn run_start(mut self) -> Server {
-        let out = Command::new(script())
-            .arg("start")
-            .arg(self.dir.path())
-            .env("GVAULT_S3_PARENT_PID", std::process::id().to_string())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "s3-server.sh start failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let env: BTreeMap<String, String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        self.endpoint = env["AWS_ENDPOINT_URL"].clone();
-        self.bucket = env["GVAULT_S3_BUCKET"].clone();
-        self.creds = S3Credentials {
-            access_key_id: env["AWS_ACCESS_KEY_ID"].clone(),
-            secret_access_key: env["AWS_SECRET_ACCESS_KEY"].clone(),
-            session_token: None,
-        };
-        self.pid = env["GVAULT_S3_PID"].parse().unwrap();
-        self
-    }
-
-    fn stop(&self) {
-        let st = Command::new(script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-
+impl ServerExt for Server {
     fn kill9(&self) {
+        let pid: i32 = self.var("GVAULT_S3_PID").parse().unwrap();
         // SAFETY: signals the server process this test started.
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        unsafe { libc::kill(pid, libc::SIGKILL) };
         for _ in 0..100 {
             // SAFETY: signal 0 only checks that the process exists.
-            if unsafe { libc::kill(self.pid as i32, 0) } != 0 {
+            if unsafe { libc::kill(pid, 0) } != 0 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
+    fn endpoint(&self) -> &str {
+        self.var("AWS_ENDPOINT_URL")
+    }
+
+    fn creds(&self) -> S3Credentials {
+        S3Credentials {
+            access_key_id: self.var("AWS_ACCESS_KEY_ID").into(),
+            secret_access_key: self.var("AWS_SECRET_ACCESS_KEY").into(),
+            session_token: None,
+        }
+    }
+
     fn opts(&self) -> S3Options {
         S3Options {
-            endpoint: Some(self.endpoint.clone()),
-            credentials: Some(self.creds.clone()),
+            endpoint: Some(self.endpoint().into()),
+            credentials: Some(self.creds()),
             region: Some("us-east-1".into()),
             ..S3Options::default()
         }
@@ -147,15 +83,9 @@ impl Server {
     fn url(&self, test: &str) -> String {
         format!(
             "s3://{}/{test}-{}",
-            self.bucket,
+            self.var("GVAULT_S3_BUCKET"),
             hex::encode(rand::thread_rng().gen::<[u8; 4]>())
         )
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -423,7 +353,7 @@ fn wrong_credentials_missing_bucket_and_no_repository_are_clear_errors() {
     };
     let mut opts = srv.opts();
     opts.credentials = Some(S3Credentials {
-        access_key_id: srv.creds.access_key_id.clone(),
+        access_key_id: srv.creds().access_key_id,
         secret_access_key: "not-the-secret".into(),
         session_token: None,
     });
@@ -498,7 +428,7 @@ fn an_object_damaged_on_the_server_is_found_by_check() {
 /// finishes, reusing the packs already uploaded, and restores whole.
 #[test]
 fn server_killed_mid_backup_then_the_next_backup_reuses_uploads() {
-    let Some(srv) = Server::start("server_killed_mid_backup") else {
+    let Some(mut srv) = Server::start("server_killed_mid_backup") else {
         return;
     };
     let d = tempfile::tempdir().unwrap();
@@ -534,7 +464,7 @@ fn server_killed_mid_backup_then_the_next_backup_reuses_uploads() {
         text.contains("s3://") && matches!(e, Error::Io { .. }),
         "not a clear error: {text}"
     );
-    let srv = srv.run_start();
+    srv.launch();
     let repo = open(&url, &opts, &enc);
     let uploaded = repo.backend.list(Kind::Pack).unwrap().len();
     assert!(uploaded >= 2);
@@ -554,7 +484,7 @@ fn server_killed_mid_backup_then_the_next_backup_reuses_uploads() {
 /// (connection refused is retried with backoff) and the restore completes.
 #[test]
 fn server_restarted_during_a_restore() {
-    let Some(srv) = Server::start("server_restarted_during_a_restore") else {
+    let Some(mut srv) = Server::start("server_restarted_during_a_restore") else {
         return;
     };
     let d = tempfile::tempdir().unwrap();
@@ -568,7 +498,7 @@ fn server_restarted_during_a_restore() {
     let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
     let out = d.path().join("out");
     let done = AtomicUsize::new(0);
-    let srv = std::thread::scope(|sc| {
+    std::thread::scope(|sc| {
         let h = sc.spawn(|| {
             gvault_cas::restore(&repo, &snap, &out, None, &|_, b| {
                 done.store(b as usize, Ordering::Relaxed)
@@ -584,10 +514,9 @@ fn server_restarted_during_a_restore() {
         );
         srv.stop();
         std::thread::sleep(Duration::from_millis(1500));
-        let srv = srv.run_start();
+        srv.launch();
         let r = h.join().unwrap().unwrap();
         assert!(r.failed.is_empty(), "{:?}", r.failed);
-        srv
     });
     assert_eq!(
         contents(&src),
@@ -743,7 +672,7 @@ fn injected_503s_and_slow_responses_are_retried_within_bounds() {
     let src = d.path().join("src");
     tree(&src, 8, 2 << 20);
     let proxy = FaultProxy::start(
-        &srv.endpoint,
+        srv.endpoint(),
         Plan::Mixed {
             every_503: 3,
             every_slow: 5,
@@ -769,7 +698,7 @@ fn injected_503s_and_slow_responses_are_retried_within_bounds() {
     );
     // A server that only ever answers 503: the error comes within the
     // retry bound and says what happened.
-    let bad = FaultProxy::start(&srv.endpoint, Plan::Always503);
+    let bad = FaultProxy::start(srv.endpoint(), Plan::Always503);
     let mut o = srv.opts();
     o.endpoint = Some(bad.addr.clone());
     o.max_retries = 3;

@@ -4,78 +4,30 @@
 //! "skipped: …" and pass, unless `GVAULT_S3_REQUIRE=1`.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/s3-server.sh")
-}
+#[path = "../../cas/tests/s3_server/mod.rs"]
+mod s3_server;
 
-fn skip(test: &str, why: &str) {
-    if std::env::var_os("GVAULT_S3_REQUIRE").is_some_and(|v| v == "1") {
-        panic!("GVAULT_S3_REQUIRE=1 but {why}");
-    }
-    let _ = writeln!(std::io::stderr(), "skipped: {test}: {why}");
-}
+use s3_server::S3Server;
 
-/// A server in a temporary directory, stopped when dropped (and when this
-/// process ends); its environment (AWS_ENDPOINT_URL, keys, bucket).
+/// The server, and the `$XDG_CACHE_HOME` of the commands run against it
+/// (where the default metadata cache goes).
 struct Server {
-    dir: tempfile::TempDir,
-    env: BTreeMap<String, String>,
-    /// $XDG_CACHE_HOME of the commands (the default metadata cache).
+    s3: S3Server,
     cache: tempfile::TempDir,
 }
 
 impl Server {
     fn start(test: &str) -> Option<Server> {
-        if !Command::new(script())
-            .arg("have")
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            skip(
-                test,
-                "no SeaweedFS binary cached (run scripts/s3-server.sh build; it needs Go)",
-            );
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new(script())
-            .arg("start")
-            .arg(dir.path())
-            .env("GVAULT_S3_PARENT_PID", std::process::id().to_string())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let env = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
         Some(Server {
-            dir,
-            env,
+            s3: S3Server::start(test)?,
             cache: tempfile::tempdir().unwrap(),
         })
     }
     fn url(&self, prefix: &str) -> String {
-        format!("s3://{}/{prefix}", self.env["GVAULT_S3_BUCKET"])
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .status();
+        format!("s3://{}/{prefix}", self.s3.var("GVAULT_S3_BUCKET"))
     }
 }
 
@@ -100,7 +52,7 @@ fn run(srv: &Server, args: &[&str], endpoint_env: bool) -> Output {
     ] {
         c.env_remove(v);
     }
-    for (k, v) in &srv.env {
+    for (k, v) in &srv.s3.env {
         if k.starts_with("AWS_") && (endpoint_env || k != "AWS_ENDPOINT_URL") {
             c.env(k, v);
         }
@@ -157,7 +109,7 @@ fn s3_repository_commands_and_copy_both_ways() {
     let key = tmp.path().join("s3.key");
     let key_s = key.to_str().unwrap();
     let url = srv.url("cli/repo");
-    let endpoint = srv.env["AWS_ENDPOINT_URL"].clone();
+    let endpoint = srv.s3.env["AWS_ENDPOINT_URL"].clone();
 
     // init needs a named key: there is no directory to put one beside.
     let o = run(&srv, &["init", "--repo", &url], true);
@@ -489,7 +441,7 @@ fn bench_cas_against_s3() {
     .args(["--save", save.to_str().unwrap()])
     .env("GVAULT_CPU_THREADS", "2")
     .env_remove("AWS_PROFILE");
-    for (k, v) in &srv.env {
+    for (k, v) in &srv.s3.env {
         if k.starts_with("AWS_") {
             c.env(k, v);
         }
@@ -516,10 +468,10 @@ fn bench_cas_against_s3() {
     // Every scratch repository (run n under <url>/gvault-bench-<pid>-<n>)
     // was removed from the bucket.
     let opts = gvault_cas::S3Options {
-        endpoint: Some(srv.env["AWS_ENDPOINT_URL"].clone()),
+        endpoint: Some(srv.s3.env["AWS_ENDPOINT_URL"].clone()),
         credentials: Some(gvault_cas::S3Credentials {
-            access_key_id: srv.env["AWS_ACCESS_KEY_ID"].clone(),
-            secret_access_key: srv.env["AWS_SECRET_ACCESS_KEY"].clone(),
+            access_key_id: srv.s3.env["AWS_ACCESS_KEY_ID"].clone(),
+            secret_access_key: srv.s3.env["AWS_SECRET_ACCESS_KEY"].clone(),
             session_token: None,
         }),
         region: Some("us-east-1".into()),
