@@ -32,10 +32,6 @@ use crate::{MemFs, Options};
 /// Where the targets put their one file.
 const DIR: &str = "/fuzz";
 
-/// Largest input the targets accept: big enough for every real small file,
-/// small enough that a fuzzer spends its time in decoders, not in memcpy.
-pub const MAX_INPUT: usize = 1 << 20;
-
 fn read_u32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
@@ -74,15 +70,16 @@ fn fix_block(file: &mut [u8], ctx: BlockContext, start: u64, len: u64) {
 /// Makes every checksum of a value-log, manifest or pointer file valid:
 /// the header's, then each frame's seal, frame by frame from the header on.
 /// A pointer file's one frame carries `POINTER_BLOCK`; frames carry their
-/// block number themselves, so the walk reads it from each frame.
-pub fn fix_log_checksums(file: &mut [u8]) {
+/// block number themselves, so the walk reads it from each frame. Returns
+/// the file number the header names.
+pub fn fix_log_checksums(file: &mut [u8]) -> u64 {
     let (key_id, file_number) = fix_header(file);
     let mut offset = HEADER_LEN;
     while offset + FRAME_HEADER_LEN <= file.len() {
         let len = read_u32(file, offset).expect("in bounds") as usize;
         let block_number = read_u32(file, offset + 4).expect("in bounds");
         let Some(kind) = BlockKind::from_u8(file[offset + 8]) else {
-            return;
+            return file_number;
         };
         let ctx = BlockContext {
             key_id,
@@ -95,9 +92,10 @@ pub fn fix_log_checksums(file: &mut [u8]) {
         fix_block(file, ctx, body as u64, len as u64);
         offset = match body.checked_add(len) {
             Some(next) => next,
-            None => return,
+            None => return file_number,
         };
     }
+    file_number
 }
 
 fn handle_at(d: &mut Decoder<'_>) -> Option<BlockHandle> {
@@ -110,11 +108,12 @@ fn handle_at(d: &mut Decoder<'_>) -> Option<BlockHandle> {
 
 /// Makes every checksum of a table valid: header, footer, then the filter
 /// and index blocks the footer names, then each data block the index names.
-pub fn fix_table_checksums(file: &mut [u8]) {
+/// Returns the file number the header names.
+pub fn fix_table_checksums(file: &mut [u8]) -> u64 {
     let (key_id, file_number) = fix_header(file);
     let footer_len = FOOTER_PAYLOAD_LEN + Crc32cCodec.overhead_len();
     let Some(footer_at) = file.len().checked_sub(footer_len) else {
-        return;
+        return file_number;
     };
     let ctx = |block_number, offset, kind| BlockContext {
         key_id,
@@ -131,7 +130,7 @@ pub fn fix_table_checksums(file: &mut [u8]) {
     );
     let mut d = Decoder::new(&file[footer_at..footer_at + FOOTER_PAYLOAD_LEN]);
     let (Some(index_h), Some(filter_h)) = (handle_at(&mut d), handle_at(&mut d)) else {
-        return;
+        return file_number;
     };
     for (h, kind) in [(filter_h, BlockKind::Filter), (index_h, BlockKind::Index)] {
         fix_block(
@@ -146,7 +145,7 @@ pub fn fix_table_checksums(file: &mut [u8]) {
         file.get(s..end)
     });
     let Some(Ok(index)) = index_payload.map(|p| Block::decode(p.to_vec())) else {
-        return;
+        return file_number;
     };
     for i in 0..index.len() {
         if let Some(h) = BlockHandle::decode_from(&mut Decoder::new(index.value(i))) {
@@ -158,6 +157,7 @@ pub fn fix_table_checksums(file: &mut [u8]) {
             );
         }
     }
+    file_number
 }
 
 /// Plain options on the in-memory file system; warnings (a torn tail
@@ -184,12 +184,7 @@ fn step_budget(file_len: usize) -> usize {
 /// A table file: opened as the store opens one, verified, walked in both
 /// directions, and sought to each index key. Returns the entries seen.
 pub fn table(mut file: Vec<u8>) -> Result<u64> {
-    fix_table_checksums(&mut file);
-    let number = if file.len() >= HEADER_LEN {
-        u64::from_le_bytes(file[12..20].try_into().expect("in header"))
-    } else {
-        1
-    };
+    let number = fix_table_checksums(&mut file);
     let path = table_path(Path::new(DIR), number);
     let size = file.len() as u64;
     let budget = step_budget(file.len());
@@ -258,8 +253,7 @@ pub fn block(payload: &[u8]) -> std::result::Result<usize, String> {
 /// A manifest, recovered as an open does: frames read, edits decoded and
 /// applied in order, a torn tail told from damage.
 pub fn manifest(mut file: Vec<u8>) -> Result<Version> {
-    let (_, number) = fix_header(&mut file);
-    fix_log_checksums(&mut file);
+    let number = fix_log_checksums(&mut file);
     let dir = Path::new(DIR);
     let fs = MemFs::with_file(&manifest_path(dir, number), file);
     let opts = options(&fs);
@@ -277,8 +271,7 @@ pub fn pointer(mut file: Vec<u8>) -> Result<Option<u64>> {
 /// A value-log file, replayed into a memtable as an open replays the head
 /// file (read-only: a torn tail is reported, not cut).
 pub fn value_log(mut file: Vec<u8>) -> Result<()> {
-    let (_, number) = fix_header(&mut file);
-    fix_log_checksums(&mut file);
+    let number = fix_log_checksums(&mut file);
     let dir = Path::new(DIR);
     let fs = MemFs::with_file(&vlog_path(dir, number), file);
     let opts = options(&fs);
@@ -360,18 +353,17 @@ pub const FUZZ_MASTER: [u8; 32] = [7; 32];
 pub fn key_registry(input: &[u8]) -> Result<crate::keys::Registry> {
     use crate::keys::{Registry, KEYS_FILE};
     use gvault_accel::{Aes256Key, Backend, Nonce96};
-    const KEYS_HEADER_LEN: usize = 48;
     static BACKEND: std::sync::OnceLock<gvault_accel::CpuBackend> = std::sync::OnceLock::new();
     let backend = BACKEND.get_or_init(|| gvault_accel::CpuBackend::with_threads(1));
     let master = Aes256Key::from_bytes(FUZZ_MASTER);
     let mut file = input.to_vec();
     let mut passphrase_kind = false;
     let mut cheap = false;
-    if file.len() >= KEYS_HEADER_LEN {
+    if file.len() >= crate::keys::HEADER_LEN {
         let word = |at: usize| read_u32(&file, at).expect("in header");
-        passphrase_kind = file[..4] == *b"GVKR" && file[6] == 1;
+        passphrase_kind = file[..4] == crate::keys::MAGIC && file[6] == 1;
         cheap = word(8) <= 256 && word(12) <= 2 && word(16) <= 4;
-        let (head, body) = file.split_at_mut(KEYS_HEADER_LEN);
+        let (head, body) = file.split_at_mut(crate::keys::HEADER_LEN);
         let nonce = Nonce96::try_from_slice(&head[36..]).expect("12 bytes");
         let tag = backend
             .seal_block(&master, nonce, head, body)

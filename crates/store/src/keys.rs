@@ -23,13 +23,13 @@ use crate::error::{Error, IoContext, Result};
 
 pub const KEYS_FILE: &str = "KEYS";
 pub const KEYS_TEMP: &str = "KEYS.tmp";
-const MAGIC: [u8; 4] = *b"GVKR";
+pub(crate) const MAGIC: [u8; 4] = *b"GVKR";
 /// Version 2 appends a flags word to the sealed body; version 1 (no flags:
 /// everything sealed) is still read.
 const VERSION: u16 = 2;
 /// Registry flag: value-log files keep CRC32C (index-only encryption).
 const FLAG_VALUE_LOG_UNSEALED: u32 = 1;
-const HEADER_LEN: usize = 48;
+pub(crate) const HEADER_LEN: usize = 48;
 const KEY_LEN: usize = 32;
 const SALT_LEN: usize = 16;
 
