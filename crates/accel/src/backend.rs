@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use crate::auto::AutoBackend;
 use crate::cpu::CpuBackend;
 use crate::error::{BackendError, BlockError, SegmentErrorKind};
-use crate::gpu::PinnedBuffer;
+use crate::gpu::{HostRegistration, PinnedBuffer};
 use crate::job::{DataMut, Job, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN};
 use crate::types::{Aes256Key, Nonce96, Tag};
 
@@ -35,6 +35,21 @@ pub trait Backend: Send + Sync {
     /// pageable buffer costs a CPU copy into staging first); `None` where
     /// no GPU is in use, where ordinary memory does as well.
     fn alloc_host(&self, _len: usize) -> Option<PinnedBuffer> {
+        None
+    }
+
+    /// Page-locks memory the caller mapped (the service's shared buffers)
+    /// and registers it with this backend's GPU, so that jobs over it move
+    /// by DMA with no staging copy; `None` where no GPU is in use (the
+    /// memory then serves as it is).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must stay mapped until the registration drops.
+    unsafe fn register_host(
+        &self,
+        _ptr: *mut u8,
+        _len: usize,
+    ) -> Option<Result<HostRegistration, BackendError>> {
         None
     }
 

@@ -1,6 +1,6 @@
 //! The `gvault` command: the store (`init`, `put`, `get`, `del`, `scan`,
-//! `export`, `import`, `stats`, `verify`, `gc`, `compact`, `salvage`, `demo`), benchmarks and
-//! diagnostics.
+//! `export`, `import`, `stats`, `verify`, `gc`, `compact`, `salvage`, `demo`), backups
+//! (`repo`), the accelerator service (`serve`), benchmarks and diagnostics.
 //!
 //! Exit statuses: 0 success, 1 key not found, 2 error (message on stderr),
 //! 3 `verify` found damage, 141 stdout or stderr was closed by its reader
@@ -15,6 +15,7 @@ mod bench;
 mod doctor;
 mod progress;
 mod repo_cmd;
+mod serve_cmd;
 mod store_cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -52,6 +53,9 @@ enum Command {
     /// Deduplicating, encrypted backups: `gvault repo init`, `backup`, `restore`, `check`, ...
     #[command(subcommand)]
     Repo(repo_cmd::RepoCommand),
+    /// Share this machine's accelerators with every process: a daemon on a
+    /// Unix socket (`gvault serve status` shows what it is doing).
+    Serve(serve_cmd::ServeArgs),
     #[command(flatten)]
     Store(store_cmd::StoreCommand),
 }
@@ -72,6 +76,7 @@ fn main() {
                 Ok(())
             }
             Command::Repo(cmd) => return repo_cmd::run(cmd),
+            Command::Serve(args) => serve_cmd::run(args),
             Command::Store(cmd) => return store_cmd::run(cmd),
         };
         match result {

@@ -189,6 +189,34 @@ pub struct AutoBackend {
     refused: AtomicU32,
     cpu_queue: Queue,
     gpu_queue: Queue,
+    placed: PlacedCounters,
+}
+
+/// Where the jobs of an auto backend ran, counted since it was built:
+/// what `gvault serve status` shows as GPU use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placements {
+    pub cpu_jobs: u64,
+    pub gpu_jobs: u64,
+    pub split_jobs: u64,
+    pub cpu_bytes: u64,
+    pub gpu_bytes: u64,
+}
+
+#[derive(Default)]
+struct PlacedCounters {
+    cpu_jobs: AtomicU64,
+    gpu_jobs: AtomicU64,
+    split_jobs: AtomicU64,
+    cpu_bytes: AtomicU64,
+    gpu_bytes: AtomicU64,
+}
+
+impl PlacedCounters {
+    fn add(&self, jobs: &AtomicU64, bytes: &AtomicU64, n: u64) {
+        jobs.fetch_add(1, Ordering::Relaxed);
+        bytes.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// What this machine is, for matching a calibration file to it.
@@ -323,6 +351,7 @@ impl AutoBackend {
             refused: AtomicU32::new(0),
             cpu_queue: Queue::default(),
             gpu_queue: Queue::default(),
+            placed: PlacedCounters::default(),
         }
     }
 
@@ -408,6 +437,19 @@ impl AutoBackend {
         (q(&self.cpu_queue), q(&self.gpu_queue))
     }
 
+    /// Where this backend's jobs ran so far.
+    pub fn placements(&self) -> Placements {
+        let p = &self.placed;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Placements {
+            cpu_jobs: get(&p.cpu_jobs),
+            gpu_jobs: get(&p.gpu_jobs),
+            split_jobs: get(&p.split_jobs),
+            cpu_bytes: get(&p.cpu_bytes),
+            gpu_bytes: get(&p.gpu_bytes),
+        }
+    }
+
     fn op_index(op: OpKind) -> usize {
         OpKind::ALL.iter().position(|o| *o == op).unwrap_or(0)
     }
@@ -484,6 +526,15 @@ impl AutoBackend {
         survey: &Survey,
     ) -> Result<Vec<SegmentResult>, BackendError> {
         let (cpu_q, gpu_q) = self.queued();
+        let p = &self.placed;
+        match d.plan {
+            Plan::Cpu => p.add(&p.cpu_jobs, &p.cpu_bytes, survey.bytes),
+            Plan::Gpu => p.add(&p.gpu_jobs, &p.gpu_bytes, survey.bytes),
+            Plan::Split(_) => {
+                p.add(&p.split_jobs, &p.gpu_bytes, survey.bytes / 2);
+                p.cpu_bytes.fetch_add(survey.bytes / 2, Ordering::Relaxed);
+            }
+        }
         match d.plan {
             Plan::Cpu => {
                 let own = d.cpu_finish_ns - cpu_q.0 as f64;
@@ -588,13 +639,27 @@ impl Backend for AutoBackend {
         self.gpu_side()?.backend.alloc_host(len)
     }
 
+    /// Starts the GPU side if it is not running, as `alloc_host` does.
+    unsafe fn register_host(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Option<Result<crate::gpu::HostRegistration, BackendError>> {
+        // SAFETY: the caller's contract is the GPU side's.
+        unsafe { self.gpu_side()?.backend.register_host(ptr, len) }
+    }
+
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
         // Small AES-GCM jobs run on the calling thread, undecided: the GPU
         // cannot win them, and deciding costs a share of their time.
         if let Some(results) = crate::cpu::run_on_caller(job) {
+            let p = &self.placed;
+            p.add(&p.cpu_jobs, &p.cpu_bytes, job.bytes());
             return Ok(results);
         }
         if job.is_empty() || !self.gpu_usable(job.op()) {
+            let p = &self.placed;
+            p.add(&p.cpu_jobs, &p.cpu_bytes, job.bytes());
             return self.cpu().run(job);
         }
         let survey = self.cpu().survey(job);

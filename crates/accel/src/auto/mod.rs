@@ -47,7 +47,7 @@ mod overhead;
 pub mod replay;
 mod split;
 
-pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter};
+pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter, Placements};
 pub use decide::{Decision, Plan, SplitPoint};
 pub use defaults::shipped;
 pub use file::{default_path, load, write, ModelSource};

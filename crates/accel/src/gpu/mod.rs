@@ -47,7 +47,7 @@ use launch::{
     AES256_GCM_CTR_V2, BLOWFISH_CTR, BLOWFISH_CTR_V2, TEA_CTR,
 };
 
-pub use runtime::{arch_name, Device, PinnedBuffer};
+pub use runtime::{arch_name, Device, HostRegistration, PinnedBuffer};
 
 pub struct GpuBackend {
     devices: Vec<Device>,
@@ -159,6 +159,15 @@ fn device_of(job: &Job<'_>) -> Option<u32> {
 impl Backend for GpuBackend {
     fn name(&self) -> &'static str {
         "gpu"
+    }
+
+    unsafe fn register_host(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Option<Result<HostRegistration, BackendError>> {
+        // SAFETY: the trait's contract is GpuBackend::register_host's.
+        Some(unsafe { GpuBackend::register_host(self, ptr, len) })
     }
 
     fn alloc_host(&self, len: usize) -> Option<PinnedBuffer> {
@@ -557,6 +566,24 @@ impl GpuBackend {
         let dev = &self.devices[0];
         dev.bind().map_err(BackendError::Device)?;
         PinnedBuffer::new(len).map_err(BackendError::Device)
+    }
+}
+
+impl GpuBackend {
+    /// Page-locks and registers host memory mapped by the caller (see
+    /// [`Backend::register_host`]).
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must stay mapped until the registration drops.
+    pub unsafe fn register_host(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<HostRegistration, BackendError> {
+        let dev = &self.devices[0];
+        dev.bind().map_err(BackendError::Device)?;
+        // SAFETY: the caller's contract is the registration's.
+        unsafe { HostRegistration::new(ptr, len) }.map_err(BackendError::Device)
     }
 }
 

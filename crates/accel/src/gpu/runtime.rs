@@ -710,6 +710,51 @@ impl Drop for PinnedBuffer {
     }
 }
 
+/// Host memory mapped by someone else (a shared-memory buffer of the
+/// service) page-locked and registered with the driver for as long as this
+/// value lives, so that jobs over it move by DMA with no staging copy.
+pub struct HostRegistration {
+    ptr: *mut u8,
+}
+
+// SAFETY: the value only remembers an address to unregister; it never
+// reads or writes through it.
+unsafe impl Send for HostRegistration {}
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `[ptr, ptr + len)` (portable: usable from every device's
+    /// context). The caller must have bound a context.
+    ///
+    /// # Safety
+    /// The range must be mapped host memory that stays mapped until the
+    /// registration is dropped.
+    pub(crate) unsafe fn new(ptr: *mut u8, len: usize) -> Result<HostRegistration, DevError> {
+        // SAFETY: the caller guarantees the range is mapped; the driver
+        // page-locks it and records it until cuMemHostUnregister in Drop.
+        unsafe {
+            sys::cuMemHostRegister_v2(
+                ptr as *mut c_void,
+                len.max(1),
+                sys::CU_MEMHOSTREGISTER_PORTABLE,
+            )
+            .result()
+            .map_err(|e| err("host memory registration", e))?;
+        }
+        Ok(HostRegistration { ptr })
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        // SAFETY: registered in new() and still mapped (new's contract);
+        // unregistered once.
+        unsafe {
+            let _ = sys::cuMemHostUnregister(self.ptr as *mut c_void);
+        }
+    }
+}
+
 /// Phase timings of one GPU job, for diagnosis: with `GVAULT_GPU_TRACE=1`,
 /// each `mark` synchronises the stream and prints the wall time since the
 /// previous mark to stderr. Off (the default), marks cost nothing.

@@ -5,7 +5,7 @@ pub mod cas;
 mod host_memory;
 pub mod link;
 pub mod lsm;
-mod measure;
+pub(crate) mod measure;
 pub mod plot;
 pub mod primitive;
 mod replay;

@@ -1,0 +1,191 @@
+//! Frames over a Unix stream socket, with file descriptors riding along as
+//! SCM_RIGHTS, and the peer's credentials (SO_PEERCRED).
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use rustix::net::{
+    recvmsg, sendmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+/// Writes one frame (length prefix + body) and, if given, passes `fd` with
+/// its first byte.
+pub fn write_frame(stream: &UnixStream, body: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let len = (body.len() as u32).to_le_bytes();
+    let Some(fd) = fd else {
+        let mut w = stream;
+        let mut buf = Vec::with_capacity(4 + body.len());
+        buf.extend_from_slice(&len);
+        buf.extend_from_slice(body);
+        return w.write_all(&buf);
+    };
+    let fds = [fd];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("ancillary buffer too small"));
+    }
+    // The fd goes with the first sendmsg; whatever it did not write
+    // follows as plain bytes.
+    let iov = [IoSlice::new(&len), IoSlice::new(body)];
+    let sent = loop {
+        match sendmsg(stream.as_fd(), &iov, &mut control, SendFlags::NOSIGNAL) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let mut w = stream;
+    if sent < 4 {
+        w.write_all(&len[sent..])?;
+        w.write_all(body)
+    } else {
+        w.write_all(&body[sent - 4..])
+    }
+}
+
+/// Reads frames from a stream, keeping the file descriptors that arrive
+/// with them in order.
+pub struct FrameReader {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    /// Bytes of `buf` received and not yet consumed start at `start`.
+    start: usize,
+    fds: VecDeque<OwnedFd>,
+    max_body: u32,
+    /// Whether to accept descriptors (the client does; the daemon closes
+    /// any a client sends).
+    take_fds: bool,
+}
+
+/// What reading a frame gave.
+pub enum Frame {
+    Body(Vec<u8>),
+    /// The peer closed the connection between frames.
+    Closed,
+}
+
+impl FrameReader {
+    pub fn new(stream: UnixStream, max_body: u32, take_fds: bool) -> Self {
+        Self {
+            stream,
+            buf: Vec::new(),
+            start: 0,
+            fds: VecDeque::new(),
+            max_body,
+            take_fds,
+        }
+    }
+
+    /// The next frame's body. A length prefix over the limit is an
+    /// `InvalidData` error before any of the body is read.
+    pub fn next_frame(&mut self) -> io::Result<Frame> {
+        loop {
+            let have = self.buf.len() - self.start;
+            if have >= 4 {
+                let len = u32::from_le_bytes(
+                    self.buf[self.start..self.start + 4]
+                        .try_into()
+                        .unwrap_or([0; 4]),
+                );
+                if len > self.max_body {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("frame of {len} bytes, the limit is {}", self.max_body),
+                    ));
+                }
+                let total = 4 + len as usize;
+                if have >= total {
+                    let body = self.buf[self.start + 4..self.start + total].to_vec();
+                    self.start += total;
+                    if self.start == self.buf.len() {
+                        self.buf.clear();
+                        self.start = 0;
+                    }
+                    return Ok(Frame::Body(body));
+                }
+            }
+            if self.fill()? == 0 {
+                return if self.buf.len() == self.start {
+                    Ok(Frame::Closed)
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "connection closed inside a frame",
+                    ))
+                };
+            }
+        }
+    }
+
+    /// The oldest descriptor received and not yet taken.
+    pub fn take_fd(&mut self) -> Option<OwnedFd> {
+        self.fds.pop_front()
+    }
+
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        let old = self.buf.len();
+        self.buf.resize(old + 64 * 1024, 0);
+        let n = if self.take_fds {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let mut iov = [IoSliceMut::new(&mut self.buf[old..])];
+            let r = loop {
+                match recvmsg(
+                    self.stream.as_fd(),
+                    &mut iov,
+                    &mut control,
+                    RecvFlags::CMSG_CLOEXEC,
+                ) {
+                    Ok(r) => break r,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => {
+                        self.buf.truncate(old);
+                        return Err(e.into());
+                    }
+                }
+            };
+            for msg in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(fds) = msg {
+                    self.fds.extend(fds);
+                }
+            }
+            r.bytes
+        } else {
+            match (&self.stream).read(&mut self.buf[old..]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.buf.truncate(old);
+                    return Err(e);
+                }
+            }
+        };
+        self.buf.truncate(old + n);
+        Ok(n)
+    }
+}
+
+/// The peer's process id, user id and group id, from the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub fn peer_of(stream: &UnixStream) -> io::Result<Peer> {
+    let c = rustix::net::sockopt::socket_peercred(stream)?;
+    Ok(Peer {
+        pid: c.pid.as_raw_nonzero().get(),
+        uid: c.uid.as_raw(),
+        gid: c.gid.as_raw(),
+    })
+}
