@@ -324,7 +324,7 @@ impl ServiceBackend {
                     Some(r) => Place::Shared(r),
                     None => {
                         let at = staged;
-                        staged += v.len.next_multiple_of(64);
+                        staged += staged_len(v.len);
                         Place::Staged(at)
                     }
                 },
@@ -344,7 +344,7 @@ impl ServiceBackend {
                 let st = match places[end] {
                     Place::Staged(at) => {
                         first_staged.get_or_insert(at);
-                        views[end].len.next_multiple_of(64)
+                        staged_len(views[end].len)
                     }
                     _ => 0,
                 };
@@ -481,6 +481,12 @@ impl ServiceBackend {
         }
         Ok(())
     }
+}
+
+/// Staging space a segment takes: 64-byte aligned, and never none (an
+/// empty segment still names a buffer).
+fn staged_len(len: usize) -> usize {
+    len.next_multiple_of(64).max(64)
 }
 
 /// Why an attempt failed.

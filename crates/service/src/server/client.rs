@@ -91,15 +91,19 @@ impl Client {
         self.drained.notify_all();
     }
 
-    /// Waits until fewer than `quota` requests are in flight, then counts
-    /// one more; false once the client is closed.
-    fn admit(&self, quota: usize) -> bool {
+    /// Waits until fewer than `quota` requests are in flight; false once
+    /// the client is closed.
+    fn room(&self, quota: usize) -> bool {
         let mut n = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         while *n >= quota && self.is_open() {
             n = self.drained.wait(n).unwrap_or_else(|p| p.into_inner());
         }
-        *n += 1;
         self.is_open()
+    }
+
+    /// Counts a request read (its reply will count it out).
+    fn admit(&self) {
+        *self.in_flight.lock().unwrap_or_else(|p| p.into_inner()) += 1;
     }
 
     pub fn in_flight(&self) -> usize {
@@ -214,10 +218,13 @@ fn read_loop(shared: &Shared, client: &Arc<Client>, stream: UnixStream) -> Optio
     let quota = shared.config.limits.client_queue as usize;
     let mut greeted = false;
     loop {
-        if !client.admit(quota) {
+        if !client.room(quota) {
             return None;
         }
-        let body = match frames.next_frame() {
+        let frame = frames.next_frame();
+        // Every frame read gets exactly one reply, which counts it out.
+        client.admit();
+        let body = match frame {
             Ok(Frame::Body(b)) => b,
             Ok(Frame::Closed) => return None,
             Err(e) if !client.is_open() => return Some(format!("closed ({e})")),

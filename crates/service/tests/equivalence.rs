@@ -1,0 +1,376 @@
+//! Many clients at once get exactly what an in-process backend gives: every
+//! op, awkward and random sizes, good and bad segments.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{TestDaemon, RSA_PEM};
+use gvault_accel::{
+    Aes256Key, Backend, Blake3Key, BlowfishKey, ChunkParams, CpuBackend, CtrCipher, CtrIv,
+    CtrSegment, Data, DataMut, DigestAlgo, Iv128, Iv64, Job, Nonce96, OpenSegment, RsaPrivateKey,
+    SealSegment, SegmentResult, Tag, TeaKey,
+};
+use gvault_service::ServiceBackend;
+use rand::rngs::StdRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+const AWKWARD: [usize; 9] = [0, 1, 15, 16, 17, 4095, 4096, 65_536 + 3, (1 << 20) + 13];
+
+fn size(rng: &mut StdRng) -> usize {
+    if rng.gen_bool(0.5) {
+        AWKWARD[rng.gen_range(0..AWKWARD.len())]
+    } else {
+        rng.gen_range(0..300_000)
+    }
+}
+
+fn bytes(rng: &mut StdRng, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rng.fill_bytes(&mut v);
+    v
+}
+
+struct Keys {
+    aes: Aes256Key,
+    blake3: Blake3Key,
+    tea: TeaKey,
+    blowfish: BlowfishKey,
+    rsa: RsaPrivateKey,
+}
+
+impl Keys {
+    fn new(rng: &mut StdRng) -> Keys {
+        let mut k = [0u8; 32];
+        rng.fill_bytes(&mut k);
+        let aes = Aes256Key::from_bytes(k);
+        rng.fill_bytes(&mut k);
+        let blake3 = Blake3Key::from_bytes(k);
+        let mut t = [0u8; 16];
+        rng.fill_bytes(&mut t);
+        Keys {
+            aes,
+            blake3,
+            tea: TeaKey::from_bytes(t),
+            blowfish: BlowfishKey::try_from_slice(&bytes(rng, 20)).unwrap(),
+            rsa: RsaPrivateKey::from_pem(RSA_PEM).unwrap(),
+        }
+    }
+}
+
+/// Runs one random job on `b`; returns its results and the buffers after.
+fn run_case(
+    b: &dyn Backend,
+    which: u32,
+    seed: u64,
+    keys: &Keys,
+) -> (Vec<SegmentResult>, Vec<Vec<u8>>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n = rng.gen_range(1..6);
+    let mut bufs: Vec<Vec<u8>> = (0..n)
+        .map(|_| {
+            let s = size(&mut rng);
+            bytes(&mut rng, s)
+        })
+        .collect();
+    let nonces: Vec<Nonce96> = (0..n)
+        .map(|i| Nonce96::from_parts(seed, i as u32))
+        .collect();
+    let aads: Vec<Vec<u8>> = (0..n)
+        .map(|_| {
+            let s = rng.gen_range(0..40);
+            bytes(&mut rng, s)
+        })
+        .collect();
+    let params = ChunkParams::new(4096, 16384, 65536, 2).unwrap();
+    let results = match which {
+        0 => {
+            let mut job = Job::Seal {
+                key: &keys.aes,
+                segments: bufs
+                    .iter_mut()
+                    .zip(&nonces)
+                    .zip(&aads)
+                    .map(|((d, n), a)| SealSegment {
+                        nonce: *n,
+                        aad: a,
+                        data: DataMut::Host(d),
+                    })
+                    .collect(),
+            };
+            b.run(&mut job).unwrap()
+        }
+        1 => {
+            // Open with random tags: all fail; a sealed round trip is
+            // checked separately below.
+            let tags: Vec<Tag> = (0..n)
+                .map(|_| {
+                    let mut t = [0u8; 16];
+                    rng.fill_bytes(&mut t);
+                    Tag::from_bytes(t)
+                })
+                .collect();
+            let mut job = Job::Open {
+                key: &keys.aes,
+                segments: bufs
+                    .iter_mut()
+                    .zip(&nonces)
+                    .zip(&aads)
+                    .zip(&tags)
+                    .map(|(((d, n), a), t)| OpenSegment {
+                        nonce: *n,
+                        aad: a,
+                        tag: *t,
+                        data: DataMut::Host(d),
+                    })
+                    .collect(),
+            };
+            b.run(&mut job).unwrap()
+        }
+        2..=4 => {
+            let cipher = match which {
+                2 => CtrCipher::Aes256(&keys.aes),
+                3 => CtrCipher::Tea(&keys.tea),
+                _ => CtrCipher::Blowfish(&keys.blowfish),
+            };
+            let mut job = Job::Ctr {
+                cipher,
+                segments: bufs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, d)| CtrSegment {
+                        // Some segments get the wrong counter width.
+                        iv: if (i == 1) ^ (which == 2) {
+                            CtrIv::B128(Iv128::from_bytes([i as u8; 16]))
+                        } else {
+                            CtrIv::B64(Iv64::from_bytes([i as u8; 8]))
+                        },
+                        data: DataMut::Host(d),
+                    })
+                    .collect(),
+            };
+            b.run(&mut job).unwrap()
+        }
+        5..=10 => {
+            let algo = match which {
+                5 => DigestAlgo::Blake3,
+                6 => DigestAlgo::Blake3Keyed(&keys.blake3),
+                7 => DigestAlgo::Sha256,
+                8 => DigestAlgo::Md5,
+                9 => DigestAlgo::Crc32,
+                _ => DigestAlgo::Crc32c,
+            };
+            let mut job = Job::Digest {
+                algo,
+                segments: bufs.iter().map(|d| Data::Host(d)).collect(),
+            };
+            b.run(&mut job).unwrap()
+        }
+        11 => {
+            let mut job = Job::Chunk {
+                params,
+                segments: bufs.iter().map(|d| Data::Host(d)).collect(),
+            };
+            b.run(&mut job).unwrap()
+        }
+        12 | 13 => {
+            let mut job = Job::ChunkDigest {
+                params,
+                key: &keys.blake3,
+                crc32c: which == 13,
+                segments: bufs.iter().map(|d| Data::Host(d)).collect(),
+            };
+            b.run(&mut job).unwrap()
+        }
+        _ => {
+            // RSA: inputs of the modulus length, some out of range.
+            let size = keys.rsa.size();
+            let modulus = keys.rsa.modulus();
+            let ins: Vec<Vec<u8>> = (0..n)
+                .map(|i| match i {
+                    0 => vec![0u8; size],
+                    1 => modulus.clone(),
+                    2 => vec![1u8; size - 1],
+                    _ => {
+                        let mut v = bytes(&mut rng, size);
+                        v[0] &= 0x7f;
+                        v
+                    }
+                })
+                .collect();
+            let mut job = Job::RsaPrivate {
+                key: &keys.rsa,
+                segments: ins.iter().map(|v| v.as_slice()).collect(),
+            };
+            b.run(&mut job).unwrap()
+        }
+    };
+    (results, bufs)
+}
+
+#[test]
+fn many_clients_get_in_process_results_for_every_op() {
+    let d = TestDaemon::start();
+    let local = CpuBackend::shared();
+    let keys = Arc::new(Keys::new(&mut StdRng::seed_from_u64(7)));
+    let threads: Vec<_> = (0..6u64)
+        .map(|t| {
+            let socket = d.socket.clone();
+            let local = Arc::clone(&local);
+            let keys = Arc::clone(&keys);
+            std::thread::spawn(move || {
+                let svc = ServiceBackend::connect(&socket).unwrap();
+                for i in 0..30u64 {
+                    let seed = t * 1000 + i;
+                    let which = ((t + i * 7) % 15) as u32;
+                    let (want, want_bufs) = run_case(local.as_ref(), which, seed, &keys);
+                    let (got, got_bufs) = run_case(&svc, which, seed, &keys);
+                    assert_eq!(got, want, "op {which} seed {seed}");
+                    assert!(
+                        got_bufs == want_bufs,
+                        "buffers differ: op {which} seed {seed}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = d.status();
+    assert!(st["ops"].as_array().unwrap().len() >= 14, "{st}");
+}
+
+#[test]
+fn a_sealed_block_opens_through_the_daemon_and_a_bad_tag_wipes_it() {
+    let d = TestDaemon::start();
+    let svc = ServiceBackend::connect(&d.socket).unwrap();
+    let key = Aes256Key::from_bytes([9; 32]);
+    let plain = b"secret bytes of a database block".to_vec();
+    let mut data = plain.clone();
+    let nonce = Nonce96::from_parts(1, 2);
+    let tag = svc.seal_block(&key, nonce, b"aad", &mut data).unwrap();
+    assert_ne!(data, plain);
+    let mut opened = data.clone();
+    svc.open_block(&key, nonce, b"aad", tag, &mut opened)
+        .unwrap();
+    assert_eq!(opened, plain);
+    let mut forged = data.clone();
+    forged[0] ^= 1;
+    let e = svc
+        .open_block(&key, nonce, b"aad", tag, &mut forged)
+        .unwrap_err();
+    assert!(e.is_authentication_failure(), "{e}");
+    assert!(
+        forged.iter().all(|&b| b == 0),
+        "a failed open wipes the block"
+    );
+}
+
+#[test]
+fn shared_buffers_cross_no_copy_and_match_staged_results() {
+    let d = TestDaemon::start();
+    let svc = ServiceBackend::connect(&d.socket).unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut shared = svc.alloc_shared(1 << 20).unwrap();
+    rng.fill_bytes(&mut shared);
+    let mut copy = shared.to_vec();
+    let key = Aes256Key::from_bytes([4; 32]);
+    let seal = |b: &dyn Backend, data: &mut [u8]| {
+        let (head, tail) = data.split_at_mut(4096);
+        let mut job = Job::Seal {
+            key: &key,
+            segments: vec![
+                SealSegment {
+                    nonce: Nonce96::from_parts(0, 0),
+                    aad: b"",
+                    data: DataMut::Host(head),
+                },
+                SealSegment {
+                    nonce: Nonce96::from_parts(0, 1),
+                    aad: b"x",
+                    data: DataMut::Host(tail),
+                },
+            ],
+        };
+        b.run(&mut job).unwrap()
+    };
+    let got = seal(&svc, &mut shared);
+    let want = seal(CpuBackend::shared().as_ref(), &mut copy);
+    assert_eq!(got, want);
+    assert!(shared[..] == copy[..]);
+    let st = d.status();
+    // One user buffer and no staging buffer: nothing was copied.
+    assert_eq!(st["clients"][0]["buffers"], 1, "{st}");
+}
+
+#[test]
+fn device_resident_segments_are_refused_per_segment() {
+    let d = TestDaemon::start();
+    let svc = ServiceBackend::connect(&d.socket).unwrap();
+    // SAFETY: the slice is never dereferenced: the client answers it
+    // locally without sending it.
+    let dev = unsafe { gvault_accel::DeviceSlice::new(0, 0x1000, 64) };
+    let host = vec![5u8; 100];
+    let mut job = Job::Digest {
+        algo: DigestAlgo::Sha256,
+        segments: vec![Data::Host(&host), Data::Device(dev)],
+    };
+    let r = svc.run(&mut job).unwrap();
+    assert!(r[0].is_ok());
+    let e = r[1].as_ref().unwrap_err();
+    assert_eq!(e.index, 1);
+    assert_eq!(e.kind, gvault_accel::SegmentErrorKind::DeviceResident);
+}
+
+#[test]
+fn small_requests_from_many_clients_are_batched_unless_told_not_to() {
+    for batching in [true, false] {
+        let d = TestDaemon::start_with(|c| {
+            c.workers = 1;
+            c.batch.enabled = batching;
+        });
+        let threads: Vec<_> = (0..12)
+            .map(|_| {
+                let socket = d.socket.clone();
+                std::thread::spawn(move || {
+                    let svc = ServiceBackend::connect(&socket).unwrap();
+                    let data = vec![7u8; 4096];
+                    let want = CpuBackend::shared()
+                        .run(&mut Job::Digest {
+                            algo: DigestAlgo::Sha256,
+                            segments: vec![Data::Host(&data)],
+                        })
+                        .unwrap();
+                    for _ in 0..300 {
+                        let got = svc
+                            .run(&mut Job::Digest {
+                                algo: DigestAlgo::Sha256,
+                                segments: vec![Data::Host(&data)],
+                            })
+                            .unwrap();
+                        assert_eq!(got, want);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let st = d.status();
+        let op = st["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["op"] == "sha256")
+            .unwrap()
+            .clone();
+        assert_eq!(op["requests"], 12 * 300);
+        let largest = op["largest_batch"].as_u64().unwrap();
+        if batching {
+            assert!(largest > 1, "no batch formed: {op}");
+        } else {
+            assert_eq!(largest, 1, "{op}");
+        }
+    }
+}
