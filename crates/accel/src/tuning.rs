@@ -67,6 +67,18 @@ settings![
         "a file holding the master key (instead of --key-file)"
     ),
     (
+        "GVAULT_ACCEL",
+        User,
+        "cpu, gpu, auto, service or service:SOCKET (auto)",
+        "the accelerator of the store and repo commands (instead of --accel); service runs jobs in `gvault serve`"
+    ),
+    (
+        "GVAULT_SERVICE_REQUIRE",
+        User,
+        "0 or 1 (0)",
+        "with --accel service: fail when no daemon answers, instead of running in process"
+    ),
+    (
         "GVAULT_PASSPHRASE",
         User,
         "text",

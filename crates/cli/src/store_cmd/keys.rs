@@ -29,19 +29,49 @@ pub struct KeyArgs {
     /// with Argon2id).
     #[arg(long, value_name = "VAR")]
     passphrase_env: Option<String>,
-    /// Accelerator that seals and opens blocks: auto (the calibrated
-    /// per-job choice; the GPU opens only for a job worth it), cpu, or gpu
-    /// (fails without a usable GPU).
-    #[arg(long, value_enum, default_value = "auto")]
-    accel: Accel,
+    /// Accelerator that seals, opens, chunks and hashes: auto (the
+    /// calibrated per-job choice; the GPU opens only for a job worth it),
+    /// cpu, gpu (fails without a usable GPU), or service[:SOCKET] (the
+    /// jobs run in `gvault serve`; without a daemon, in this process
+    /// unless GVAULT_SERVICE_REQUIRE=1) [default: $GVAULT_ACCEL, else auto].
+    #[arg(long, value_name = "A", value_parser = Accel::parse)]
+    accel: Option<Accel>,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Accel {
     Cpu,
     Gpu,
     #[default]
     Auto,
+    /// The daemon at this socket.
+    Service(PathBuf),
+}
+
+impl Accel {
+    pub fn parse(s: &str) -> Result<Accel, String> {
+        match s {
+            "cpu" => Ok(Accel::Cpu),
+            "gpu" => Ok(Accel::Gpu),
+            "auto" => Ok(Accel::Auto),
+            _ => gvault_service::socket_from_spec(s)
+                .map(Accel::Service)
+                .ok_or_else(|| {
+                    format!("unknown accelerator {s:?}: cpu, gpu, auto, service or service:SOCKET")
+                }),
+        }
+    }
+
+    /// `--accel`, else `$GVAULT_ACCEL`, else auto.
+    fn chosen(flag: &Option<Accel>) -> Result<Accel, String> {
+        match flag {
+            Some(a) => Ok(a.clone()),
+            None => match env_nonempty("GVAULT_ACCEL") {
+                Some(v) => Accel::parse(&v).map_err(|e| format!("GVAULT_ACCEL: {e}")),
+                None => Ok(Accel::Auto),
+            },
+        }
+    }
 }
 
 /// Argon2id costs for a passphrase-derived master key (init, rotate-master).
@@ -152,13 +182,17 @@ impl KeyArgs {
     }
 
     pub fn backend(&self) -> Result<Option<Arc<dyn Backend>>, String> {
-        Ok(match self.accel {
+        Ok(match Accel::chosen(&self.accel)? {
             Accel::Cpu => None, // the store's shared CPU backend
             Accel::Gpu => Some(Arc::new(
                 gvault_accel::GpuBackend::probe()
                     .map_err(|why| format!("--accel gpu: no usable GPU: {why}"))?,
             )),
             Accel::Auto => Some(gvault_accel::AutoBackend::shared()),
+            Accel::Service(socket) => {
+                let required = env_nonempty("GVAULT_SERVICE_REQUIRE").is_some_and(|v| v != "0");
+                Some(gvault_service::service_or_local(&socket, required)?)
+            }
         })
     }
 
