@@ -412,7 +412,10 @@ fn alloc(shared: &Shared, client: &Client, len: u64) -> Result<(u32, Arc<Buffer>
     // SAFETY: the mapping lives in the same Buffer and is dropped after
     // the registration (field order).
     let registration = match unsafe { shared.backend.register_host(mem.as_ptr(), mem.len()) } {
-        Some(Ok(r)) => Some(r),
+        Some(Ok(r)) => {
+            shared.registered.fetch_add(1, Ordering::Relaxed);
+            Some(r)
+        }
         Some(Err(e)) => {
             shared.log_once_registration(&e.to_string());
             None

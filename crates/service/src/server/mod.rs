@@ -102,6 +102,8 @@ pub(crate) struct Shared {
     registration_warned: Once,
     accepted: AtomicU64,
     refused: AtomicU64,
+    /// Shared buffers registered with the GPU (page-locked for DMA).
+    registered: AtomicU64,
 }
 
 impl Shared {
@@ -223,6 +225,7 @@ impl Daemon {
             registration_warned: Once::new(),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            registered: AtomicU64::new(0),
         });
         Daemon {
             shared,

@@ -82,6 +82,7 @@ impl Shared {
             "closing": self.closing.load(Ordering::Relaxed),
             "accepted": self.accepted.load(Ordering::Relaxed),
             "refused": self.refused.load(Ordering::Relaxed),
+            "gpu_registered_buffers": self.registered.load(Ordering::Relaxed),
             "config": {
                 "workers": c.workers,
                 "batching": c.batch.enabled,

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod cases;
+
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -40,10 +42,19 @@ impl TestDaemon {
         socket: PathBuf,
         tune: impl FnOnce(&mut ServeConfig),
     ) -> TestDaemon {
+        Self::start_on(dir, socket, CpuBackend::shared(), tune)
+    }
+
+    /// A daemon running its jobs on `backend`.
+    pub fn start_on(
+        dir: tempfile::TempDir,
+        socket: PathBuf,
+        backend: Arc<dyn Backend>,
+        tune: impl FnOnce(&mut ServeConfig),
+    ) -> TestDaemon {
         let mut config = ServeConfig::new(socket.clone());
         config.workers = 4;
         tune(&mut config);
-        let backend: Arc<dyn Backend> = CpuBackend::shared();
         let daemon = Daemon::bind(config, backend, None).unwrap();
         let handle = daemon.handle();
         let thread = Some(std::thread::spawn(move || daemon.run()));
