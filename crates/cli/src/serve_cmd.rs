@@ -276,3 +276,16 @@ fn serve(args: RunArgs) -> Result<(), String> {
     eprintln!("gvault serve: stopped");
     Ok(())
 }
+
+/// A running daemon as a benchmark's backend: the socket of
+/// `GVAULT_ACCEL=service:SOCKET`, else the default one; no fallback (a
+/// benchmark of the service must measure the service).
+pub fn running_service(what: &str) -> Result<Arc<dyn Backend>, String> {
+    let socket = std::env::var("GVAULT_ACCEL")
+        .ok()
+        .and_then(|s| gvault_service::socket_from_spec(&s))
+        .unwrap_or_else(gvault_service::default_socket);
+    let b = ServiceBackend::connect(&socket)
+        .map_err(|e| format!("{what}: no gvault service answers ({e}); start `gvault serve`"))?;
+    Ok(Arc::new(b))
+}

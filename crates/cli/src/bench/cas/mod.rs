@@ -40,7 +40,8 @@ pub struct CasArgs {
     /// [default: 1G; with --repo s3://…: 64M].
     #[arg(long)]
     size: Option<String>,
-    /// Backends: cpu, auto, oracle (--repo s3://… measures cpu only).
+    /// Backends: cpu, auto, oracle, service (a running `gvault serve`; --repo
+    /// s3://… measures cpu only).
     #[arg(long, value_delimiter = ',', default_value = "cpu,auto,oracle")]
     backends: Vec<String>,
     /// Chunkers: cdc (FastCDC 512 KiB / 1 MiB / 8 MiB), fixed (1 MiB blocks)
@@ -243,7 +244,8 @@ fn one_run(
     let real: Arc<dyn Backend> = match backend_name {
         "cpu" => gvault_cas::accel_jobs::cpu_backend(),
         "auto" | "oracle" => gvault_cas::accel_jobs::auto_backend(),
-        b => return Err(format!("unknown backend {b} (cpu, auto, oracle)")),
+        "service" => crate::serve_cmd::running_service("--backends service")?,
+        b => return Err(format!("unknown backend {b} (cpu, auto, oracle, service)")),
     };
     let oracle = (backend_name == "oracle").then(|| Arc::new(oracle::Oracle::new(real.clone())));
     let accel: Arc<dyn Backend> = match &oracle {
@@ -400,8 +402,8 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
         chunker(c)?;
     }
     for b in &args.backends {
-        if !["cpu", "auto", "oracle"].contains(&b.as_str()) {
-            return Err(format!("unknown backend {b} (cpu, auto, oracle)"));
+        if !["cpu", "auto", "oracle", "service"].contains(&b.as_str()) {
+            return Err(format!("unknown backend {b} (cpu, auto, oracle, service)"));
         }
     }
     let data_root = args.data_dir.clone().unwrap_or_else(default_dir);

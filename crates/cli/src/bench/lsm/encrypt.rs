@@ -17,6 +17,9 @@ pub enum Encrypt {
     Gpu,
     /// AES-256-GCM through the auto backend's per-job choice.
     Auto,
+    /// AES-256-GCM in a running `gvault serve` (the socket of
+    /// GVAULT_ACCEL=service:SOCKET, else the default one).
+    Service,
     /// CRC32C only, a second time: an A/A check (its ratio to none is the
     /// host's own spread between two runs of the same code).
     NoneAgain,
@@ -36,6 +39,7 @@ impl Encrypt {
             Encrypt::Cpu => "cpu",
             Encrypt::Gpu => "gpu",
             Encrypt::Auto => "auto",
+            Encrypt::Service => "service",
             Encrypt::NoneAgain => "none-again",
             Encrypt::CpuIndex => "cpu-index",
             Encrypt::GpuIndex => "gpu-index",
@@ -50,7 +54,10 @@ impl Encrypt {
 
     /// Whether the mode seals the value log too.
     pub fn seals_value_log(self) -> bool {
-        matches!(self, Encrypt::Cpu | Encrypt::Gpu | Encrypt::Auto)
+        matches!(
+            self,
+            Encrypt::Cpu | Encrypt::Gpu | Encrypt::Auto | Encrypt::Service
+        )
     }
 }
 
@@ -74,6 +81,7 @@ impl Backends {
                         .map_err(|why| format!("--encrypt gpu: no usable GPU: {why}"))?,
                 ),
                 Encrypt::Auto | Encrypt::AutoIndex => Arc::new(gvault_accel::AutoBackend::new()),
+                Encrypt::Service => crate::serve_cmd::running_service("--encrypt service")?,
             };
             m.insert(mode, b);
         }
