@@ -10,7 +10,8 @@
 //!   coverage instrumentation and runs it over `fuzz/corpus/<target>/`.
 //! - `src/bin/gvault-fuzz-seeds.rs`: writes the seed corpora from real
 //!   files: what a store, a backup repository, the cost-model writer, the
-//!   kernel cache and `gvault export` write.
+//!   kernel cache and `gvault export` write, and what a client and the
+//!   daemon of `gvault serve` send each other.
 //! - `tests/replay.rs`: every corpus and regression input through every
 //!   target, on the ordinary test run (no instrumentation needed).
 //! - [`alloc_cap`]: the global allocator of all of them, which aborts on a
@@ -24,6 +25,8 @@ pub mod seeds;
 pub mod seeds_accel;
 pub mod seeds_cas;
 pub mod seeds_cli;
+pub mod seeds_service;
+pub mod service;
 pub mod store;
 
 /// A fuzz target: its name (the corpus directory's name) and its body.
@@ -101,6 +104,18 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "cas_lock",
         run: cas::cas_lock,
+    },
+    Target {
+        name: "service_request",
+        run: service::service_request,
+    },
+    Target {
+        name: "service_reply",
+        run: service::service_reply,
+    },
+    Target {
+        name: "service_frames",
+        run: service::service_frames,
     },
 ];
 

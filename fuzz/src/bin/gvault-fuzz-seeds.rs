@@ -11,5 +11,6 @@ fn main() {
     gvault_fuzz::seeds_accel::accel(&mut w);
     gvault_fuzz::seeds_cli::cli(&mut w);
     gvault_fuzz::seeds_cas::cas(&mut w);
+    gvault_fuzz::seeds_service::service(&mut w);
     println!("{} new seed(s) in {}", w.written, corpus.display());
 }

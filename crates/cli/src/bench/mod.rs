@@ -11,6 +11,8 @@ pub mod primitive;
 mod replay;
 pub mod rsa;
 pub mod seed001;
+pub mod service;
+mod service_plot;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
@@ -34,6 +36,10 @@ pub enum BenchCommand {
     Seed001(seed001::Seed001Args),
     /// RSA private-key ops/s against batch size: CPU, openssl, GPU, auto, batch ordering (seed 004).
     Rsa(rsa::RsaArgs),
+    /// The shared crypto service (seed 004 §5, issue 23): GB/s and requests/s
+    /// against request size for 1 to 64 clients, in process and through
+    /// `gvault serve` with and without batching; overhead and batching gain.
+    Service(service::ServiceArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), String> {
@@ -47,5 +53,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Seed001(args) => seed001::run(args),
         BenchCommand::Cas(args) => cas::run(args),
         BenchCommand::Rsa(args) => rsa::run(args),
+        BenchCommand::Service(args) => service::run(args),
     }
 }
