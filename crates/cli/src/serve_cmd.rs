@@ -232,6 +232,8 @@ fn serve(args: RunArgs) -> Result<(), String> {
     config.limits.client_queue = args.client_queue;
     config.max_clients = args.max_clients;
     config.verbose = args.verbose;
+    // Before anything starts a thread: it clears the activation variables.
+    let activated = gvault_service::systemd_listener();
     let (backend, auto): (Arc<dyn Backend>, _) = match args.accel.as_str() {
         "cpu" => (CpuBackend::shared(), None),
         _ => {
@@ -239,7 +241,7 @@ fn serve(args: RunArgs) -> Result<(), String> {
             (a.clone(), Some(a))
         }
     };
-    let daemon = match gvault_service::systemd_listener() {
+    let daemon = match activated {
         Some(l) => Daemon::from_listener(config, backend, auto.clone(), l),
         None => Daemon::bind(config, backend, auto.clone())
             .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?,
@@ -255,9 +257,14 @@ fn serve(args: RunArgs) -> Result<(), String> {
         std::thread::Builder::new()
             .name("gvault-serve-signals".into())
             .spawn(move || {
-                if let Some(sig) = signals.forever().next() {
+                let mut forever = signals.forever();
+                if let Some(sig) = forever.next() {
                     eprintln!("gvault serve: signal {sig}: finishing running jobs, then exiting");
                     handle.shutdown();
+                }
+                if let Some(sig) = forever.next() {
+                    eprintln!("gvault serve: signal {sig} again: exiting now");
+                    std::process::exit(1);
                 }
             })
             .map_err(|e| format!("cannot start the signal thread: {e}"))?;

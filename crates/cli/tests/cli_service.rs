@@ -95,7 +95,7 @@ fn store_and_repo_commands_run_through_the_daemon() {
     let src = dir.path().join("src");
     std::fs::create_dir(&src).unwrap();
     let data: Vec<u8> = (0..3_000_000u32)
-        .map(|i| (i * 2654435761u32 >> 13) as u8)
+        .map(|i| ((i * 2654435761u32) >> 13) as u8)
         .collect();
     std::fs::write(src.join("big"), &data).unwrap();
     let repo = dir.path().join("repo");

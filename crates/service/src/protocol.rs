@@ -191,6 +191,22 @@ impl RunOp {
         }
     }
 
+    /// The op without its key handle (handles are per connection; the
+    /// daemon compares keys by identity instead).
+    pub fn shape(&self) -> RunOp {
+        let mut op = *self;
+        match &mut op {
+            RunOp::Seal { key }
+            | RunOp::Open { key }
+            | RunOp::Ctr { key, .. }
+            | RunOp::Digest { key, .. }
+            | RunOp::ChunkDigest { key, .. }
+            | RunOp::Rsa { key } => *key = 0,
+            RunOp::Chunk { .. } => {}
+        }
+        op
+    }
+
     /// Whether the op transforms its segments in place (else reads them).
     pub fn writes(&self) -> bool {
         matches!(
@@ -417,7 +433,10 @@ fn encode_run(e: &mut Enc, run: &RunRequest) {
                 e.raw(&s.nonce).raw(&s.tag).blob(&s.aad);
             }
             RunOp::Ctr { .. } => {
-                e.u8(s.iv.len() as u8).raw(&s.iv);
+                // Counter blocks are 8 or 16 bytes; a longer one is cut to
+                // what the length byte can say (and refused by the daemon).
+                let iv = &s.iv[..s.iv.len().min(255)];
+                e.u8(iv.len() as u8).raw(iv);
             }
             _ => {}
         }

@@ -15,13 +15,22 @@ use rustix::net::{
 /// Writes one frame (length prefix + body) and, if given, passes `fd` with
 /// its first byte.
 pub fn write_frame(stream: &UnixStream, body: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-    let len = (body.len() as u32).to_le_bytes();
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(body);
+    write_bytes(stream, &frame, fd)
+}
+
+/// Writes `bytes` (blocking, within the socket's send timeout), passing
+/// `fd` with the first of them if given.
+pub fn write_bytes(
+    stream: &UnixStream,
+    bytes: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
+    let mut w = stream;
     let Some(fd) = fd else {
-        let mut w = stream;
-        let mut buf = Vec::with_capacity(4 + body.len());
-        buf.extend_from_slice(&len);
-        buf.extend_from_slice(body);
-        return w.write_all(&buf);
+        return w.write_all(bytes);
     };
     let fds = [fd];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -31,7 +40,7 @@ pub fn write_frame(stream: &UnixStream, body: &[u8], fd: Option<BorrowedFd<'_>>)
     }
     // The fd goes with the first sendmsg; whatever it did not write
     // follows as plain bytes.
-    let iov = [IoSlice::new(&len), IoSlice::new(body)];
+    let iov = [IoSlice::new(bytes)];
     let sent = loop {
         match sendmsg(stream.as_fd(), &iov, &mut control, SendFlags::NOSIGNAL) {
             Ok(n) => break n,
@@ -39,12 +48,19 @@ pub fn write_frame(stream: &UnixStream, body: &[u8], fd: Option<BorrowedFd<'_>>)
             Err(e) => return Err(e.into()),
         }
     };
-    let mut w = stream;
-    if sent < 4 {
-        w.write_all(&len[sent..])?;
-        w.write_all(body)
-    } else {
-        w.write_all(&body[sent - 4..])
+    w.write_all(&bytes[sent..])
+}
+
+/// Writes what fits now without blocking: the count written (0 when the
+/// socket buffer is full).
+pub fn write_now(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        match rustix::net::send(stream, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+            Ok(n) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::AGAIN) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -109,7 +125,17 @@ impl FrameReader {
                     return Ok(Frame::Body(body));
                 }
             }
-            if self.fill()? == 0 {
+            let want = if have >= 4 {
+                let len = u32::from_le_bytes(
+                    self.buf[self.start..self.start + 4]
+                        .try_into()
+                        .unwrap_or([0; 4]),
+                ) as usize;
+                (4 + len - have).clamp(64 << 10, 16 << 20)
+            } else {
+                64 << 10
+            };
+            if self.fill(want)? == 0 {
                 return if self.buf.len() == self.start {
                     Ok(Frame::Closed)
                 } else {
@@ -127,13 +153,16 @@ impl FrameReader {
         self.fds.pop_front()
     }
 
-    fn fill(&mut self) -> io::Result<usize> {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+    /// Reads up to `want` more bytes.
+    fn fill(&mut self, want: usize) -> io::Result<usize> {
+        // Drop what was consumed before growing, so the buffer holds at
+        // most one frame and one read's worth.
+        if self.start > 0 {
+            self.buf.drain(..self.start);
             self.start = 0;
         }
         let old = self.buf.len();
-        self.buf.resize(old + 64 * 1024, 0);
+        self.buf.resize(old + want, 0);
         let n = if self.take_fds {
             let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
             let mut control = RecvAncillaryBuffer::new(&mut space);

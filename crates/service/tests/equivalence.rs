@@ -180,3 +180,41 @@ fn small_requests_from_many_clients_are_batched_unless_told_not_to() {
         }
     }
 }
+
+#[test]
+fn clients_with_the_same_key_share_jobs_whatever_their_handles() {
+    let d = TestDaemon::start_with(|c| c.workers = 1);
+    let key = Aes256Key::from_bytes([6; 32]);
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let (socket, key) = (d.socket.clone(), key.clone());
+            std::thread::spawn(move || {
+                let svc = ServiceBackend::connect(&socket).unwrap();
+                // Different numbers of keys first: the shared key gets a
+                // different handle on each connection.
+                for i in 0..t {
+                    let other = Aes256Key::from_bytes([100 + i; 32]);
+                    svc.seal_block(&other, Nonce96::from_parts(9, 9), b"", &mut [0u8; 16])
+                        .unwrap();
+                }
+                for i in 0..200u32 {
+                    let mut data = [t; 4096];
+                    svc.seal_block(&key, Nonce96::from_parts(t as u64, i), b"", &mut data)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = d.status();
+    let seal = st["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "aes256gcm-seal")
+        .unwrap()
+        .clone();
+    assert!(seal["largest_batch"].as_u64().unwrap() > 1, "{seal}");
+}

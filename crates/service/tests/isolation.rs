@@ -420,3 +420,77 @@ fn another_user_is_refused_even_when_the_socket_mode_is_loosened() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("PROBE: admitted"), "{text}");
 }
+
+#[test]
+fn a_client_may_use_more_keys_than_the_daemon_holds_per_connection() {
+    let d = TestDaemon::start_with(|c| c.limits.max_keys = 8);
+    let svc = ServiceBackend::connect(&d.socket).unwrap();
+    let data = vec![4u8; 100];
+    for i in 0..40u8 {
+        let key = gvault_accel::Blake3Key::from_bytes([i; 32]);
+        let r = svc
+            .run(&mut Job::Digest {
+                algo: DigestAlgo::Blake3Keyed(&key),
+                segments: vec![Data::Host(&data)],
+            })
+            .unwrap();
+        assert!(r[0].is_ok());
+    }
+    let st = d.status();
+    assert!(st["clients"][0]["keys"].as_u64().unwrap() <= 8, "{st}");
+}
+
+#[test]
+fn a_job_that_fails_midway_leaves_the_callers_buffers_untouched() {
+    // Rounds of at most 2 MiB of staging (a quarter of the quota); the
+    // fifth round's buffer is over the quota.
+    let d = TestDaemon::start_with(|c| c.limits.client_memory = 8 << 20);
+    let svc = ServiceBackend::connect(&d.socket).unwrap();
+    let key = gvault_accel::Aes256Key::from_bytes([1; 32]);
+    let mut bufs: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i; 1536 << 10]).collect();
+    let before = bufs.clone();
+    let e = svc
+        .run(&mut Job::Seal {
+            key: &key,
+            segments: bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| gvault_accel::SealSegment {
+                    nonce: gvault_accel::Nonce96::from_parts(0, i as u32),
+                    aad: b"",
+                    data: gvault_accel::DataMut::Host(b),
+                })
+                .collect(),
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("bytes"), "{e}");
+    assert!(bufs == before, "a failed job changed the caller's buffers");
+}
+
+#[test]
+fn a_second_hello_ends_the_connection_and_non_sockets_are_not_replaced() {
+    let d = TestDaemon::start();
+    let mut r = Raw::hello(&d.socket);
+    r.send(&Request::Hello {
+        min_version: VERSION,
+        max_version: VERSION,
+    });
+    assert!(matches!(
+        &r.until_closed()[..],
+        [Reply::Error {
+            code: ErrorCode::Protocol,
+            ..
+        }]
+    ));
+    let file = d.dir.path().join("notes.txt");
+    std::fs::write(&file, b"keep me").unwrap();
+    let e = gvault_service::Daemon::bind(
+        gvault_service::ServeConfig::new(file.clone()),
+        gvault_accel::CpuBackend::shared(),
+        None,
+    )
+    .err()
+    .expect("bound over a file");
+    assert!(e.to_string().contains("not a socket"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+}

@@ -518,6 +518,19 @@ impl Daemon {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file);
+        // If the bench dies without its guards running (SIGKILL, a signal
+        // sent to it alone), the daemon gets SIGTERM instead of living on.
+        // SAFETY: prctl(2) is async-signal-safe and touches no memory of
+        // the parent; the closure allocates nothing.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start `{} serve`: {e}", exe.display()))?;
@@ -925,12 +938,7 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
     // Dropped last: the daemons' sockets and logs.
     let dir = match &args.socket {
         Some(_) => None,
-        None => Some(
-            tempfile::Builder::new()
-                .prefix("gvault-bench-service")
-                .tempdir_in(socket_parent())
-                .map_err(|e| format!("cannot create a directory for the daemons: {e}"))?,
-        ),
+        None => Some(daemon_dir()?),
     };
     let mut services = match (&args.socket, &dir) {
         (Some(socket), _) => {
@@ -1113,15 +1121,24 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Where the daemons' sockets go: the temporary directory, unless its path
-/// leaves too little of a socket address's 108 bytes.
-fn socket_parent() -> PathBuf {
+/// A private directory (mode 0700, as the daemon wants its socket's) for
+/// the daemons' sockets and logs: in the temporary directory, unless its
+/// path leaves too little of a socket address's 108 bytes.
+fn daemon_dir() -> Result<tempfile::TempDir, String> {
+    use std::os::unix::fs::PermissionsExt;
     let tmp = std::env::temp_dir();
-    if tmp.as_os_str().len() <= 64 {
+    let parent = if tmp.as_os_str().len() <= 64 {
         tmp
     } else {
         PathBuf::from("/tmp")
-    }
+    };
+    let fail = |e: std::io::Error| format!("cannot create a directory for the daemons: {e}");
+    let dir = tempfile::Builder::new()
+        .prefix("gvault-bench-service")
+        .tempdir_in(parent)
+        .map_err(fail)?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    Ok(dir)
 }
 
 fn print_cell(c: &Cell) {

@@ -163,7 +163,7 @@ fn draw_panel(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .label_font(("sans-serif", 12))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)

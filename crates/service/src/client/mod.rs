@@ -12,8 +12,8 @@
 //! attempt); if the daemon is gone, the job fails with a clear error.
 
 mod conn;
+mod keys;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
@@ -27,10 +27,11 @@ use zeroize::Zeroizing;
 
 use crate::protocol::{
     BufRef, ChunkWire, CtrKind, DigestKind, ErrorCode, KeyKind, Reply, Request, RunOp, RunRequest,
-    SegmentSpec, MAX_SEGMENTS,
+    SegmentSpec, MAX_AAD, MAX_SEGMENTS,
 };
 use crate::shm::SharedMemory;
 use conn::Connection;
+use keys::{Fingerprint, KeyCache};
 
 /// A staging buffer, reused across jobs.
 struct Slab {
@@ -43,7 +44,7 @@ struct Session {
     conn: Arc<Connection>,
     generation: u64,
     free: Mutex<Vec<Slab>>,
-    keys: Mutex<HashMap<[u8; 32], u32>>,
+    keys: KeyCache,
 }
 
 impl Session {
@@ -168,7 +169,7 @@ impl ServiceBackend {
             conn,
             generation: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             free: Mutex::new(Vec::new()),
-            keys: Mutex::new(HashMap::new()),
+            keys: KeyCache::default(),
         });
         *s = Some(Arc::clone(&fresh));
         Ok(fresh)
@@ -198,14 +199,26 @@ impl ServiceBackend {
         }
     }
 
-    /// The handle of a key on this session, registering it on first use.
-    fn key_handle(&self, s: &Session, kind: KeyKind, material: &[u8]) -> Result<u32, String> {
+    /// The handle of a key on this session (registered on first use),
+    /// counted in use: the caller releases it with its fingerprint.
+    fn key_handle(
+        &self,
+        s: &Session,
+        kind: KeyKind,
+        material: &[u8],
+    ) -> Result<(u32, Fingerprint), String> {
         let mut h = blake3::Hasher::new_keyed(&self.salt);
         h.update(&[kind as u8]);
         h.update(material);
-        let fp: [u8; 32] = h.finalize().into();
-        if let Some(&handle) = s.keys.lock().unwrap_or_else(|p| p.into_inner()).get(&fp) {
-            return Ok(handle);
+        let fp: Fingerprint = h.finalize().into();
+        if let Some(handle) = s.keys.acquire(&fp) {
+            return Ok((handle, fp));
+        }
+        // Stay under the daemon's per-connection bound: release idle
+        // handles, least recently used first.
+        let keep = (s.conn.limits.max_keys as usize).saturating_sub(2).max(1);
+        for old in s.keys.evict(keep) {
+            let _ = s.conn.call(&Request::ReleaseKey { handle: old });
         }
         let req = Request::RegisterKey {
             kind,
@@ -213,14 +226,11 @@ impl ServiceBackend {
         };
         match s.conn.call(&req)? {
             (Reply::Key { handle }, _) => {
-                let mut keys = s.keys.lock().unwrap_or_else(|p| p.into_inner());
-                if keys.len() >= (s.conn.limits.max_keys as usize).saturating_sub(1) {
-                    // Least effort: forget the cache; old handles stay
-                    // registered until the connection ends.
-                    keys.clear();
+                let (handle, spare) = s.keys.insert(fp, handle);
+                if let Some(spare) = spare {
+                    let _ = s.conn.call(&Request::ReleaseKey { handle: spare });
                 }
-                keys.insert(fp, handle);
-                Ok(handle)
+                Ok((handle, fp))
             }
             (Reply::Error { message, .. }, _) => Err(message),
             (other, _) => Err(format!("unexpected reply to RegisterKey: {other:?}")),
@@ -228,9 +238,14 @@ impl ServiceBackend {
     }
 
     /// The op of a job, with its key registered on this session.
-    fn run_op(&self, s: &Session, job: &Job<'_>) -> Result<RunOp, Failure> {
-        let reg = |kind, bytes: &[u8]| self.key_handle(s, kind, bytes).map_err(Failure::Key);
-        Ok(match job {
+    fn run_op(&self, s: &Session, job: &Job<'_>) -> Result<(RunOp, Option<Fingerprint>), Failure> {
+        let key = std::cell::Cell::new(None);
+        let reg = |kind, bytes: &[u8]| {
+            let (handle, fp) = self.key_handle(s, kind, bytes).map_err(Failure::Key)?;
+            key.set(Some(fp));
+            Ok(handle)
+        };
+        let op = match job {
             Job::Seal { key, .. } => RunOp::Seal {
                 key: reg(KeyKind::Aes256, key.expose())?,
             },
@@ -286,7 +301,8 @@ impl ServiceBackend {
                     key: reg(KeyKind::Rsa, der.as_bytes())?,
                 }
             }
-        })
+        };
+        Ok((op, key.get()))
     }
 
     /// Where a user buffer of this session holds `[ptr, ptr + len)`.
@@ -303,10 +319,19 @@ impl ServiceBackend {
         })
     }
 
-    /// One attempt at the job on session `s`.
+    /// One attempt at the job on session `s`. In-place results reach the
+    /// caller's buffers only once every round has succeeded, so a failed
+    /// attempt leaves them as they were (and may be retried).
     fn attempt(&self, s: &Session, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, Failure> {
-        let op = self.run_op(s, job)?;
         let views = views(job);
+        if let Some(v) = views.iter().find(|v| v.aad.len() > MAX_AAD) {
+            return Err(Failure::Backend(BackendError::InvalidJob(format!(
+                "{} bytes of associated data: the service takes at most {MAX_AAD} a segment",
+                v.aad.len()
+            ))));
+        }
+        let (op, key) = self.run_op(s, job)?;
+        let _key_use = KeyUse { session: s, key };
         let n = views.len();
         // Place every segment: local errors, user buffers, staging.
         let mut places = Vec::with_capacity(n);
@@ -331,43 +356,72 @@ impl ServiceBackend {
             });
         }
         let mut results: Vec<Option<SegmentResult>> = vec![None; n];
-        // Rounds: bounded by request size, segment count and staging size.
-        let body_cap = (s.conn.limits.max_request_body as usize).saturating_sub(4096);
-        let stage_cap = (s.conn.limits.client_memory as usize / 4).max(1 << 20);
-        let mut i = 0;
-        while i < n {
-            let mut end = i;
-            let (mut body, mut stage) = (64usize, 0usize);
-            let mut first_staged = None;
-            while end < n && end - i < MAX_SEGMENTS {
-                let extra = 64 + views[end].aad.len();
-                let st = match places[end] {
-                    Place::Staged(at) => {
-                        first_staged.get_or_insert(at);
-                        staged_len(views[end].len)
+        // Slabs of finished rounds whose in-place results still have to
+        // be copied back: (slab, first segment's staging offset, range).
+        let mut held: Vec<(Slab, usize, std::ops::Range<usize>)> = Vec::new();
+        let outcome = (|| {
+            // Rounds: bounded by request size, segment count and staging.
+            let body_cap = (s.conn.limits.max_request_body as usize).saturating_sub(4096);
+            let stage_cap = (s.conn.limits.client_memory as usize / 4).max(1 << 20);
+            let mut i = 0;
+            while i < n {
+                let mut end = i;
+                let (mut body, mut stage) = (64usize, 0usize);
+                let mut base = None;
+                while end < n && end - i < MAX_SEGMENTS {
+                    let extra = 64 + views[end].aad.len();
+                    let st = match places[end] {
+                        Place::Staged(at) => {
+                            base.get_or_insert(at);
+                            staged_len(views[end].len)
+                        }
+                        _ => 0,
+                    };
+                    if end > i && (body + extra > body_cap || stage + st > stage_cap) {
+                        break;
                     }
-                    _ => 0,
-                };
-                if end > i && (body + extra > body_cap || stage + st > stage_cap) {
-                    break;
+                    body += extra;
+                    stage += st;
+                    end += 1;
                 }
-                body += extra;
-                stage += st;
-                end += 1;
+                let base = base.unwrap_or(0);
+                let slab = self.round(
+                    s,
+                    op,
+                    job,
+                    &views,
+                    &places,
+                    i..end,
+                    stage,
+                    base,
+                    &mut results,
+                )?;
+                match slab {
+                    Some(slab) if op.writes() => held.push((slab, base, i..end)),
+                    Some(slab) => s.give_back(slab),
+                    None => {}
+                }
+                i = end;
             }
-            self.round(
-                s,
-                op,
-                job,
-                &views,
-                &places,
-                i..end,
-                stage,
-                first_staged,
-                &mut results,
-            )?;
-            i = end;
+            Ok(())
+        })();
+        if outcome.is_ok() {
+            for (slab, base, range) in &held {
+                for i in range.clone() {
+                    if let Place::Staged(at) = places[i] {
+                        // SAFETY: the slab is this thread's until given
+                        // back, and the daemon has finished with it.
+                        if let Some(src) = unsafe { slab.mem.slice_mut(at - base, views[i].len) } {
+                            segment_bytes_mut(job, i).copy_from_slice(src);
+                        }
+                    }
+                }
+            }
         }
+        for (slab, _, _) in held {
+            s.give_back(slab);
+        }
+        outcome?;
         Ok(results
             .into_iter()
             .enumerate()
@@ -377,29 +431,64 @@ impl ServiceBackend {
             .collect())
     }
 
+    /// Copies a round's staged segments in, runs it, and records its
+    /// results; returns its staging slab (given back on failure).
     #[allow(clippy::too_many_arguments)]
     fn round(
         &self,
         s: &Session,
         op: RunOp,
-        job: &mut Job<'_>,
+        job: &Job<'_>,
         views: &[View],
         places: &[Place],
         range: std::ops::Range<usize>,
         stage: usize,
-        base: Option<usize>,
+        base: usize,
         results: &mut [Option<SegmentResult>],
-    ) -> Result<(), Failure> {
-        let base = base.unwrap_or(0);
+    ) -> Result<Option<Slab>, Failure> {
         let slab = if stage > 0 {
             Some(s.take_slab(stage).map_err(Failure::Stage)?)
         } else {
             None
         };
-        // Copy in.
+        let ran = self.run_round(
+            s,
+            op,
+            job,
+            views,
+            places,
+            range,
+            base,
+            slab.as_ref(),
+            results,
+        );
+        match ran {
+            Ok(()) => Ok(slab),
+            Err(f) => {
+                if let Some(slab) = slab {
+                    s.give_back(slab);
+                }
+                Err(f)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_round(
+        &self,
+        s: &Session,
+        op: RunOp,
+        job: &Job<'_>,
+        views: &[View],
+        places: &[Place],
+        range: std::ops::Range<usize>,
+        base: usize,
+        slab: Option<&Slab>,
+        results: &mut [Option<SegmentResult>],
+    ) -> Result<(), Failure> {
         let mut specs = Vec::new();
         let mut sent = Vec::new();
-        for i in range.clone() {
+        for i in range {
             let data = match places[i] {
                 Place::Local(ref k) => {
                     results[i] = Some(Err(k.clone().at(i)));
@@ -407,9 +496,7 @@ impl ServiceBackend {
                 }
                 Place::Shared(r) => r,
                 Place::Staged(at) => {
-                    let slab = slab
-                        .as_ref()
-                        .ok_or(Failure::Stage("no staging buffer".into()))?;
+                    let slab = slab.ok_or(Failure::Stage("no staging buffer".into()))?;
                     let off = at - base;
                     let len = views[i].len;
                     // SAFETY: the slab is this thread's until given back; the
@@ -435,9 +522,6 @@ impl ServiceBackend {
             sent.push(i);
         }
         if specs.is_empty() {
-            if let Some(slab) = slab {
-                s.give_back(slab);
-            }
             return Ok(());
         }
         let reply = s
@@ -464,22 +548,24 @@ impl ServiceBackend {
                 ))))
             }
         };
-        let writes = op.writes();
         for (r, &i) in out.into_iter().zip(&sent) {
-            if writes {
-                if let (Place::Staged(at), Some(slab)) = (&places[i], slab.as_ref()) {
-                    // SAFETY: as above; the daemon has finished the job.
-                    if let Some(src) = unsafe { slab.mem.slice_mut(at - base, views[i].len) } {
-                        segment_bytes_mut(job, i).copy_from_slice(src);
-                    }
-                }
-            }
             results[i] = Some(r.map_err(|e| SegmentError { index: i, ..e }));
         }
-        if let Some(slab) = slab {
-            s.give_back(slab);
-        }
         Ok(())
+    }
+}
+
+/// A key handle in use by one attempt, released when it ends.
+struct KeyUse<'a> {
+    session: &'a Session,
+    key: Option<Fingerprint>,
+}
+
+impl Drop for KeyUse<'_> {
+    fn drop(&mut self) {
+        if let Some(fp) = &self.key {
+            self.session.keys.release(fp);
+        }
     }
 }
 
@@ -530,7 +616,12 @@ impl Backend for ServiceBackend {
         for _ in 0..2 {
             let s = match self.session() {
                 Ok(s) => s,
-                Err(why) => return Err(unavailable(last.unwrap_or(why))),
+                Err(why) => {
+                    return Err(unavailable(match last {
+                        Some(broke) => format!("{broke}; reconnecting: {why}"),
+                        None => why,
+                    }))
+                }
             };
             match self.attempt(&s, job) {
                 Ok(r) => return Ok(r),

@@ -63,6 +63,31 @@ impl Access {
     }
 }
 
+/// The socket's directory must be this user's (or root's) and not
+/// writable by others unless sticky (as /tmp is): otherwise someone else
+/// could replace the socket with one of theirs and receive the keys
+/// clients register (a `/tmp/gvault-<uid>` made by another user first).
+fn check_socket_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir)?;
+    let me = rustix::process::getuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    let owner_ok = meta.uid() == me || meta.uid() == 0;
+    let writable_by_others = mode & 0o022 != 0 && mode & 0o1000 == 0;
+    if !meta.is_dir() || !owner_ok || writable_by_others {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} must be a directory of uid {me} or root that others cannot write \
+                 (it is uid {}, mode {mode:o})",
+                dir.display(),
+                meta.uid(),
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The supplementary groups of process `pid` (the `Groups:` line of
 /// `/proc/<pid>/status`); none when it cannot be read.
 fn supplementary_groups(pid: i32) -> Vec<u32> {
@@ -86,9 +111,21 @@ pub fn bind(path: &Path, access: &Access) -> io::Result<UnixListener> {
         if !dir.exists() {
             std::fs::create_dir_all(dir)?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        } else {
+            check_socket_dir(dir)?;
         }
     }
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; not replacing it",
+                    path.display()
+                ),
+            ));
+        }
         if UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,

@@ -7,13 +7,12 @@
 //! daemon's memory; a client that never reads its replies is dropped when
 //! a reply cannot be sent within the send timeout.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::Shutdown;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 
 use gvault_accel::{ChunkParams, HostRegistration};
@@ -25,26 +24,51 @@ use crate::protocol::{
     DigestKind, ErrorCode, KeyKind, Reply, Request, RunOp, RunRequest, MAX_REQUEST_BODY, VERSION,
 };
 use crate::shm::SharedMemory;
-use crate::socket::{peer_of, write_frame, Frame, FrameReader, Peer};
+use crate::socket::{peer_of, write_bytes, write_now, Frame, FrameReader, Peer};
 
 /// A shared buffer and its registration with the GPU (dropped first, while
 /// the memory is still mapped: fields drop in declaration order).
 pub struct Buffer {
     _registration: Option<HostRegistration>,
     pub mem: SharedMemory,
+    /// The owner's count of bytes held, which this buffer leaves only when
+    /// it is unmapped (after `Free` and after every job using it).
+    held: Arc<AtomicU64>,
 }
 
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.mem.len() as u64, Ordering::AcqRel);
+    }
+}
+
+/// A reply frame (length prefix included) on its way out.
 struct Outgoing {
-    body: Vec<u8>,
+    frame: Vec<u8>,
+    /// Bytes already written.
+    sent: usize,
     /// A buffer whose memfd goes with this frame.
     fd_of: Option<Arc<Buffer>>,
+}
+
+/// Replies waiting for the writer thread. A reply is written straight by
+/// the thread that made it when nothing is queued or being written and the
+/// socket takes it whole without blocking (no thread hop); otherwise, and
+/// for the rest of a frame the socket took only in part, the writer thread
+/// sends it, blocking within the send timeout.
+#[derive(Default)]
+struct Outbox {
+    queue: VecDeque<Outgoing>,
+    /// Some thread is writing a frame now.
+    writing: bool,
+    /// No more replies: the writer sends what is queued and ends.
+    finished: bool,
 }
 
 #[derive(Default)]
 struct Tables {
     buffers: HashMap<u32, Arc<Buffer>>,
     next_buffer: u32,
-    memory: u64,
     keys: HashMap<u32, Arc<Key>>,
     next_key: u32,
 }
@@ -53,13 +77,17 @@ pub struct Client {
     pub id: u64,
     pub peer: Peer,
     stream: UnixStream,
-    tx: Mutex<Option<Sender<Outgoing>>>,
+    outbox: Mutex<Outbox>,
+    outbox_changed: Condvar,
     open: AtomicBool,
     in_flight: Mutex<usize>,
     drained: Condvar,
     tables: Mutex<Tables>,
     pub requests: AtomicU64,
     pub bytes: AtomicU64,
+    /// Bytes of shared memory mapped for this client, freed or not, until
+    /// the last job using a buffer is done.
+    memory: Arc<AtomicU64>,
 }
 
 impl Client {
@@ -72,17 +100,51 @@ impl Client {
         self.send(id, reply, None);
     }
 
+    fn lock_outbox(&self) -> std::sync::MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn send(&self, id: u64, reply: Reply, fd_of: Option<Arc<Buffer>>) {
-        let body = reply.encode(id);
-        let sent = self
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(|tx| tx.send(Outgoing { body, fd_of }).is_ok());
-        if !sent {
+        let frame = crate::protocol::frame(&reply.encode(id));
+        let mut ob = self.lock_outbox();
+        if ob.finished {
+            drop(ob);
             self.done_one();
+            return;
         }
+        let mut out = Outgoing {
+            frame,
+            sent: 0,
+            fd_of,
+        };
+        if out.fd_of.is_none() && !ob.writing && ob.queue.is_empty() {
+            ob.writing = true;
+            drop(ob);
+            let wrote = write_now(&self.stream, &out.frame);
+            ob = self.lock_outbox();
+            ob.writing = false;
+            match wrote {
+                Ok(n) if n == out.frame.len() => {
+                    drop(ob);
+                    self.outbox_changed.notify_all();
+                    self.done_one();
+                    return;
+                }
+                Ok(n) => out.sent = n,
+                Err(_) => {
+                    drop(ob);
+                    self.close();
+                    self.done_one();
+                    return;
+                }
+            }
+            // The rest of a frame goes before anything else.
+            ob.queue.push_front(out);
+        } else {
+            ob.queue.push_back(out);
+        }
+        drop(ob);
+        self.outbox_changed.notify_all();
     }
 
     fn done_one(&self) {
@@ -113,14 +175,25 @@ impl Client {
     /// (buffers, bytes of buffers, keys) held.
     pub fn holdings(&self) -> (usize, u64, usize) {
         let t = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        (t.buffers.len(), t.memory, t.keys.len())
+        (
+            t.buffers.len(),
+            self.memory.load(Ordering::Relaxed),
+            t.keys.len(),
+        )
     }
 
     /// Stops taking replies: the writer sends what is queued, then ends.
     fn finish(&self) {
         self.open.store(false, Ordering::Release);
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.lock_outbox().finished = true;
+        self.outbox_changed.notify_all();
         self.drained.notify_all();
+    }
+
+    /// Ends the connection after the replies already queued: its reader
+    /// sees the end of input and winds it down.
+    pub fn stop_reading(&self) {
+        let _ = self.stream.shutdown(Shutdown::Read);
     }
 
     /// Closes the connection now: both threads end, tables are dropped
@@ -128,7 +201,15 @@ impl Client {
     pub fn close(&self) {
         self.open.store(false, Ordering::Release);
         let _ = self.stream.shutdown(Shutdown::Both);
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let dropped = {
+            let mut ob = self.lock_outbox();
+            ob.finished = true;
+            std::mem::take(&mut ob.queue).len()
+        };
+        for _ in 0..dropped {
+            self.done_one();
+        }
+        self.outbox_changed.notify_all();
         self.drained.notify_all();
     }
 }
@@ -154,12 +235,12 @@ pub fn serve(shared: Arc<Shared>, stream: UnixStream, id: u64) {
         shared.log(&format!("client {id}: cannot clone the socket; refused"));
         return;
     };
-    let (tx, rx) = channel();
     let client = Arc::new(Client {
         id,
         peer,
         stream,
-        tx: Mutex::new(Some(tx)),
+        outbox: Mutex::new(Outbox::default()),
+        outbox_changed: Condvar::new(),
         open: AtomicBool::new(true),
         in_flight: Mutex::new(0),
         drained: Condvar::new(),
@@ -170,12 +251,13 @@ pub fn serve(shared: Arc<Shared>, stream: UnixStream, id: u64) {
         }),
         requests: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
+        memory: Arc::new(AtomicU64::new(0)),
     });
     let writer = {
         let client = Arc::clone(&client);
         std::thread::Builder::new()
             .name(format!("gvault-serve-w{id}"))
-            .spawn(move || write_loop(&client, &write_half, rx))
+            .spawn(move || write_loop(&client, &write_half))
     };
     let Ok(writer) = writer else {
         client.close();
@@ -199,14 +281,34 @@ pub fn serve(shared: Arc<Shared>, stream: UnixStream, id: u64) {
     }
 }
 
-fn write_loop(client: &Client, stream: &UnixStream, rx: Receiver<Outgoing>) {
-    for out in rx {
+fn write_loop(client: &Client, stream: &UnixStream) {
+    loop {
+        let out = {
+            let mut ob = client.lock_outbox();
+            loop {
+                if !ob.writing {
+                    if let Some(out) = ob.queue.pop_front() {
+                        ob.writing = true;
+                        break out;
+                    }
+                    if ob.finished {
+                        return;
+                    }
+                }
+                ob = client
+                    .outbox_changed
+                    .wait(ob)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        };
         let fd = out.fd_of.as_ref().map(|b| b.mem.fd().as_fd());
-        if write_frame(stream, &out.body, fd).is_err() {
+        if write_bytes(stream, &out.frame[out.sent..], fd).is_err() {
             // A closed peer, or one that did not read within the send
             // timeout: drop it.
             client.close();
         }
+        client.lock_outbox().writing = false;
+        client.outbox_changed.notify_all();
         client.done_one();
     }
 }
@@ -296,6 +398,10 @@ fn read_loop(shared: &Shared, client: &Arc<Client>, stream: UnixStream) -> Optio
                 }
             }
         }
+        if matches!(req, Request::Hello { .. }) {
+            client.reply(id, error(ErrorCode::Protocol, "Hello twice"));
+            return Some("said Hello twice".into());
+        }
         handle(shared, client, id, req);
     }
 }
@@ -310,6 +416,7 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 fn handle(shared: &Shared, client: &Arc<Client>, id: u64, req: Request) {
     let limits = shared.config.limits;
     match req {
+        // The reader ends the connection on a second Hello before this.
         Request::Hello { .. } => client.reply(id, error(ErrorCode::Protocol, "Hello twice")),
         Request::Status => client.reply(id, Reply::Status(shared.status_json())),
         Request::Alloc { len } => match alloc(shared, client, len) {
@@ -319,10 +426,7 @@ fn handle(shared: &Shared, client: &Arc<Client>, id: u64, req: Request) {
         Request::Free { buffer } => {
             let mut t = client.tables.lock().unwrap_or_else(|p| p.into_inner());
             let r = match t.buffers.remove(&buffer) {
-                Some(b) => {
-                    t.memory -= b.mem.len() as u64;
-                    Reply::Done
-                }
+                Some(_) => Reply::Done,
                 None => error(ErrorCode::UnknownBuffer, format!("no buffer {buffer}")),
             };
             drop(t);
@@ -342,8 +446,8 @@ fn handle(shared: &Shared, client: &Arc<Client>, id: u64, req: Request) {
                 match shared.keys.intern(kind, &material) {
                     Ok(key) => {
                         let mut t = client.tables.lock().unwrap_or_else(|p| p.into_inner());
-                        let handle = t.next_key;
-                        t.next_key = t.next_key.wrapping_add(1).max(1);
+                        let t = &mut *t;
+                        let handle = next_free(&mut t.next_key, |h| t.keys.contains_key(&h));
                         t.keys.insert(handle, key);
                         Reply::Key { handle }
                     }
@@ -389,26 +493,40 @@ fn handle(shared: &Shared, client: &Arc<Client>, id: u64, req: Request) {
 
 fn alloc(shared: &Shared, client: &Client, len: u64) -> Result<(u32, Arc<Buffer>), Reply> {
     let limits = shared.config.limits;
+    if client
+        .tables
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .buffers
+        .len()
+        >= limits.max_buffers as usize
     {
-        let t = client.tables.lock().unwrap_or_else(|p| p.into_inner());
-        if t.buffers.len() >= limits.max_buffers as usize {
-            return Err(error(
-                ErrorCode::Quota,
-                format!("at most {} buffers per connection", limits.max_buffers),
-            ));
-        }
-        if len == 0 || t.memory.saturating_add(len) > limits.client_memory {
-            return Err(error(
-                ErrorCode::Quota,
-                format!(
-                    "a buffer of {len} bytes: this connection holds {} of its {} bytes",
-                    t.memory, limits.client_memory
-                ),
-            ));
-        }
+        return Err(error(
+            ErrorCode::Quota,
+            format!("at most {} buffers per connection", limits.max_buffers),
+        ));
     }
-    let mem = SharedMemory::create(&format!("gvault-client-{}", client.id), len as usize)
-        .map_err(|e| error(ErrorCode::Internal, format!("shared memory: {e}")))?;
+    // Reserve the bytes first (they count until the buffer is unmapped).
+    let held = &client.memory;
+    let reserved = held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| {
+        (len > 0 && m.saturating_add(len) <= limits.client_memory).then(|| m + len)
+    });
+    if let Err(m) = reserved {
+        return Err(error(
+            ErrorCode::Quota,
+            format!(
+                "a buffer of {len} bytes: this connection holds {m} of its {} bytes",
+                limits.client_memory
+            ),
+        ));
+    }
+    let mem = match SharedMemory::create(&format!("gvault-client-{}", client.id), len as usize) {
+        Ok(m) => m,
+        Err(e) => {
+            held.fetch_sub(len, Ordering::AcqRel);
+            return Err(error(ErrorCode::Internal, format!("shared memory: {e}")));
+        }
+    };
     // SAFETY: the mapping lives in the same Buffer and is dropped after
     // the registration (field order).
     let registration = match unsafe { shared.backend.register_host(mem.as_ptr(), mem.len()) } {
@@ -425,16 +543,25 @@ fn alloc(shared: &Shared, client: &Client, len: u64) -> Result<(u32, Arc<Buffer>
     let buf = Arc::new(Buffer {
         _registration: registration,
         mem,
+        held: Arc::clone(held),
     });
     let mut t = client.tables.lock().unwrap_or_else(|p| p.into_inner());
-    if t.memory.saturating_add(len) > limits.client_memory {
-        return Err(error(ErrorCode::Quota, "memory quota reached"));
-    }
-    let id = t.next_buffer;
-    t.next_buffer = t.next_buffer.wrapping_add(1).max(1);
-    t.memory += len;
+    let t = &mut *t;
+    let id = next_free(&mut t.next_buffer, |id| t.buffers.contains_key(&id));
     t.buffers.insert(id, Arc::clone(&buf));
     Ok((id, buf))
+}
+
+/// The next id from `counter` (never 0) that `taken` does not claim: ids
+/// wrap after 2^32 and must not land on a live entry.
+fn next_free(counter: &mut u32, taken: impl Fn(u32) -> bool) -> u32 {
+    loop {
+        let id = *counter;
+        *counter = counter.wrapping_add(1).max(1);
+        if id != 0 && !taken(id) {
+            return id;
+        }
+    }
 }
 
 /// Checks a run request against the client's own tables and makes it a
@@ -581,7 +708,6 @@ impl Tables {
     fn clear(&mut self) {
         self.buffers.clear();
         self.keys.clear();
-        self.memory = 0;
     }
 }
 

@@ -64,11 +64,16 @@ impl Interner {
         h.update(&[kind as u8]);
         h.update(material);
         let id: [u8; 32] = h.finalize().into();
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let lock = || self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = lock().get(&id).and_then(Weak::upgrade) {
+            return Ok(k);
+        }
+        // Parsed outside the lock (an RSA key takes milliseconds).
+        let key = Arc::new(Key::parse(kind, material)?);
+        let mut live = lock();
         if let Some(k) = live.get(&id).and_then(Weak::upgrade) {
             return Ok(k);
         }
-        let key = Arc::new(Key::parse(kind, material)?);
         if live.len() >= 1024 {
             live.retain(|_, w| w.strong_count() > 0);
         }

@@ -104,6 +104,8 @@ pub(crate) struct Shared {
     refused: AtomicU64,
     /// Shared buffers registered with the GPU (page-locked for DMA).
     registered: AtomicU64,
+    /// The address the acceptor listens on, for waking it at shutdown.
+    listen_addr: Mutex<Option<std::os::unix::net::SocketAddr>>,
 }
 
 impl Shared {
@@ -156,8 +158,18 @@ impl DaemonHandle {
             return;
         }
         self.shared.sched.close();
-        // Wake the acceptor.
-        let _ = UnixStream::connect(&self.shared.config.socket);
+        // Wake the acceptor: a connection to the address it listens on
+        // (under socket activation, not necessarily the configured path).
+        let addr = self
+            .shared
+            .listen_addr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let _ = match addr {
+            Some(a) => UnixStream::connect_addr(&a),
+            None => UnixStream::connect(&self.shared.config.socket),
+        };
     }
 
     /// Clients connected now.
@@ -226,6 +238,7 @@ impl Daemon {
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             registered: AtomicU64::new(0),
+            listen_addr: Mutex::new(listener.local_addr().ok()),
         });
         Daemon {
             shared,
@@ -298,8 +311,9 @@ impl Daemon {
             .values()
             .cloned()
             .collect();
+        // Each connection ends once its queued replies are sent.
         for c in clients {
-            c.close();
+            c.stop_reading();
         }
         for h in conns {
             let _ = h.join();
