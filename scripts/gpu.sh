@@ -110,6 +110,14 @@
 #              paths against torch.save and safetensors). CKPT_GIB [20],
 #              CKPT_DIR [/tmp/gvault-ckpt], CKPT_SKIP [none].
 #                                                  -> python.txt, checkpoint.json
+#   service    The accelerator service (issue 23): the #[ignore]d tests of
+#              crates/service/tests/gpu.rs (a GPU daemon against the CPU for every
+#              op, shared buffers registered with the driver; an auto daemon), then
+#              `bench service` on the calibrated model (or COST_MODEL): the default
+#              sweep (SERVICE_FLAGS), the same with --zero-copy over SERVICE_ZC_SIZES
+#              [64K,1M,16M], and 64 clients of 4 KiB AES-GCM under one key
+#              (--shared-key), each saved as JSON.
+#                      -> service.txt, service*.json, service.png, service-zc.png
 #   seeds      The seeds' measurements at their shapes (docs/seeds.md says which
 #              table or figure each reproduces). SEEDS [000 000-lsm 001 002 003]:
 #                000      seed 000 Tables 4.4-4.9: CRC32 and TEA-CTR, one job of
@@ -136,7 +144,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 B=.gpu
-ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa python"
+ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa python service"
 ALL_VARIANTS="tables ghash pieces gear crc desc slots wide share"
 ALL_SEEDS="000 000-lsm 001 002 003"
 
@@ -165,6 +173,8 @@ if [ "${1:-}" = "--build" ]; then
   cp "$bin" "$B/cas-gpu-tests"
   bin=$(test_binary gvault-accel rsa_gpu)
   cp "$bin" "$B/rsa-gpu-tests"
+  bin=$(test_binary gvault-service gpu)
+  cp "$bin" "$B/service-gpu-tests"
   cargo build --release -p gvault-store --example read_cost --example write_cost
   cp target/release/examples/read_cost target/release/examples/write_cost "$B/"
   strip "$B"/* 2>/dev/null || true
@@ -207,6 +217,7 @@ if [ -z "$DRY" ]; then
   pick tests "${phases[*]}" && need+=(gpu-tests gpu-hash-tests cas-gpu-tests)
   pick costs "${phases[*]}" && need+=(read_cost write_cost)
   pick rsa "${phases[*]}" && need+=(rsa-gpu-tests)
+  pick service "${phases[*]}" && need+=(service-gpu-tests)
   if pick python "${phases[*]}" && ! ls .gpu-py/gvault-*.whl >/dev/null 2>&1; then
     echo "no wheel in .gpu-py: run scripts/gpu.sh --build and carry .gpu-py" >&2
     exit 2
@@ -545,6 +556,17 @@ phase_rsa() {
   calibrate_once $f
   run $f "$B/rsa-gpu-tests" --include-ignored --test-threads=1 --nocapture
   run $f "$B/gvault" bench rsa ${RSA_BENCH_FLAGS:---quick} --save "$OUT/rsa.json"
+}
+
+phase_service() {
+  local f=service.txt
+  calibrate_once $f
+  run $f "$B/service-gpu-tests" --include-ignored --test-threads=1 --nocapture
+  run $f "$B/gvault" bench service ${SERVICE_FLAGS:-} --save "$OUT/service.json" --plot "$OUT/service.png"
+  run $f "$B/gvault" bench service --zero-copy --sizes "${SERVICE_ZC_SIZES:-64K,1M,16M}" \
+    --clients 1,16,64 --save "$OUT/service-zc.json" --plot "$OUT/service-zc.png"
+  run $f "$B/gvault" bench service --shared-key --ops aes256gcm-seal,sha256 --sizes 4K \
+    --clients 1,64 --save "$OUT/service-shared-key.json"
 }
 
 # watchdog SECONDS CMD...: runs CMD; if it is still running after SECONDS,

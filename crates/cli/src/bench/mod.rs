@@ -12,6 +12,7 @@ mod replay;
 pub mod rsa;
 pub mod seed001;
 pub mod service;
+mod service_floor;
 mod service_plot;
 
 #[derive(clap::Subcommand, Debug)]

@@ -184,6 +184,9 @@ struct Target {
 #[derive(Serialize)]
 struct Report {
     cores: usize,
+    /// One 64-byte round trip between two threads over a Unix socket, in
+    /// microseconds: the floor of a request's latency (service_floor.rs).
+    round_trip_floor_us: f64,
     accel: String,
     in_process_backend: String,
     /// "started by the bench ...", or the socket of the daemon measured.
@@ -917,6 +920,7 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
         std::fs::File::create(path).map_err(|e| format!("--save {}: {e}", path.display()))?;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let floor_us = super::service_floor::socket_round_trip_us(5000, 3)?;
     let (local, local_name): (Arc<dyn Backend>, String) = match args.accel.as_str() {
         "cpu" => {
             let c = CpuBackend::shared();
@@ -999,6 +1003,10 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
         println!(
             "gvault bench service: {cores} cores; in process: {local_name}; daemons (--accel {}): {daemon_desc}",
             args.accel
+        );
+        println!(
+            "round-trip floor: {floor_us:.1} us for 64 bytes between two threads over a Unix socket \
+             (a request costs at least that plus a hand-off in the daemon)"
         );
         println!(
             "clients: {}; buffers: {}; GB/s over all clients, median of {} runs of >= {} ms (modes in turn) after a warm-up; about {:.0} s",
@@ -1097,6 +1105,7 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
     if args.json || args.save.is_some() {
         let report = Report {
             cores,
+            round_trip_floor_us: floor_us,
             accel: args.accel.clone(),
             in_process_backend: local_name,
             daemon: daemon_desc,

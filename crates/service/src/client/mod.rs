@@ -412,7 +412,7 @@ impl ServiceBackend {
                         // SAFETY: the slab is this thread's until given
                         // back, and the daemon has finished with it.
                         if let Some(src) = unsafe { slab.mem.slice_mut(at - base, views[i].len) } {
-                            segment_bytes_mut(job, i).copy_from_slice(src);
+                            copy(segment_bytes_mut(job, i), src);
                         }
                     }
                 }
@@ -503,7 +503,7 @@ impl ServiceBackend {
                     // range is inside it (the round's staging fits it).
                     let dst = unsafe { slab.mem.slice_mut(off, len) }
                         .ok_or(Failure::Stage("staging overflow".into()))?;
-                    dst.copy_from_slice(segment_bytes(job, i));
+                    copy(dst, segment_bytes(job, i));
                     BufRef {
                         buffer: slab.id,
                         offset: off as u64,
@@ -567,6 +567,20 @@ impl Drop for KeyUse<'_> {
             self.session.keys.release(fp);
         }
     }
+}
+
+/// Copies a segment to or from staging; large ones on several cores (one
+/// core's copy runs well below the memory's bandwidth).
+fn copy(dst: &mut [u8], src: &[u8]) {
+    const PIECE: usize = 1 << 20;
+    if src.len() < 4 * PIECE {
+        dst.copy_from_slice(src);
+        return;
+    }
+    use rayon::prelude::*;
+    dst.par_chunks_mut(PIECE)
+        .zip(src.par_chunks(PIECE))
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// Staging space a segment takes: 64-byte aligned, and never none (an
