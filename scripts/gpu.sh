@@ -115,8 +115,9 @@
 #              op, shared buffers registered with the driver; an auto daemon), then
 #              `bench service` on the calibrated model (or COST_MODEL): the default
 #              sweep (SERVICE_FLAGS), the same with --zero-copy over SERVICE_ZC_SIZES
-#              [64K,1M,16M], and 64 clients of 4 KiB AES-GCM under one key
-#              (--shared-key), each saved as JSON.
+#              [64K,1M,16M], 64 clients of 4 KiB AES-GCM under one key
+#              (--shared-key), and that on daemons running every job on the GPU
+#              (--accel gpu, seed 004's setting), each saved as JSON.
 #                      -> service.txt, service*.json, service.png, service-zc.png
 #   seeds      The seeds' measurements at their shapes (docs/seeds.md says which
 #              table or figure each reproduces). SEEDS [000 000-lsm 001 002 003]:
@@ -567,6 +568,9 @@ phase_service() {
     --clients 1,16,64 --save "$OUT/service-zc.json" --plot "$OUT/service-zc.png"
   run $f "$B/gvault" bench service --shared-key --ops aes256gcm-seal,sha256 --sizes 4K \
     --clients 1,64 --save "$OUT/service-shared-key.json"
+  # Seed 004's setting: every job on the GPU, where batching saves launches.
+  run $f "$B/gvault" bench service --accel gpu --shared-key --ops aes256gcm-seal,sha256 \
+    --sizes 4K,64K --clients 1,64 --save "$OUT/service-gpu.json"
 }
 
 # watchdog SECONDS CMD...: runs CMD; if it is still running after SECONDS,

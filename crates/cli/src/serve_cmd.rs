@@ -65,8 +65,9 @@ struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     max_clients: usize,
     /// The accelerators the daemon runs jobs on: auto (every core and GPU,
-    /// by the calibrated cost model) or cpu.
-    #[arg(long, value_name = "A", default_value = "auto", value_parser = ["auto", "cpu"])]
+    /// by the calibrated cost model), cpu, or gpu (every job on the GPU, as
+    /// seed 004's service ran; fails without a usable GPU).
+    #[arg(long, value_name = "A", default_value = "auto", value_parser = ["auto", "cpu", "gpu"])]
     accel: String,
     /// Log each connection and refusal to stderr.
     #[arg(long, short)]
@@ -236,6 +237,13 @@ fn serve(args: RunArgs) -> Result<(), String> {
     let activated = gvault_service::systemd_listener();
     let (backend, auto): (Arc<dyn Backend>, _) = match args.accel.as_str() {
         "cpu" => (CpuBackend::shared(), None),
+        "gpu" => (
+            Arc::new(
+                gvault_accel::GpuBackend::probe()
+                    .map_err(|why| format!("--accel gpu: no usable GPU: {why}"))?,
+            ),
+            None,
+        ),
         _ => {
             let a = AutoBackend::shared();
             (a.clone(), Some(a))
@@ -272,7 +280,7 @@ fn serve(args: RunArgs) -> Result<(), String> {
     let gpu = match &auto {
         Some(a) if a.has_gpu() => "auto (CPU and GPU)",
         Some(_) => "auto (CPU only: no usable GPU)",
-        None => "cpu",
+        None => args.accel.as_str(),
     };
     eprintln!(
         "gvault serve: listening on {} (pid {}), accelerators: {gpu}",

@@ -68,9 +68,11 @@ pub fn write_now(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
 /// with them in order.
 pub struct FrameReader {
     stream: UnixStream,
+    /// Received bytes not yet consumed are `buf[start..end]`; the rest of
+    /// `buf` is room for the next read (zeroed once, when it grows).
     buf: Vec<u8>,
-    /// Bytes of `buf` received and not yet consumed start at `start`.
     start: usize,
+    end: usize,
     fds: VecDeque<OwnedFd>,
     max_body: u32,
     /// Whether to accept descriptors (the client does; the daemon closes
@@ -91,6 +93,7 @@ impl FrameReader {
             stream,
             buf: Vec::new(),
             start: 0,
+            end: 0,
             fds: VecDeque::new(),
             max_body,
             take_fds,
@@ -101,7 +104,7 @@ impl FrameReader {
     /// `InvalidData` error before any of the body is read.
     pub fn next_frame(&mut self) -> io::Result<Frame> {
         loop {
-            let have = self.buf.len() - self.start;
+            let have = self.end - self.start;
             if have >= 4 {
                 let len = u32::from_le_bytes(
                     self.buf[self.start..self.start + 4]
@@ -118,9 +121,13 @@ impl FrameReader {
                 if have >= total {
                     let body = self.buf[self.start + 4..self.start + total].to_vec();
                     self.start += total;
-                    if self.start == self.buf.len() {
-                        self.buf.clear();
+                    if self.start == self.end {
                         self.start = 0;
+                        self.end = 0;
+                        if self.buf.len() > 1 << 20 {
+                            // A large reply passed: give its room back.
+                            self.buf = Vec::new();
+                        }
                     }
                     return Ok(Frame::Body(body));
                 }
@@ -136,7 +143,7 @@ impl FrameReader {
                 64 << 10
             };
             if self.fill(want)? == 0 {
-                return if self.buf.len() == self.start {
+                return if self.end == self.start {
                     Ok(Frame::Closed)
                 } else {
                     Err(io::Error::new(
@@ -158,11 +165,14 @@ impl FrameReader {
         // Drop what was consumed before growing, so the buffer holds at
         // most one frame and one read's worth.
         if self.start > 0 {
-            self.buf.drain(..self.start);
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        let old = self.buf.len();
-        self.buf.resize(old + want, 0);
+        if self.buf.len() < self.end + want {
+            self.buf.resize(self.end + want, 0);
+        }
+        let old = self.end;
         let n = if self.take_fds {
             let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
             let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -176,10 +186,7 @@ impl FrameReader {
                 ) {
                     Ok(r) => break r,
                     Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => {
-                        self.buf.truncate(old);
-                        return Err(e.into());
-                    }
+                    Err(e) => return Err(e.into()),
                 }
             };
             for msg in control.drain() {
@@ -191,13 +198,10 @@ impl FrameReader {
         } else {
             match (&self.stream).read(&mut self.buf[old..]) {
                 Ok(n) => n,
-                Err(e) => {
-                    self.buf.truncate(old);
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
         };
-        self.buf.truncate(old + n);
+        self.end = old + n;
         Ok(n)
     }
 }

@@ -63,9 +63,10 @@ pub struct ServiceArgs {
     #[arg(long, default_value_t = 3)]
     repeat: usize,
     /// The accelerators, in this process and in the daemons the bench
-    /// starts: auto (every core and GPU, by the calibrated cost model) or
-    /// cpu.
-    #[arg(long, value_name = "A", default_value = "auto", value_parser = ["auto", "cpu"])]
+    /// starts: auto (every core and GPU, by the calibrated cost model),
+    /// cpu, or gpu (every job on the GPU: seed 004's setting, where
+    /// batching small requests into one launch is what pays).
+    #[arg(long, value_name = "A", default_value = "auto", value_parser = ["auto", "cpu", "gpu"])]
     accel: String,
     /// Measure the daemon already listening on this socket instead of
     /// starting two: its `service` column is batched or not as that daemon
@@ -926,6 +927,11 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
             let c = CpuBackend::shared();
             let name = format!("cpu ({} threads)", c.threads());
             (c, name)
+        }
+        "gpu" => {
+            let g = gvault_accel::GpuBackend::probe()
+                .map_err(|why| format!("--accel gpu: no usable GPU: {why}"))?;
+            (Arc::new(g), "gpu (every job on the GPU)".to_string())
         }
         _ => {
             let a = AutoBackend::shared();

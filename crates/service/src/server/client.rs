@@ -476,7 +476,7 @@ fn handle(shared: &Shared, client: &Arc<Client>, id: u64, req: Request) {
         Request::Run(run) => match resolve(client, id, run) {
             Ok(p) => {
                 client.bytes.fetch_add(p.bytes, Ordering::Relaxed);
-                if let Err(p) = shared.sched.submit(p) {
+                if let Err(p) = shared.sched.submit_or_run(shared.backend.as_ref(), p) {
                     p.client.reply(
                         id,
                         error(

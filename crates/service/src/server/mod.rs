@@ -225,7 +225,7 @@ impl Daemon {
         owns_socket: bool,
     ) -> Daemon {
         let shared = Arc::new(Shared {
-            sched: sched::Scheduler::new(config.batch),
+            sched: sched::Scheduler::new(config.batch, config.workers),
             config,
             backend,
             auto,

@@ -6,6 +6,13 @@
 //! job (seed 004's batching) while none can starve another. Large requests
 //! run alone, several at once on several workers (pipelined on the
 //! backend's CPU pool and GPU streams).
+//!
+//! At most `workers` jobs run at once: each holds a slot. A request that
+//! arrives while a slot is free and nothing of its op waits runs at once
+//! on the thread that read it (no hand-off: the latency of a lone request
+//! is one round trip); requests that find every slot taken queue, and
+//! those are what batches are made of. Batching thus costs nothing when
+//! the daemon keeps up and coalesces work when it does not.
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -137,6 +144,9 @@ struct State {
     next_op: usize,
     queued: usize,
     closing: bool,
+    /// Jobs that may start now (one per worker, taken by workers and by
+    /// readers running a request at once).
+    free_slots: usize,
 }
 
 pub struct Scheduler {
@@ -151,13 +161,14 @@ fn op_index(op: OpKind) -> usize {
 }
 
 impl Scheduler {
-    pub fn new(policy: BatchPolicy) -> Self {
+    pub fn new(policy: BatchPolicy, slots: usize) -> Self {
         Self {
             state: Mutex::new(State {
                 ops: (0..OpKind::ALL.len()).map(|_| OpQueue::default()).collect(),
                 next_op: 0,
                 queued: 0,
                 closing: false,
+                free_slots: slots.max(1),
             }),
             wake: Condvar::new(),
             policy,
@@ -167,6 +178,34 @@ impl Scheduler {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs a request now on the calling thread if a slot is free and no
+    /// request of its op waits (it would have nothing to batch with);
+    /// otherwise queues it. Refused (returned) once the daemon is closing.
+    pub fn submit_or_run(&self, backend: &dyn Backend, p: Pending) -> Result<(), Pending> {
+        {
+            let mut st = self.lock();
+            let idle = st.ops[op_index(p.op.kind())].is_empty();
+            if st.closing || !idle || st.free_slots == 0 {
+                drop(st);
+                return self.submit(p);
+            }
+            st.free_slots -= 1;
+        }
+        self.run_batch(backend, vec![p]);
+        self.release_slot();
+        Ok(())
+    }
+
+    fn release_slot(&self) {
+        let mut st = self.lock();
+        st.free_slots += 1;
+        let waiting = st.queued > 0 || st.closing;
+        drop(st);
+        if waiting {
+            self.wake.notify_one();
+        }
     }
 
     /// Queues a request; refused (returned) once the daemon is closing.
@@ -239,15 +278,19 @@ impl Scheduler {
         }
     }
 
-    /// The next batch, waiting for one; `None` once closing and empty.
+    /// The next batch and its slot, waiting for both; `None` once closing
+    /// and empty.
     fn next_batch(&self) -> Option<Vec<Pending>> {
         let mut st = self.lock();
         loop {
-            if let Some(b) = self.take_batch(&mut st) {
-                st.queued -= b.len();
-                return Some(b);
+            if st.free_slots > 0 {
+                if let Some(b) = self.take_batch(&mut st) {
+                    st.queued -= b.len();
+                    st.free_slots -= 1;
+                    return Some(b);
+                }
             }
-            if st.closing {
+            if st.closing && st.queued == 0 {
                 return None;
             }
             st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -303,33 +346,39 @@ impl Scheduler {
     /// A worker: runs batches until the scheduler closes.
     pub fn work(&self, backend: &dyn Backend) {
         while let Some(batch) = self.next_batch() {
-            let started = std::time::Instant::now();
-            let live: Vec<Pending> = batch.into_iter().filter(|p| p.client.is_open()).collect();
-            if live.is_empty() {
-                continue;
-            }
-            let op = live[0].op.kind();
-            let replies = std::panic::catch_unwind(AssertUnwindSafe(|| execute(backend, &live)))
-                .unwrap_or_else(|_| {
-                    let err = BackendError::Device("the job panicked in the daemon".into());
-                    live.iter().map(|_| Reply::RunFailed(err.clone())).collect()
-                });
-            let s = &self.stats[op_index(op)];
-            s.jobs.fetch_add(1, Ordering::Relaxed);
-            s.requests.fetch_add(live.len() as u64, Ordering::Relaxed);
-            s.segments.fetch_add(
-                live.iter().map(|p| p.segments.len() as u64).sum(),
-                Ordering::Relaxed,
-            );
-            s.bytes
-                .fetch_add(live.iter().map(|p| p.bytes).sum(), Ordering::Relaxed);
-            s.largest_batch
-                .fetch_max(live.len() as u64, Ordering::Relaxed);
-            s.busy_ns
-                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            for (p, r) in live.iter().zip(replies) {
-                p.client.reply(p.id, r);
-            }
+            self.run_batch(backend, batch);
+            self.release_slot();
+        }
+    }
+
+    /// Runs a batch as one job, counts it, and replies to each request.
+    fn run_batch(&self, backend: &dyn Backend, batch: Vec<Pending>) {
+        let started = std::time::Instant::now();
+        let live: Vec<Pending> = batch.into_iter().filter(|p| p.client.is_open()).collect();
+        if live.is_empty() {
+            return;
+        }
+        let op = live[0].op.kind();
+        let replies = std::panic::catch_unwind(AssertUnwindSafe(|| execute(backend, &live)))
+            .unwrap_or_else(|_| {
+                let err = BackendError::Device("the job panicked in the daemon".into());
+                live.iter().map(|_| Reply::RunFailed(err.clone())).collect()
+            });
+        let s = &self.stats[op_index(op)];
+        s.jobs.fetch_add(1, Ordering::Relaxed);
+        s.requests.fetch_add(live.len() as u64, Ordering::Relaxed);
+        s.segments.fetch_add(
+            live.iter().map(|p| p.segments.len() as u64).sum(),
+            Ordering::Relaxed,
+        );
+        s.bytes
+            .fetch_add(live.iter().map(|p| p.bytes).sum(), Ordering::Relaxed);
+        s.largest_batch
+            .fetch_max(live.len() as u64, Ordering::Relaxed);
+        s.busy_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        for (p, r) in live.iter().zip(replies) {
+            p.client.reply(p.id, r);
         }
     }
 }
