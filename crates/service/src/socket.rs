@@ -196,10 +196,7 @@ impl FrameReader {
             }
             r.bytes
         } else {
-            match (&self.stream).read(&mut self.buf[old..]) {
-                Ok(n) => n,
-                Err(e) => return Err(e),
-            }
+            (&self.stream).read(&mut self.buf[old..])?
         };
         self.end = old + n;
         Ok(n)
