@@ -81,11 +81,57 @@ struct OpQueue {
     /// Clients with queued requests, in round-robin order.
     order: VecDeque<u64>,
     by_client: HashMap<u64, VecDeque<Pending>>,
+    /// Queued requests per key (by identity; 0 for none): a batch looks
+    /// for partners only when some share its head's key.
+    by_key: HashMap<usize, usize>,
+}
+
+impl Pending {
+    fn key_id(&self) -> usize {
+        self.key.as_ref().map_or(0, |k| Arc::as_ptr(k) as usize)
+    }
 }
 
 impl OpQueue {
     fn is_empty(&self) -> bool {
         self.order.is_empty()
+    }
+
+    fn push(&mut self, p: Pending) {
+        *self.by_key.entry(p.key_id()).or_default() += 1;
+        let cid = p.client.id;
+        let list = self.by_client.entry(cid).or_default();
+        if list.is_empty() {
+            self.order.push_back(cid);
+        }
+        list.push_back(p);
+    }
+
+    fn counted_out(&mut self, p: &Pending) {
+        let id = p.key_id();
+        if let Some(n) = self.by_key.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_key.remove(&id);
+            }
+        }
+    }
+
+    /// Requests queued under this key.
+    fn with_key(&self, id: usize) -> usize {
+        self.by_key.get(&id).copied().unwrap_or(0)
+    }
+
+    /// Removes a client's requests; how many there were.
+    fn remove_client(&mut self, cid: u64) -> usize {
+        let Some(list) = self.by_client.remove(&cid) else {
+            return 0;
+        };
+        self.order.retain(|c| *c != cid);
+        for p in &list {
+            self.counted_out(p);
+        }
+        list.len()
     }
 
     /// The head of the next client's queue, the client moved to the back.
@@ -97,6 +143,9 @@ impl OpQueue {
             self.by_client.remove(&cid);
         } else {
             self.order.push_back(cid);
+        }
+        if let Some(p) = &p {
+            self.counted_out(p);
         }
         p
     }
@@ -112,16 +161,19 @@ impl OpQueue {
             let Some(q) = self.by_client.get_mut(&cid) else {
                 continue;
             };
+            let mut taken = None;
             if q.front().is_some_and(&mut take) {
-                if let Some(p) = q.pop_front() {
-                    out.push(p);
-                    took = true;
-                }
+                taken = q.pop_front();
             }
             if q.is_empty() {
                 self.by_client.remove(&cid);
             } else {
                 self.order.push_back(cid);
+            }
+            if let Some(p) = taken {
+                self.counted_out(&p);
+                out.push(p);
+                took = true;
             }
         }
         took
@@ -214,13 +266,7 @@ impl Scheduler {
         if st.closing {
             return Err(p);
         }
-        let q = &mut st.ops[op_index(p.op.kind())];
-        let cid = p.client.id;
-        let list = q.by_client.entry(cid).or_default();
-        if list.is_empty() {
-            q.order.push_back(cid);
-        }
-        list.push_back(p);
+        st.ops[op_index(p.op.kind())].push(p);
         st.queued += 1;
         drop(st);
         self.wake.notify_one();
@@ -243,10 +289,7 @@ impl Scheduler {
         let mut st = self.lock();
         let mut dropped = 0;
         for q in &mut st.ops {
-            if let Some(list) = q.by_client.remove(&cid) {
-                dropped += list.len();
-                q.order.retain(|c| *c != cid);
-            }
+            dropped += q.remove_client(cid);
         }
         st.queued -= dropped;
     }
@@ -309,7 +352,8 @@ impl Scheduler {
             let first = q.pop_next()?;
             let pol = self.policy;
             let mut batch = vec![first];
-            if pol.enabled && batch[0].bytes <= pol.small_bytes {
+            if pol.enabled && batch[0].bytes <= pol.small_bytes && q.with_key(batch[0].key_id()) > 0
+            {
                 let mut bytes = batch[0].bytes;
                 let mut segs = batch[0].segments.len();
                 let mut count = 1;
