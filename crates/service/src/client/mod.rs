@@ -640,8 +640,12 @@ impl Backend for ServiceBackend {
             match self.attempt(&s, job) {
                 Ok(r) => return Ok(r),
                 // Staged data is unchanged by a broken attempt; data in
-                // user buffers may have been transformed, so no retry.
-                Err(Failure::Connection(why)) if !self.used_shared(job, s.generation) => {
+                // user buffers may have been transformed, so no retry. A
+                // break first seen while registering a key or a staging
+                // buffer is a broken connection too.
+                Err(Failure::Connection(why) | Failure::Key(why) | Failure::Stage(why))
+                    if !s.conn.is_alive() && !self.used_shared(job, s.generation) =>
+                {
                     last = Some(why)
                 }
                 Err(f) => return Err(f.into_error()),

@@ -20,7 +20,8 @@ pub fn systemd_listener() -> Option<UnixListener> {
     std::env::remove_var("LISTEN_FDS");
     std::env::remove_var("LISTEN_FDNAMES");
     // The descriptor must be an open socket nobody else owns: check it is
-    // a Unix stream socket before adopting it.
+    // a stream socket before adopting it (one of another family would
+    // admit nobody: peer credentials exist for Unix sockets only).
     // SAFETY: fd 3 is open (LISTEN_FDS >= 1 for this pid, per systemd's
     // protocol) and owned by nobody else in this process; it is adopted
     // once (the variables are gone now).

@@ -264,6 +264,10 @@ pub fn serve(shared: Arc<Shared>, stream: UnixStream, id: u64) {
         return;
     };
     shared.add_client(&client);
+    if shared.is_closing() {
+        // Shutdown may have listed the clients before this one joined.
+        client.stop_reading();
+    }
     let why = read_loop(&shared, &client, read_half);
     shared.forget_client(&client);
     // Replies already queued (such as the error that ended a hostile

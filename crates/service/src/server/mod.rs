@@ -124,6 +124,10 @@ impl Shared {
         });
     }
 
+    fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
     fn add_client(&self, c: &Arc<client::Client>) {
         self.clients
             .lock()
