@@ -265,14 +265,14 @@ fn draw_panel(
 }
 
 /// Ticks of the size axis (bytes): powers of two, at most about 12.
-fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
+pub(super) fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let (lo, hi) = (lo.log2().ceil() as i32, hi.log2().floor() as i32);
     let step = (hi - lo + 1).max(1).unsigned_abs().div_ceil(12) as usize;
     (lo..=hi).step_by(step).map(|k| 2f64.powi(k)).collect()
 }
 
 /// `mantissas` × every power of ten within `lo..=hi` (GB/s ticks).
-fn rate_ticks(lo: f64, hi: f64, mantissas: &[f64]) -> Vec<f64> {
+pub(super) fn rate_ticks(lo: f64, hi: f64, mantissas: &[f64]) -> Vec<f64> {
     let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
     (first..=last)
         .flat_map(|d| mantissas.iter().map(move |m| m * 10f64.powi(d)))
@@ -281,7 +281,7 @@ fn rate_ticks(lo: f64, hi: f64, mantissas: &[f64]) -> Vec<f64> {
 }
 
 /// A tick on the size axis: labelled at powers of two only.
-fn size_tick(x: f64) -> String {
+pub(super) fn size_tick(x: f64) -> String {
     let k = x.log2();
     if (k - k.round()).abs() > 1e-6 || !(0.0..=62.0).contains(&k.round()) {
         return String::new();
@@ -290,7 +290,7 @@ fn size_tick(x: f64) -> String {
 }
 
 /// "0.0002", "0.5", "12": enough digits for the tick's magnitude.
-fn rate_tick(y: f64) -> String {
+pub(super) fn rate_tick(y: f64) -> String {
     let decimals = (-y.log10().floor()).max(0.0) as usize + 1;
     let s = format!("{y:.decimals$}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()

@@ -10,8 +10,9 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::measure::size_label;
-use super::plot::{register_embedded_font, HEADER_HEIGHT};
+use super::plot::{
+    rate_tick, rate_ticks, register_embedded_font, size_tick, size_ticks, HEADER_HEIGHT,
+};
 use super::service::{Mode, MODES};
 
 /// Pixel size of one panel.
@@ -170,36 +171,6 @@ fn draw_panel(
         .draw()
         .map_err(e)?;
     Ok(())
-}
-
-/// Powers of two within `lo..=hi`, at most about 10.
-fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let (lo, hi) = (lo.log2().ceil() as i32, hi.log2().floor() as i32);
-    let step = (hi - lo + 1).max(1).unsigned_abs().div_ceil(10) as usize;
-    (lo..=hi).step_by(step).map(|k| 2f64.powi(k)).collect()
-}
-
-/// `mantissas` × every power of ten within `lo..=hi`.
-fn rate_ticks(lo: f64, hi: f64, mantissas: &[f64]) -> Vec<f64> {
-    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
-    (first..=last)
-        .flat_map(|d| mantissas.iter().map(move |m| m * 10f64.powi(d)))
-        .filter(|v| *v >= lo * 0.999 && *v <= hi * 1.001)
-        .collect()
-}
-
-fn size_tick(x: f64) -> String {
-    let k = x.log2();
-    if (k - k.round()).abs() > 1e-6 || !(0.0..=62.0).contains(&k.round()) {
-        return String::new();
-    }
-    size_label(1usize << k.round() as u32)
-}
-
-fn rate_tick(y: f64) -> String {
-    let decimals = (-y.log10().floor()).max(0.0) as usize + 1;
-    let s = format!("{y:.decimals$}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 #[cfg(test)]

@@ -360,6 +360,13 @@ impl ServiceBackend {
         // be copied back: (slab, first segment's staging offset, range).
         let mut held: Vec<(Slab, usize, std::ops::Range<usize>)> = Vec::new();
         let outcome = (|| {
+            let rounds = Rounds {
+                session: s,
+                op,
+                job,
+                views: &views,
+                places: &places,
+            };
             // Rounds: bounded by request size, segment count and staging.
             let body_cap = (s.conn.limits.max_request_body as usize).saturating_sub(4096);
             let stage_cap = (s.conn.limits.client_memory as usize / 4).max(1 << 20);
@@ -385,17 +392,7 @@ impl ServiceBackend {
                     end += 1;
                 }
                 let base = base.unwrap_or(0);
-                let slab = self.round(
-                    s,
-                    op,
-                    job,
-                    &views,
-                    &places,
-                    i..end,
-                    stage,
-                    base,
-                    &mut results,
-                )?;
+                let slab = rounds.round(i..end, stage, base, &mut results)?;
                 match slab {
                     Some(slab) if op.writes() => held.push((slab, base, i..end)),
                     Some(slab) => s.give_back(slab),
@@ -430,39 +427,35 @@ impl ServiceBackend {
             })
             .collect())
     }
+}
 
-    /// Copies a round's staged segments in, runs it, and records its
-    /// results; returns its staging slab (given back on failure).
-    #[allow(clippy::too_many_arguments)]
+/// What every round of one attempt shares.
+struct Rounds<'a, 'j> {
+    session: &'a Session,
+    op: RunOp,
+    job: &'a Job<'j>,
+    views: &'a [View],
+    places: &'a [Place],
+}
+
+impl Rounds<'_, '_> {
+    /// Copies a round's staged segments (`stage` bytes from staging offset
+    /// `base`) in, runs it, and records its results; returns its staging
+    /// slab (given back on failure).
     fn round(
         &self,
-        s: &Session,
-        op: RunOp,
-        job: &Job<'_>,
-        views: &[View],
-        places: &[Place],
         range: std::ops::Range<usize>,
         stage: usize,
         base: usize,
         results: &mut [Option<SegmentResult>],
     ) -> Result<Option<Slab>, Failure> {
+        let s = self.session;
         let slab = if stage > 0 {
             Some(s.take_slab(stage).map_err(Failure::Stage)?)
         } else {
             None
         };
-        let ran = self.run_round(
-            s,
-            op,
-            job,
-            views,
-            places,
-            range,
-            base,
-            slab.as_ref(),
-            results,
-        );
-        match ran {
+        match self.run_round(range, base, slab.as_ref(), results) {
             Ok(()) => Ok(slab),
             Err(f) => {
                 if let Some(slab) = slab {
@@ -473,14 +466,8 @@ impl ServiceBackend {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_round(
         &self,
-        s: &Session,
-        op: RunOp,
-        job: &Job<'_>,
-        views: &[View],
-        places: &[Place],
         range: std::ops::Range<usize>,
         base: usize,
         slab: Option<&Slab>,
@@ -489,7 +476,7 @@ impl ServiceBackend {
         let mut specs = Vec::new();
         let mut sent = Vec::new();
         for i in range {
-            let data = match places[i] {
+            let data = match self.places[i] {
                 Place::Local(ref k) => {
                     results[i] = Some(Err(k.clone().at(i)));
                     continue;
@@ -498,12 +485,12 @@ impl ServiceBackend {
                 Place::Staged(at) => {
                     let slab = slab.ok_or(Failure::Stage("no staging buffer".into()))?;
                     let off = at - base;
-                    let len = views[i].len;
+                    let len = self.views[i].len;
                     // SAFETY: the slab is this thread's until given back; the
                     // range is inside it (the round's staging fits it).
                     let dst = unsafe { slab.mem.slice_mut(off, len) }
                         .ok_or(Failure::Stage("staging overflow".into()))?;
-                    copy(dst, segment_bytes(job, i));
+                    copy(dst, segment_bytes(self.job, i));
                     BufRef {
                         buffer: slab.id,
                         offset: off as u64,
@@ -511,7 +498,7 @@ impl ServiceBackend {
                     }
                 }
             };
-            let v = &views[i];
+            let v = &self.views[i];
             specs.push(SegmentSpec {
                 data,
                 nonce: v.nonce,
@@ -524,10 +511,11 @@ impl ServiceBackend {
         if specs.is_empty() {
             return Ok(());
         }
-        let reply = s
+        let reply = self
+            .session
             .conn
             .call(&Request::Run(RunRequest {
-                op,
+                op: self.op,
                 segments: specs,
             }))
             .map_err(Failure::Connection)?;
