@@ -55,6 +55,11 @@ struct RunArgs {
     /// Worker threads running jobs [default: one per core, 2 to 32].
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
+    /// Most jobs of one op at once; its other requests wait and batch
+    /// [default: no bound; 2 with --accel gpu, where one launch for many
+    /// requests costs about what one for a single request does].
+    #[arg(long, value_name = "N")]
+    op_jobs: Option<usize>,
     /// Shared memory one client may hold.
     #[arg(long, value_name = "SIZE", default_value = "4G")]
     client_memory: String,
@@ -225,6 +230,12 @@ fn serve(args: RunArgs) -> Result<(), String> {
         }
         config.workers = w;
     }
+    config.batch.per_op = match args.op_jobs {
+        Some(0) => return Err("--op-jobs must be at least 1".into()),
+        Some(n) => n,
+        None if args.accel == "gpu" => 2,
+        None => usize::MAX,
+    };
     config.limits.client_memory =
         parse_nonzero_size(&args.client_memory, "--client-memory")? as u64;
     if args.client_queue == 0 || args.max_clients == 0 {

@@ -218,3 +218,37 @@ fn clients_with_the_same_key_share_jobs_whatever_their_handles() {
         .clone();
     assert!(seal["largest_batch"].as_u64().unwrap() > 1, "{seal}");
 }
+
+#[test]
+fn a_bound_on_jobs_per_op_makes_larger_batches_and_the_same_results() {
+    let d = TestDaemon::start_with(|c| {
+        c.workers = 4;
+        c.batch.per_op = 1;
+    });
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let socket = d.socket.clone();
+            std::thread::spawn(move || {
+                let svc = ServiceBackend::connect(&socket).unwrap();
+                for i in 0..100u8 {
+                    let data = vec![t ^ i; 3000];
+                    let job = |b: &dyn Backend| {
+                        b.run(&mut Job::Digest {
+                            algo: DigestAlgo::Blake3,
+                            segments: vec![Data::Host(&data)],
+                        })
+                        .unwrap()
+                    };
+                    assert_eq!(job(&svc), job(CpuBackend::shared().as_ref()));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = d.status();
+    let op = st["ops"][0].clone();
+    assert_eq!(op["requests"], 800, "{st}");
+    assert!(op["largest_batch"].as_u64().unwrap() > 1, "{op}");
+}

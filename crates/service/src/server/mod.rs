@@ -58,6 +58,7 @@ impl ServeConfig {
                 small_bytes: 256 << 10,
                 max_bytes: 16 << 20,
                 max_requests: 1024,
+                per_op: usize::MAX,
             },
             workers: cores.clamp(2, 32),
             limits: Limits {

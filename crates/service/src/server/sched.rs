@@ -74,6 +74,11 @@ pub struct BatchPolicy {
     pub max_bytes: u64,
     /// ... or this many requests.
     pub max_requests: usize,
+    /// At most this many jobs of one op run at once; its other requests
+    /// wait and batch. Unbounded (every slot) suits the CPU, where small
+    /// jobs run in parallel; a GPU-only daemon takes 2, since a GPU job
+    /// costs about as much for one request as for a hundred.
+    pub per_op: usize,
 }
 
 #[derive(Default)]
@@ -199,6 +204,8 @@ struct State {
     /// Jobs that may start now (one per worker, taken by workers and by
     /// readers running a request at once).
     free_slots: usize,
+    /// Jobs running per op (bounded by the policy's `per_op`).
+    running: Vec<usize>,
 }
 
 pub struct Scheduler {
@@ -221,6 +228,7 @@ impl Scheduler {
                 queued: 0,
                 closing: false,
                 free_slots: slots.max(1),
+                running: vec![0; OpKind::ALL.len()],
             }),
             wake: Condvar::new(),
             policy,
@@ -236,23 +244,26 @@ impl Scheduler {
     /// request of its op waits (it would have nothing to batch with);
     /// otherwise queues it. Refused (returned) once the daemon is closing.
     pub fn submit_or_run(&self, backend: &dyn Backend, p: Pending) -> Result<(), Pending> {
+        let op = op_index(p.op.kind());
         {
             let mut st = self.lock();
-            let idle = st.ops[op_index(p.op.kind())].is_empty();
-            if st.closing || !idle || st.free_slots == 0 {
+            let idle = st.ops[op].is_empty();
+            if st.closing || !idle || st.free_slots == 0 || st.running[op] >= self.policy.per_op {
                 drop(st);
                 return self.submit(p);
             }
             st.free_slots -= 1;
+            st.running[op] += 1;
         }
         self.run_batch(backend, vec![p]);
-        self.release_slot();
+        self.release_slot(op);
         Ok(())
     }
 
-    fn release_slot(&self) {
+    fn release_slot(&self, op: usize) {
         let mut st = self.lock();
         st.free_slots += 1;
+        st.running[op] = st.running[op].saturating_sub(1);
         let waiting = st.queued > 0 || st.closing;
         drop(st);
         if waiting {
@@ -330,6 +341,7 @@ impl Scheduler {
                 if let Some(b) = self.take_batch(&mut st) {
                     st.queued -= b.len();
                     st.free_slots -= 1;
+                    st.running[op_index(b[0].op.kind())] += 1;
                     return Some(b);
                 }
             }
@@ -344,7 +356,7 @@ impl Scheduler {
         let n = st.ops.len();
         for i in 0..n {
             let at = (st.next_op + i) % n;
-            if st.ops[at].is_empty() {
+            if st.ops[at].is_empty() || st.running[at] >= self.policy.per_op {
                 continue;
             }
             st.next_op = (at + 1) % n;
@@ -390,8 +402,9 @@ impl Scheduler {
     /// A worker: runs batches until the scheduler closes.
     pub fn work(&self, backend: &dyn Backend) {
         while let Some(batch) = self.next_batch() {
+            let op = op_index(batch[0].op.kind());
             self.run_batch(backend, batch);
-            self.release_slot();
+            self.release_slot(op);
         }
     }
 
