@@ -119,6 +119,12 @@
 #              (--shared-key), and that on daemons running every job on the GPU
 #              (--accel gpu, seed 004's setting), each saved as JSON.
 #                      -> service.txt, service*.json, service.png, service-zc.png
+#   multi      Several GPUs of one host (issue 28; an x2/x4 kind): the accel spread
+#              test, the service's GPU tests, then `bench service --accel gpu` (every
+#              job on a GPU, spread by queue depth) with 64 clients on the first GPU
+#              only and on every GPU (CUDA_VISIBLE_DEVICES), MULTI_OPS
+#              [sha256,aes256gcm-seal] at MULTI_SIZES [64K,1M].
+#                                                  -> multi.txt, multi-*.json
 #   seeds      The seeds' measurements at their shapes (docs/seeds.md says which
 #              table or figure each reproduces). SEEDS [000 000-lsm 001 002 003]:
 #                000      seed 000 Tables 4.4-4.9: CRC32 and TEA-CTR, one job of
@@ -145,7 +151,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 B=.gpu
-ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa python service"
+ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa python service multi"
 ALL_VARIANTS="tables ghash pieces gear crc desc slots wide share"
 ALL_SEEDS="000 000-lsm 001 002 003"
 
@@ -219,6 +225,7 @@ if [ -z "$DRY" ]; then
   pick costs "${phases[*]}" && need+=(read_cost write_cost)
   pick rsa "${phases[*]}" && need+=(rsa-gpu-tests)
   pick service "${phases[*]}" && need+=(service-gpu-tests)
+  pick multi "${phases[*]}" && need+=(gpu-tests service-gpu-tests)
   if pick python "${phases[*]}" && ! ls .gpu-py/gvault-*.whl >/dev/null 2>&1; then
     echo "no wheel in .gpu-py: run scripts/gpu.sh --build and carry .gpu-py" >&2
     exit 2
@@ -571,6 +578,20 @@ phase_service() {
   # Seed 004's setting: every job on the GPU, where batching saves launches.
   run $f "$B/gvault" bench service --accel gpu --shared-key --ops aes256gcm-seal,sha256 \
     --sizes 4K,64K --clients 1,64 --save "$OUT/service-gpu.json"
+}
+
+phase_multi() {
+  local f=multi.txt all n
+  n=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
+  all=$(seq -s, 0 $((n - 1)))
+  echo "== $n GPUs: $all" | tee -a "$OUT/$f"
+  run $f "$B/gpu-tests" --include-ignored concurrent_jobs_spread_over_every_gpu --test-threads=1 --nocapture
+  run $f "$B/service-gpu-tests" --include-ignored a_gpu_daemon --test-threads=1
+  for v in 0 "$all"; do
+    run $f env CUDA_VISIBLE_DEVICES="$v" "$B/gvault" bench service --accel gpu --shared-key \
+      --ops "${MULTI_OPS:-sha256,aes256gcm-seal}" --sizes "${MULTI_SIZES:-64K,1M}" --clients 1,64 \
+      --save "$OUT/multi-gpus-${v//,/}.json"
+  done
 }
 
 # watchdog SECONDS CMD...: runs CMD; if it is still running after SECONDS,

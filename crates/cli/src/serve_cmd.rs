@@ -56,8 +56,8 @@ struct RunArgs {
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
     /// Most jobs of one op at once; its other requests wait and batch
-    /// [default: no bound; 2 with --accel gpu, where one launch for many
-    /// requests costs about what one for a single request does].
+    /// [default: no bound; 2 a GPU with --accel gpu, where one launch for
+    /// many requests costs about what one for a single request does].
     #[arg(long, value_name = "N")]
     op_jobs: Option<usize>,
     /// Shared memory one client may hold.
@@ -233,7 +233,6 @@ fn serve(args: RunArgs) -> Result<(), String> {
     config.batch.per_op = match args.op_jobs {
         Some(0) => return Err("--op-jobs must be at least 1".into()),
         Some(n) => n,
-        None if args.accel == "gpu" => 2,
         None => usize::MAX,
     };
     config.limits.client_memory =
@@ -248,13 +247,15 @@ fn serve(args: RunArgs) -> Result<(), String> {
     let activated = gvault_service::systemd_listener();
     let (backend, auto): (Arc<dyn Backend>, _) = match args.accel.as_str() {
         "cpu" => (CpuBackend::shared(), None),
-        "gpu" => (
-            Arc::new(
-                gvault_accel::GpuBackend::probe()
-                    .map_err(|why| format!("--accel gpu: no usable GPU: {why}"))?,
-            ),
-            None,
-        ),
+        "gpu" => {
+            let g = gvault_accel::GpuBackend::probe()
+                .map_err(|why| format!("--accel gpu: no usable GPU: {why}"))?;
+            if args.op_jobs.is_none() {
+                // Two jobs of an op per GPU: one running, one being staged.
+                config.batch.per_op = 2 * g.devices().len();
+            }
+            (Arc::new(g), None)
+        }
         _ => {
             let a = AutoBackend::shared();
             (a.clone(), Some(a))
