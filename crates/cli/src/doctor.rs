@@ -49,12 +49,38 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
         }
         Err(why) => println!("gpu: unavailable ({why}); every op runs on the CPU backend"),
     }
+    print_service();
     let identity = machine_identity(gpu.as_ref().ok());
     let (model, source) = auto::load(auto::default_path().as_deref(), &identity);
     let threads = CpuThreads::from_env().resolve(cpu.logical_cores);
     println!("\ncost model (auto backend): {source}");
     crate::bench::calibrate::print_model(&model, threads);
     Ok(())
+}
+
+/// Whether a `gvault serve` answers on the default socket (or the one
+/// `GVAULT_ACCEL=service:SOCKET` names), and what it serves.
+fn print_service() {
+    let socket = std::env::var("GVAULT_ACCEL")
+        .ok()
+        .and_then(|s| gvault_service::socket_from_spec(&s))
+        .unwrap_or_else(gvault_service::default_socket);
+    let status = gvault_service::ServiceBackend::connect(&socket).and_then(|b| b.status());
+    match status
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).map_err(|e| e.to_string()))
+    {
+        Ok(v) => println!(
+            "service: gvault serve (pid {}) on {}: {} clients, backend {}",
+            v["pid"],
+            socket.display(),
+            v["clients"].as_array().map_or(0, Vec::len),
+            v["backend"]["name"].as_str().unwrap_or("?")
+        ),
+        Err(_) => println!(
+            "service: none on {} (`gvault serve` shares the accelerators between processes)",
+            socket.display()
+        ),
+    }
 }
 
 fn compile_kernels(arch: &'static str) -> Result<(), String> {
