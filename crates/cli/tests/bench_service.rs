@@ -1,7 +1,8 @@
 //! `gvault bench service` through the real binary, small: the bench starts
 //! its two daemons (`serve`, with and without batching), reports every
 //! cell with positive figures for all three modes, stops the daemons, and
-//! `--plot` writes a decodable PNG with a line per mode.
+//! `--plot` writes a decodable PNG with a line per mode. The GPU-bound ops
+//! (fastcdc-blake3, rsa-private) run too, on the CPU.
 
 use std::path::Path;
 use std::process::Output;
@@ -68,6 +69,60 @@ fn json_has_every_cell_and_mode() {
     assert!(targets.iter().all(|t| t["covered"] == false), "{v}");
 }
 
+#[test]
+fn gpu_bound_ops_are_checked_and_measured() {
+    let o = gvault_no_store(&[
+        "bench",
+        "service",
+        "--ops",
+        "fastcdc-blake3,rsa-private",
+        "--sizes",
+        "64K",
+        "--clients",
+        "1,2",
+        "--accel",
+        "cpu",
+        "--min-ms",
+        "20",
+        "--repeat",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&o)));
+    let cells = v["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 4, "two ops x two client counts: {v}");
+    for (cell, (op, clients)) in cells.iter().zip([
+        ("fastcdc-blake3", 1),
+        ("fastcdc-blake3", 2),
+        ("rsa-private", 1),
+        ("rsa-private", 2),
+    ]) {
+        assert_eq!(cell["op"], op, "{cell}");
+        assert_eq!(cell["request_bytes"], 65536, "{cell}");
+        assert_eq!(cell["clients"], clients, "{cell}");
+        let rsa = op == "rsa-private";
+        // 64 KiB of RSA-2048 is 256 messages a request.
+        let messages = cell["messages_per_request"].as_u64();
+        assert_eq!(messages, rsa.then_some(256), "{cell}");
+        for mode in MODES {
+            let r = &cell["results"][mode];
+            for figure in ["gbps", "requests_per_s"] {
+                let x = r[figure].as_f64().unwrap_or(0.0);
+                assert!(x > 0.0, "{mode} {figure}: {cell}");
+            }
+            let ops = r["ops_per_s"].as_f64();
+            assert_eq!(ops.is_some(), rsa, "{mode} ops_per_s: {cell}");
+            if let Some(ops) = ops {
+                let want = r["requests_per_s"].as_f64().unwrap() * 256.0;
+                assert!((ops - want).abs() <= 1e-6 * want, "{mode}: {cell}");
+            }
+        }
+        assert!(cell["batching_gain"].as_f64().unwrap() > 0.0, "{cell}");
+    }
+}
+
 fn decode(path: &Path) -> image::RgbImage {
     image::open(path)
         .unwrap_or_else(|e| panic!("{} is not a readable image: {e}", path.display()))
@@ -102,7 +157,7 @@ fn plot_draws_a_line_per_mode_and_the_table_prints() {
 #[test]
 fn refuses_bad_arguments_before_starting_daemons() {
     for (args, expect) in [
-        (&["--ops", "rsa-private"][..], "unknown op"),
+        (&["--ops", "aes256gcm-open"][..], "unknown op"),
         (&["--clients", "0"][..], "--clients"),
         (&["--plot", "x.jpg"][..], "*.png"),
     ] {

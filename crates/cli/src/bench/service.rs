@@ -20,16 +20,24 @@
 //! issue 23's targets where the run covers them. Each service mode's
 //! results are first checked against the in-process backend's (same key,
 //! nonce and data) at every op and size.
+//!
+//! Beside the streaming ops, two GPU-bound ones (issue 28): `fastcdc-blake3`
+//! (one segment a request, chunked with [`CDC_PARAMS`] and each chunk
+//! digested with the client's keyed BLAKE3 key) and `rsa-private` (a request
+//! is `max(1, size / 256)` RSA-2048 private-key operations with the test key
+//! `crates/accel/tests/data/rsa2048.pem`, reported in messages per second as
+//! well as GB/s).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gvault_accel::{
-    Aes256Key, AutoBackend, Backend, Blake3Key, CpuBackend, CtrCipher, CtrIv, CtrSegment, Data,
-    DataMut, DigestAlgo, Iv128, Job, Nonce96, OpKind, Output, SealSegment,
+    Aes256Key, AutoBackend, Backend, Blake3Key, ChunkParams, CpuBackend, CtrCipher, CtrIv,
+    CtrSegment, Data, DataMut, DigestAlgo, Iv128, Job, Nonce96, OpKind, Output, RsaPrivateKey,
+    SealSegment,
 };
 use gvault_service::{ServiceBackend, SharedBuffer};
 use serde::Serialize;
@@ -51,7 +59,15 @@ pub struct ServiceArgs {
     #[arg(long, value_delimiter = ',')]
     clients: Option<Vec<usize>>,
     /// Ops, comma separated [default: aes256gcm-seal,sha256,blake3]; also
-    /// aes256ctr, blake3-keyed, md5, crc32, crc32c.
+    /// aes256ctr, blake3-keyed, md5, crc32, crc32c, and the GPU-bound
+    /// fastcdc-blake3 and rsa-private. fastcdc-blake3: each request is one
+    /// segment, chunked with fixed parameters whatever the request size
+    /// (4 KiB min, 16 KiB average, 64 KiB max, normalization level 2; a
+    /// request of at most 4 KiB is one chunk, digested without a boundary
+    /// search), each chunk with the client's keyed BLAKE3 digest, no CRC-32C.
+    /// rsa-private: each request is max(1, size / 256) RSA-2048 private-key
+    /// operations on 256-byte messages (one test key for every client); the
+    /// table gives its messages/s where the other ops give GB/s.
     #[arg(long, value_delimiter = ',')]
     ops: Option<Vec<String>>,
     /// Measured time of each run of a cell, in milliseconds [default: 300;
@@ -74,13 +90,15 @@ pub struct ServiceArgs {
     /// --accel then picks the in-process backend only.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Every client uses the same AES key (default: a key of its own, as
-    /// different users' processes would). The daemon interns keys by their
-    /// material, and a batch only joins requests under the same key: with a
-    /// key each, AES requests from different clients never share a job, so
-    /// batching cannot help them; with one key they coalesce like the
-    /// digests. SHA-256 and BLAKE3 have no key: their small requests from
-    /// all clients coalesce either way.
+    /// Every client uses the same AES key and keyed-BLAKE3 key (default: keys
+    /// of its own, as different users' processes would). The daemon interns
+    /// keys by their material, and a batch only joins requests under the
+    /// same key: with a key each, AES (and blake3-keyed, fastcdc-blake3)
+    /// requests from different clients never share a job, so batching
+    /// cannot help them; with one key they coalesce like the digests.
+    /// SHA-256 and BLAKE3 have no key: their small requests from all
+    /// clients coalesce either way. rsa-private uses one key for every
+    /// client either way.
     #[arg(long)]
     shared_key: bool,
     /// Each client's buffer comes from `ServiceBackend::alloc_shared`:
@@ -124,8 +142,8 @@ impl Mode {
 pub(super) const MODES: [Mode; 3] = [Mode::InProcess, Mode::Service, Mode::NoBatch];
 
 const DEFAULT_OPS: [OpKind; 3] = [OpKind::AesGcmSeal, OpKind::Sha256, OpKind::Blake3];
-/// Ops whose one-segment jobs this bench knows how to make.
-const SUPPORTED: [OpKind; 8] = [
+/// Ops whose requests this bench knows how to make.
+const SUPPORTED: [OpKind; 10] = [
     OpKind::AesGcmSeal,
     OpKind::AesCtr,
     OpKind::Sha256,
@@ -134,7 +152,66 @@ const SUPPORTED: [OpKind; 8] = [
     OpKind::Md5,
     OpKind::Crc32,
     OpKind::Crc32c,
+    OpKind::ChunkDigest,
+    OpKind::RsaPrivate,
 ];
+
+/// The chunking of `fastcdc-blake3` requests, whatever their size: 4 KiB
+/// min, 16 KiB average, 64 KiB max, normalization level 2, so that requests
+/// from 8 KiB up get a boundary search (the store's 512 KiB default minimum
+/// would leave every request below it one chunk, only digested).
+const CDC_PARAMS: (u32, u32, u32, u8) = (4 << 10, 16 << 10, 64 << 10, 2);
+
+/// The `rsa-private` key: RSA-2048, the accel crate's test key.
+const RSA_PEM: &str = include_str!("../../../accel/tests/data/rsa2048.pem");
+
+/// The `rsa-private` key, parsed once.
+fn rsa_key() -> Result<&'static RsaPrivateKey, String> {
+    static KEY: OnceLock<Result<RsaPrivateKey, String>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        RsaPrivateKey::from_pem(RSA_PEM).map_err(|e| format!("the RSA-2048 test key: {e}"))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Bytes of one `rsa-private` message: the modulus size.
+const RSA_BYTES: usize = 2048 / 8;
+
+/// Operations per request: RSA messages for `rsa-private`, else 1.
+fn ops_per_request(op: OpKind, size: usize) -> usize {
+    match op {
+        OpKind::RsaPrivate => (size / RSA_BYTES).max(1),
+        _ => 1,
+    }
+}
+
+/// The bytes a request of `size` carries: `size`, but for `rsa-private`
+/// whole messages (at least one).
+fn request_len(op: OpKind, size: usize) -> usize {
+    match op {
+        OpKind::RsaPrivate => ops_per_request(op, size) * RSA_BYTES,
+        _ => size,
+    }
+}
+
+/// A client's request data for `op` at `size`: the fixed pattern, and for
+/// `rsa-private` each message's top byte cleared (below the modulus). For
+/// `fastcdc-blake3`, whose speed does depend on the data (where it cuts),
+/// a fixed aperiodic stream instead: the pattern's 4 KiB period would cut
+/// every chunk alike.
+fn request_data(op: OpKind, size: usize) -> Vec<u8> {
+    if op == OpKind::ChunkDigest {
+        return aperiodic(size);
+    }
+    let mut v = pattern(request_len(op, size));
+    if op == OpKind::RsaPrivate {
+        for m in v.chunks_exact_mut(RSA_BYTES) {
+            m[0] = 0;
+        }
+    }
+    v
+}
 
 /// How long the bench waits for a daemon it started to answer.
 const DAEMON_START: Duration = Duration::from_secs(10);
@@ -147,14 +224,23 @@ const STALL: Duration = Duration::from_secs(30);
 /// One mode's figures in a cell.
 #[derive(Serialize, Clone, Copy)]
 struct Rate {
+    /// Input bytes per second over all clients, in GB (for rsa-private, its
+    /// messages' bytes).
     gbps: f64,
     requests_per_s: f64,
+    /// rsa-private: private-key operations (messages) per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ops_per_s: Option<f64>,
 }
 
 #[derive(Serialize)]
 struct Cell {
     op: &'static str,
     request_bytes: usize,
+    /// rsa-private: the messages of a request (`max(1, request_bytes /
+    /// 256)`, each of 256 bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages_per_request: Option<usize>,
     clients: usize,
     /// Mode -> throughput over all clients.
     results: BTreeMap<&'static str, Rate>,
@@ -170,6 +256,15 @@ struct Cell {
 impl Cell {
     fn gbps(&self, mode: Mode) -> Option<f64> {
         self.results.get(mode.name()).map(|r| r.gbps)
+    }
+
+    /// The table's figure for `mode`: messages/s for rsa-private, else GB/s.
+    fn shown(&self, mode: Mode) -> Option<String> {
+        let r = self.results.get(mode.name())?;
+        Some(match r.ops_per_s {
+            Some(ops) => format!("{ops:.0}"),
+            None => format!("{:.3}", r.gbps),
+        })
     }
 }
 
@@ -202,7 +297,8 @@ struct Report {
     targets: Vec<Target>,
 }
 
-/// A client's keys. With `--shared-key` every client holds the same ones.
+/// A client's keys. With `--shared-key` every client holds the same ones
+/// (the RSA key is one for all either way: [`rsa_key`]).
 struct Keys {
     aes: Aes256Key,
     blake3: Blake3Key,
@@ -245,7 +341,7 @@ struct Client {
 }
 
 impl Client {
-    fn request(&mut self, op: OpKind) -> Result<Output, String> {
+    fn request(&mut self, op: OpKind) -> Result<Vec<Output>, String> {
         self.seq += 1;
         one_request(
             self.backend.as_ref(),
@@ -258,7 +354,8 @@ impl Client {
     }
 }
 
-/// Runs `op` over `data` as a one-segment job; its one result.
+/// Runs `op` over `data` as one job: one segment, or for `rsa-private` one
+/// per 256-byte message ([`request_data`]); its results.
 fn one_request(
     b: &dyn Backend,
     op: OpKind,
@@ -266,7 +363,7 @@ fn one_request(
     id: u32,
     seq: u64,
     data: &mut [u8],
-) -> Result<Output, String> {
+) -> Result<Vec<Output>, String> {
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(&id.to_le_bytes());
     nonce[4..].copy_from_slice(&seq.to_le_bytes());
@@ -290,6 +387,19 @@ fn one_request(
                 }],
             }
         }
+        OpKind::ChunkDigest => {
+            let (min, avg, max, level) = CDC_PARAMS;
+            Job::ChunkDigest {
+                params: ChunkParams::new(min, avg, max, level).map_err(|e| e.to_string())?,
+                key: &keys.blake3,
+                crc32c: false,
+                segments: vec![Data::Host(data)],
+            }
+        }
+        OpKind::RsaPrivate => Job::RsaPrivate {
+            key: rsa_key()?,
+            segments: data.chunks_exact(RSA_BYTES).collect(),
+        },
         _ => Job::Digest {
             algo: match op {
                 OpKind::Sha256 => DigestAlgo::Sha256,
@@ -302,15 +412,18 @@ fn one_request(
             segments: vec![Data::Host(data)],
         },
     };
-    let mut results = b.run(&mut job).map_err(|e| e.to_string())?;
-    match (results.pop(), results.len()) {
-        (Some(Ok(out)), 0) => Ok(out),
-        (Some(Err(e)), 0) => Err(e.to_string()),
-        (r, n) => Err(format!(
-            "a one-segment job returned {} results",
-            n + r.is_some() as usize
-        )),
+    let segments = job.len();
+    let results = b.run(&mut job).map_err(|e| e.to_string())?;
+    if results.len() != segments {
+        return Err(format!(
+            "a job of {segments} segments returned {} results",
+            results.len()
+        ));
     }
+    results
+        .into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect()
 }
 
 /// `len` bytes of a fixed, non-trivial pattern (the ops' speed does not
@@ -324,6 +437,22 @@ fn pattern(len: usize) -> Vec<u8> {
         let n = (len - v.len()).min(block.len());
         v.extend_from_slice(&block[..n]);
     }
+    v
+}
+
+/// `len` bytes of a fixed aperiodic stream (splitmix64: a few GB/s, so
+/// cheap next to the op at any size).
+fn aperiodic(len: usize) -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        v.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    v.truncate(len);
     v
 }
 
@@ -475,14 +604,16 @@ fn measure_modes(
             rates[i].push(requests as f64 / elapsed.as_secs_f64().max(1e-9));
         }
     }
+    let (bytes, ops) = (request_len(op, size), ops_per_request(op, size));
     Ok(rates
         .into_iter()
         .map(|mut r| {
             r.sort_by(f64::total_cmp);
             let requests_per_s = r[r.len() / 2];
             Rate {
-                gbps: requests_per_s * size as f64 / 1e9,
+                gbps: requests_per_s * bytes as f64 / 1e9,
                 requests_per_s,
+                ops_per_s: (op == OpKind::RsaPrivate).then_some(requests_per_s * ops as f64),
             }
         })
         .collect())
@@ -643,12 +774,15 @@ impl Service {
         Ok(())
     }
 
-    /// Client `i`'s zero-copy buffer of `size` bytes, filled.
-    fn alloc(&self, i: usize, size: usize) -> Result<SharedBuffer, String> {
+    /// Client `i`'s zero-copy buffer for `op` at `size`, filled
+    /// ([`request_data`]).
+    fn alloc(&self, i: usize, op: OpKind, size: usize) -> Result<SharedBuffer, String> {
         let conn = self.conns[i].clone();
-        let mut b = bounded(move || conn.alloc_shared(size).map_err(|e| e.to_string()))
-            .map_err(|e| format!("{}: alloc_shared({size}): {e}", self.mode.name()))?;
-        b.copy_from_slice(&pattern(size));
+        let data = request_data(op, size);
+        let len = data.len();
+        let mut b = bounded(move || conn.alloc_shared(len).map_err(|e| e.to_string()))
+            .map_err(|e| format!("{}: alloc_shared({len}): {e}", self.mode.name()))?;
+        b.copy_from_slice(&data);
         Ok(b)
     }
 
@@ -696,11 +830,11 @@ impl Service {
         let (local, conn) = (local.clone(), self.conns[0].clone());
         let mismatch = bounded(move || {
             let keys = Keys::new(u64::MAX);
-            let data = pattern(size);
+            let data = request_data(op, size);
             let mut want_bytes = data.clone();
             let want = one_request(local.as_ref(), op, &keys, 7, 7, &mut want_bytes)?;
             let mut buf = if zero_copy {
-                let mut s = conn.alloc_shared(size).map_err(|e| e.to_string())?;
+                let mut s = conn.alloc_shared(data.len()).map_err(|e| e.to_string())?;
                 s.copy_from_slice(&data);
                 Buf::Shared(s)
             } else {
@@ -847,11 +981,11 @@ impl Setup<'_> {
             let svc = self.services.iter().find(|s| s.mode == mode);
             let mut set = Vec::with_capacity(clients);
             for (i, key) in self.keys.iter().take(clients).enumerate() {
-                let mut plain = || Buf::Plain(pool.pop().unwrap_or_else(|| pattern(size)));
+                let mut plain = || Buf::Plain(pool.pop().unwrap_or_else(|| request_data(op, size)));
                 let (backend, buf): (Arc<dyn Backend>, Buf) = match svc {
                     None => (self.local.clone(), plain()),
                     Some(s) if self.zero_copy => {
-                        (s.conns[i].clone(), Buf::Shared(s.alloc(i, size)?))
+                        (s.conns[i].clone(), Buf::Shared(s.alloc(i, op, size)?))
                     }
                     Some(s) => (s.conns[i].clone(), plain()),
                 };
@@ -879,6 +1013,7 @@ impl Setup<'_> {
         let mut cell = Cell {
             op: op.name(),
             request_bytes: size,
+            messages_per_request: (op == OpKind::RsaPrivate).then(|| ops_per_request(op, size)),
             clients,
             results: self.modes.iter().map(|m| m.name()).zip(rates).collect(),
             overhead: None,
@@ -1030,6 +1165,23 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
             plan.min_time.as_millis(),
             secs
         );
+        if plan.ops.contains(&OpKind::RsaPrivate) {
+            println!(
+                "rsa-private: RSA-2048 private-key operations per second (not GB/s) in the \
+                 in-process/service/service-nobatch columns; a request of SIZE is max(1, SIZE / 256) \
+                 messages of 256 bytes (the JSON has both)"
+            );
+        }
+        if plan.ops.contains(&OpKind::ChunkDigest) {
+            let (min, avg, max, level) = CDC_PARAMS;
+            println!(
+                "fastcdc-blake3: GB/s of input; chunks of {} min, {} average, {} max (level {level}), \
+                 each with a keyed BLAKE3 digest",
+                size_label(min as usize),
+                size_label(avg as usize),
+                size_label(max as usize)
+            );
+        }
         println!(
             "{:<15} {:>7} {:>7} {:>10} {:>10} {:>15} {:>9} {:>10} {:>11} {:>6}",
             "op",
@@ -1157,7 +1309,7 @@ fn daemon_dir() -> Result<tempfile::TempDir, String> {
 }
 
 fn print_cell(c: &Cell) {
-    let col = |m: Mode| c.gbps(m).map_or("-".into(), |v| format!("{v:.3}"));
+    let col = |m: Mode| c.shown(m).unwrap_or_else(|| "-".into());
     println!(
         "{:<15} {:>7} {:>7} {:>10} {:>10} {:>15} {:>9} {:>10} {:>11} {:>6}",
         c.op,
@@ -1171,7 +1323,11 @@ fn print_cell(c: &Cell) {
         c.batching_gain.map_or("-".into(), |g| format!("{g:.2}x")),
         c.results
             .get(Mode::Service.name())
-            .map_or("-".into(), |r| format!("{:.0}", r.requests_per_s)),
+            .map_or("-".into(), |r| match r.requests_per_s {
+                // rsa-private's 1 MiB requests (4096 messages) take seconds.
+                x if x < 10.0 => format!("{x:.2}"),
+                x => format!("{x:.0}"),
+            }),
         c.service_mean_batch
             .map_or("-".into(), |b| format!("{b:.1}")),
     );
@@ -1318,12 +1474,14 @@ mod tests {
                 Rate {
                     gbps: g,
                     requests_per_s: g * 1e9 / size as f64,
+                    ops_per_s: None,
                 },
             );
         }
         Cell {
             op: op.name(),
             request_bytes: size,
+            messages_per_request: None,
             clients,
             results,
             overhead: Some(1.0 - figures[1] / figures[0]),
@@ -1386,9 +1544,11 @@ mod tests {
         assert_eq!(quick.sizes, vec![4096, 65536, 1 << 20]);
         assert_eq!(quick.clients, vec![1, 2]);
         assert_eq!(quick.min_time, Duration::from_millis(100));
-        assert!(p(&["--ops", "rsa-private"])
+        assert!(p(&["--ops", "aes256gcm-open"])
             .unwrap_err()
             .contains("unknown op"));
+        let gpu_bound = p(&["--ops", "fastcdc-blake3,rsa-private"]).unwrap();
+        assert_eq!(gpu_bound.ops, vec![OpKind::ChunkDigest, OpKind::RsaPrivate]);
         assert!(p(&["--clients", "0"]).is_err());
         assert!(p(&["--sizes", "0"]).is_err());
         assert!(p(&["--repeat", "0"]).is_err());
@@ -1399,9 +1559,50 @@ mod tests {
         let cpu = CpuBackend::with_threads(1);
         let keys = Keys::new(1);
         for op in SUPPORTED {
-            let mut data = pattern(1000);
+            let mut data = request_data(op, 1000);
             let out = one_request(&cpu, op, &keys, 1, 1, &mut data).unwrap();
-            assert_eq!(out.tag().is_some(), op == OpKind::AesGcmSeal, "{op:?}");
+            assert_eq!(out.len(), ops_per_request(op, 1000), "{op:?}");
+            assert_eq!(out[0].tag().is_some(), op == OpKind::AesGcmSeal, "{op:?}");
         }
+    }
+
+    #[test]
+    fn gpu_bound_requests() {
+        // rsa-private: whole messages, at least one, each below the modulus.
+        assert_eq!(request_len(OpKind::RsaPrivate, 100), 256);
+        assert_eq!(request_len(OpKind::RsaPrivate, 64 << 10), 64 << 10);
+        assert_eq!(ops_per_request(OpKind::RsaPrivate, 1000), 3);
+        assert_eq!(request_len(OpKind::ChunkDigest, 1000), 1000);
+        let cpu = CpuBackend::with_threads(1);
+        let keys = Keys::new(1);
+        let mut data = request_data(OpKind::RsaPrivate, 512);
+        assert!(data.chunks(256).all(|m| m[0] == 0));
+        let out = one_request(&cpu, OpKind::RsaPrivate, &keys, 1, 1, &mut data).unwrap();
+        assert!(out
+            .iter()
+            .all(|o| o.bytes().is_some_and(|b| b.len() == 256)));
+        assert_ne!(out[0], out[1], "different messages");
+        // fastcdc-blake3 at 64 KiB: several chunks, covering the request.
+        let mut data = request_data(OpKind::ChunkDigest, 64 << 10);
+        let out = one_request(&cpu, OpKind::ChunkDigest, &keys, 1, 1, &mut data).unwrap();
+        let chunks = out[0].digested_chunks().unwrap();
+        assert!(chunks.len() > 1, "{} chunks", chunks.len());
+        assert_eq!(
+            chunks.iter().map(|c| c.span.len as usize).sum::<usize>(),
+            64 << 10
+        );
+        // Aperiodic data: chunk lengths vary (the 4 KiB pattern's period
+        // would make them all alike).
+        let mut data = request_data(OpKind::ChunkDigest, 1 << 20);
+        let out = one_request(&cpu, OpKind::ChunkDigest, &keys, 1, 1, &mut data).unwrap();
+        let mut lens: Vec<u32> = out[0]
+            .digested_chunks()
+            .unwrap()
+            .iter()
+            .map(|c| c.span.len)
+            .collect();
+        lens.sort_unstable();
+        lens.dedup();
+        assert!(lens.len() > 10, "chunk lengths {lens:?}");
     }
 }
