@@ -123,7 +123,8 @@
 #              test, the service's GPU tests, then `bench service --accel gpu` (every
 #              job on a GPU, spread by queue depth) with 64 clients on the first GPU
 #              only and on every GPU (CUDA_VISIBLE_DEVICES), MULTI_OPS
-#              [sha256,aes256gcm-seal] at MULTI_SIZES [64K,1M].
+#              [sha256,aes256gcm-seal,fastcdc-blake3,rsa-private] at MULTI_SIZES
+#              [64K,1M].
 #                                                  -> multi.txt, multi-*.json
 #   seeds      The seeds' measurements at their shapes (docs/seeds.md says which
 #              table or figure each reproduces). SEEDS [000 000-lsm 001 002 003]:
@@ -589,7 +590,7 @@ phase_multi() {
   run $f "$B/service-gpu-tests" --include-ignored a_gpu_daemon --test-threads=1
   for v in 0 "$all"; do
     run $f env CUDA_VISIBLE_DEVICES="$v" "$B/gvault" bench service --accel gpu --shared-key \
-      --ops "${MULTI_OPS:-sha256,aes256gcm-seal}" --sizes "${MULTI_SIZES:-64K,1M}" --clients 1,64 \
+      --ops "${MULTI_OPS:-sha256,aes256gcm-seal,fastcdc-blake3,rsa-private}" --sizes "${MULTI_SIZES:-64K,1M}" --clients 1,64 \
       --save "$OUT/multi-gpus-${v//,/}.json"
   done
 }
