@@ -55,9 +55,10 @@ struct RunArgs {
     /// Worker threads running jobs [default: one per core, 2 to 32].
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// Most jobs of one op at once; its other requests wait and batch
-    /// [default: no bound; 2 a GPU with --accel gpu, where one launch for
-    /// many requests costs about what one for a single request does].
+    /// Most jobs of small requests of one op at once; its other small
+    /// requests wait and batch [default: no bound; 2 a GPU with --accel
+    /// gpu, where one launch for many requests costs about what one for a
+    /// single request does]. Large requests are not held back.
     #[arg(long, value_name = "N")]
     op_jobs: Option<usize>,
     /// Shared memory one client may hold.

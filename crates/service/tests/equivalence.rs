@@ -231,7 +231,10 @@ fn a_bound_on_jobs_per_op_makes_larger_batches_and_the_same_results() {
             std::thread::spawn(move || {
                 let svc = ServiceBackend::connect(&socket).unwrap();
                 for i in 0..100u8 {
-                    let data = vec![t ^ i; 3000];
+                    // Every tenth request is large (never batched, never
+                    // held back by the bound).
+                    let len = if i % 10 == 0 { 300_000 } else { 3000 };
+                    let data = vec![t ^ i; len];
                     let job = |b: &dyn Backend| {
                         b.run(&mut Job::Digest {
                             algo: DigestAlgo::Blake3,

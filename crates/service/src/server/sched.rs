@@ -74,10 +74,11 @@ pub struct BatchPolicy {
     pub max_bytes: u64,
     /// ... or this many requests.
     pub max_requests: usize,
-    /// At most this many jobs of one op run at once; its other requests
-    /// wait and batch. Unbounded (every slot) suits the CPU, where small
-    /// jobs run in parallel; a GPU-only daemon takes 2, since a GPU job
-    /// costs about as much for one request as for a hundred.
+    /// At most this many jobs of small requests of one op run at once; its
+    /// other small requests wait and batch (large ones, which never batch,
+    /// are not held back). Unbounded (every slot) suits the CPU, where
+    /// small jobs run in parallel; a GPU-only daemon takes 2 a GPU, since
+    /// a GPU job costs about as much for one request as for a hundred.
     pub per_op: usize,
 }
 
@@ -137,6 +138,12 @@ impl OpQueue {
             self.counted_out(p);
         }
         list.len()
+    }
+
+    /// The request `pop_next` would take.
+    fn peek_next(&self) -> Option<&Pending> {
+        let cid = self.order.front()?;
+        self.by_client.get(cid)?.front()
     }
 
     /// The head of the next client's queue, the client moved to the back.
@@ -204,7 +211,7 @@ struct State {
     /// Jobs that may start now (one per worker, taken by workers and by
     /// readers running a request at once).
     free_slots: usize,
-    /// Jobs running per op (bounded by the policy's `per_op`).
+    /// Jobs of small requests running per op (bounded by `per_op`).
     running: Vec<usize>,
 }
 
@@ -245,25 +252,32 @@ impl Scheduler {
     /// otherwise queues it. Refused (returned) once the daemon is closing.
     pub fn submit_or_run(&self, backend: &dyn Backend, p: Pending) -> Result<(), Pending> {
         let op = op_index(p.op.kind());
+        let small = self.small(&p);
         {
             let mut st = self.lock();
             let idle = st.ops[op].is_empty();
-            if st.closing || !idle || st.free_slots == 0 || st.running[op] >= self.policy.per_op {
+            let held = small && st.running[op] >= self.policy.per_op;
+            if st.closing || !idle || st.free_slots == 0 || held {
                 drop(st);
                 return self.submit(p);
             }
             st.free_slots -= 1;
-            st.running[op] += 1;
+            st.running[op] += small as usize;
         }
         self.run_batch(backend, vec![p]);
-        self.release_slot(op);
+        self.release_slot(op, small);
         Ok(())
     }
 
-    fn release_slot(&self, op: usize) {
+    /// Whether a request may be batched (and so is held to `per_op`).
+    fn small(&self, p: &Pending) -> bool {
+        self.policy.enabled && p.bytes <= self.policy.small_bytes
+    }
+
+    fn release_slot(&self, op: usize, small: bool) {
         let mut st = self.lock();
         st.free_slots += 1;
-        st.running[op] = st.running[op].saturating_sub(1);
+        st.running[op] = st.running[op].saturating_sub(small as usize);
         let waiting = st.queued > 0 || st.closing;
         drop(st);
         if waiting {
@@ -341,7 +355,7 @@ impl Scheduler {
                 if let Some(b) = self.take_batch(&mut st) {
                     st.queued -= b.len();
                     st.free_slots -= 1;
-                    st.running[op_index(b[0].op.kind())] += 1;
+                    st.running[op_index(b[0].op.kind())] += self.small(&b[0]) as usize;
                     return Some(b);
                 }
             }
@@ -356,8 +370,11 @@ impl Scheduler {
         let n = st.ops.len();
         for i in 0..n {
             let at = (st.next_op + i) % n;
-            if st.ops[at].is_empty() || st.running[at] >= self.policy.per_op {
-                continue;
+            let at_bound = st.running[at] >= self.policy.per_op;
+            match st.ops[at].peek_next() {
+                None => continue,
+                Some(head) if at_bound && self.small(head) => continue,
+                Some(_) => {}
             }
             st.next_op = (at + 1) % n;
             let q = &mut st.ops[at];
@@ -403,8 +420,9 @@ impl Scheduler {
     pub fn work(&self, backend: &dyn Backend) {
         while let Some(batch) = self.next_batch() {
             let op = op_index(batch[0].op.kind());
+            let small = self.small(&batch[0]);
             self.run_batch(backend, batch);
-            self.release_slot(op);
+            self.release_slot(op, small);
         }
     }
 
