@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Output;
 
 mod common;
-use common::gvault_no_store;
+use common::{gvault_no_store, text};
 
 /// `gvault bench primitive` on the CPU backend at 4 and 64 KiB, quickly.
 fn primitive_on_cpu(extra: &[&str]) -> Output {
@@ -33,14 +33,6 @@ fn plot(from: &[&Path], out: &Path) -> Output {
     }
     args.extend(["--out", out.to_str().unwrap()]);
     gvault_no_store(&args)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Colours of the columns, as plot.rs draws them.

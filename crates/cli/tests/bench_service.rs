@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Output;
 
 mod common;
-use common::gvault_no_store;
+use common::{gvault_no_store, text};
 
 /// `gvault bench service` on the CPU backend, one op, 1 and 2 clients.
 fn bench(extra: &[&str]) -> Output {
@@ -29,14 +29,6 @@ fn bench(extra: &[&str]) -> Output {
     ];
     args.extend_from_slice(extra);
     gvault_no_store(&args)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 const MODES: [&str; 3] = ["in-process", "service", "service-nobatch"];

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gvault, gvault_env};
+use common::{gvault, gvault_env, stderr, stdout};
 
 struct Serve {
     child: Option<Child>,
@@ -63,14 +63,6 @@ fn sigterm(pid: u32) {
         .unwrap()
         .success();
     assert!(ok);
-}
-
-fn stdout(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

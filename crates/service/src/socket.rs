@@ -105,12 +105,14 @@ impl FrameReader {
     pub fn next_frame(&mut self) -> io::Result<Frame> {
         loop {
             let have = self.end - self.start;
-            if have >= 4 {
-                let len = u32::from_le_bytes(
+            let len = (have >= 4).then(|| {
+                u32::from_le_bytes(
                     self.buf[self.start..self.start + 4]
                         .try_into()
                         .unwrap_or([0; 4]),
-                );
+                )
+            });
+            if let Some(len) = len {
                 if len > self.max_body {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
@@ -132,16 +134,11 @@ impl FrameReader {
                     return Ok(Frame::Body(body));
                 }
             }
-            let want = if have >= 4 {
-                let len = u32::from_le_bytes(
-                    self.buf[self.start..self.start + 4]
-                        .try_into()
-                        .unwrap_or([0; 4]),
-                ) as usize;
-                (4 + len - have).clamp(64 << 10, 16 << 20)
-            } else {
-                64 << 10
-            };
+            // The rest of the frame when its length is known (within
+            // bounds), else one read's worth.
+            let want = len.map_or(64 << 10, |len| {
+                (4 + len as usize - have).clamp(64 << 10, 16 << 20)
+            });
             if self.fill(want)? == 0 {
                 return if self.end == self.start {
                     Ok(Frame::Closed)

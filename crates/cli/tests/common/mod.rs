@@ -91,3 +91,12 @@ pub fn code(o: &Output) -> i32 {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stdout then stderr, for messages that may be on either.
+pub fn text(o: &Output) -> String {
+    stdout(o) + &stderr(o)
+}

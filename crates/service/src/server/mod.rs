@@ -106,7 +106,7 @@ pub(crate) struct Shared {
     /// Shared buffers registered with the GPU (page-locked for DMA).
     registered: AtomicU64,
     /// The address the acceptor listens on, for waking it at shutdown.
-    listen_addr: Mutex<Option<std::os::unix::net::SocketAddr>>,
+    listen_addr: Option<std::os::unix::net::SocketAddr>,
 }
 
 impl Shared {
@@ -165,14 +165,8 @@ impl DaemonHandle {
         self.shared.sched.close();
         // Wake the acceptor: a connection to the address it listens on
         // (under socket activation, not necessarily the configured path).
-        let addr = self
-            .shared
-            .listen_addr
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let _ = match addr {
-            Some(a) => UnixStream::connect_addr(&a),
+        let _ = match &self.shared.listen_addr {
+            Some(a) => UnixStream::connect_addr(a),
             None => UnixStream::connect(&self.shared.config.socket),
         };
     }
@@ -243,7 +237,7 @@ impl Daemon {
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             registered: AtomicU64::new(0),
-            listen_addr: Mutex::new(listener.local_addr().ok()),
+            listen_addr: listener.local_addr().ok(),
         });
         Daemon {
             shared,
