@@ -1,10 +1,15 @@
-//! A cache of decoded blocks with a byte budget, keyed by (file number,
-//! block offset). File numbers are never reused, so entries of deleted files
-//! simply age out.
+//! A cache of decoded table blocks and opened value-log values with one
+//! byte budget, keyed by (file number, offset). Tables and value-log files
+//! share one sequence of file numbers, never reused, so the two kinds never
+//! meet on a key and entries of deleted files simply age out.
 //!
 //! Every read of every thread passes through it, so it must not serialise
 //! them: it is `quick_cache`'s sharded cache (S3-FIFO eviction; a hit takes
 //! one shard's read lock and sets a bit), not one LRU behind a mutex.
+//!
+//! Values are cached opened and checked: a hit skips the file read, the
+//! checksum or AEAD open and the frame parse, as RocksDB serves a large
+//! value from the data block it cached.
 
 use std::sync::Arc;
 
@@ -12,19 +17,51 @@ use crate::block::Block;
 
 type Key = (u64, u64);
 
+/// A value-log value as read: the key its frame names (checked again on
+/// every hit) and the value.
+pub struct CachedValue {
+    pub key: Box<[u8]>,
+    pub value: Box<[u8]>,
+}
+
+impl CachedValue {
+    fn charge(&self) -> usize {
+        self.key.len() + self.value.len() + 64
+    }
+}
+
+#[derive(Clone)]
+enum Entry {
+    Block(Arc<Block>),
+    Value(Arc<CachedValue>),
+}
+
+impl Entry {
+    fn charge(&self) -> usize {
+        match self {
+            Entry::Block(b) => b.charge(),
+            Entry::Value(v) => v.charge(),
+        }
+    }
+}
+
 #[derive(Clone)]
 struct ByCharge;
 
-impl quick_cache::Weighter<Key, Arc<Block>> for ByCharge {
-    fn weight(&self, _: &Key, block: &Arc<Block>) -> u64 {
-        block.charge() as u64
+impl quick_cache::Weighter<Key, Entry> for ByCharge {
+    fn weight(&self, _: &Key, entry: &Entry) -> u64 {
+        entry.charge() as u64
     }
 }
 
 pub struct BlockCache {
     capacity: usize,
-    inner: quick_cache::sync::Cache<Key, Arc<Block>, ByCharge>,
+    inner: quick_cache::sync::Cache<Key, Entry, ByCharge>,
 }
+
+/// A value is cached only up to this share of the budget: one huge value
+/// read once would otherwise push out many hot blocks.
+const VALUE_SHARE: usize = 16;
 
 /// Shards of a large cache: more than cores, so two readers rarely meet on
 /// one shard's lock word (a small cache gets fewer: quick_cache keeps at
@@ -54,14 +91,42 @@ impl BlockCache {
     }
 
     pub fn get(&self, file: u64, offset: u64) -> Option<Arc<Block>> {
-        self.inner.get(&(file, offset))
+        match self.inner.get(&(file, offset))? {
+            Entry::Block(b) => Some(b),
+            Entry::Value(_) => None,
+        }
     }
 
     pub fn insert(&self, file: u64, offset: u64, block: Arc<Block>) {
         if block.charge() > self.capacity {
             return;
         }
-        self.inner.insert((file, offset), block);
+        self.inner.insert((file, offset), Entry::Block(block));
+    }
+
+    /// The value of the value-log frame at `offset` of file `file`.
+    pub fn get_value(&self, file: u64, offset: u64) -> Option<Arc<CachedValue>> {
+        match self.inner.get(&(file, offset))? {
+            Entry::Value(v) => Some(v),
+            Entry::Block(_) => None,
+        }
+    }
+
+    /// Whether a value of `len` bytes would be kept: callers skip building
+    /// the entry for one that would not.
+    pub fn takes_value(&self, len: usize) -> bool {
+        len + 64 <= self.capacity / VALUE_SHARE
+    }
+
+    pub fn insert_value(&self, file: u64, offset: u64, key: &[u8], value: &[u8]) {
+        if !self.takes_value(key.len() + value.len()) {
+            return;
+        }
+        let v = CachedValue {
+            key: key.into(),
+            value: value.into(),
+        };
+        self.inner.insert((file, offset), Entry::Value(Arc::new(v)));
     }
 
     pub fn used_bytes(&self) -> usize {
@@ -109,6 +174,25 @@ mod tests {
             .filter(|&k| c.get(4, k).is_some())
             .count();
         assert!(cold < 40, "{cold} blocks read once all stayed");
+    }
+
+    #[test]
+    fn values_and_blocks_share_the_budget_and_never_alias() {
+        let c = BlockCache::new(64 << 10);
+        c.insert(1, 0, block(1000));
+        assert!(c.get_value(1, 0).is_none());
+        c.insert_value(2, 0, b"k", &[5; 1000]);
+        assert!(c.get(2, 0).is_none());
+        let v = c.get_value(2, 0).unwrap();
+        assert_eq!((&*v.key, v.value.len()), (&b"k"[..], 1000));
+        // Up to a sixteenth of the budget (4 KiB here), then not kept.
+        assert!(c.takes_value(4000) && !c.takes_value(4033));
+        c.insert_value(3, 0, b"k", &[5; 5000]);
+        assert!(c.get_value(3, 0).is_none());
+        for i in 0..200 {
+            c.insert_value(4, i, b"k", &[5; 1000]);
+        }
+        assert!(c.used_bytes() <= 64 << 10);
     }
 
     #[test]

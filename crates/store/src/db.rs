@@ -83,6 +83,7 @@ use crate::log_writer::LogWriter;
 use crate::manifest::{self, Manifest};
 use crate::memtable::{Found, MemEntry, MemTable};
 use crate::options::{Options, WriteOptions};
+use crate::pinned::{Pinned, PinnedValue};
 use crate::table_cache::TableCache;
 use crate::table_reader::Table;
 use crate::version::{Version, VersionEdit};
@@ -290,7 +291,12 @@ impl DbInner {
             block_cache.clone(),
             opts.max_open_tables,
         );
-        let vlog = ValueLog::new(fs.clone(), dir.clone(), vlog_codec.clone());
+        let vlog = ValueLog::new(
+            fs.clone(),
+            dir.clone(),
+            vlog_codec.clone(),
+            Some(block_cache.clone()),
+        );
         let visible = version.last_sequence;
         let next_file = version.next_file_number;
         let mut log_usage = LogUsage::default();
@@ -760,6 +766,35 @@ impl DbInner {
         Ok(true)
     }
 
+    /// [`Self::get`] without a copy where the value is in memory already.
+    pub fn get_pinned(&self, key: &[u8], snapshot: Option<u64>) -> Result<Option<PinnedValue>> {
+        let view = self.view.load();
+        let seq = snapshot.unwrap_or_else(|| self.visible_seq.load(Ordering::SeqCst));
+        let Some(hit) = self.get_entry_in(&view, key, seq)? else {
+            return Ok(None);
+        };
+        let pinned = match (hit.value_type, hit.at) {
+            (ValueType::Deletion, _) => return Ok(None),
+            (ValueType::Inline, HitAt::Block(b, i)) => Pinned::InBlock(b, i),
+            (ValueType::Inline, HitAt::Mem(e)) => Pinned::Owned(e.value().to_vec()),
+            (ValueType::Pointer, at) => {
+                let stored = match &at {
+                    HitAt::Mem(e) => e.value(),
+                    HitAt::Block(b, i) => b.value(*i),
+                };
+                let ptr = ValuePointer::decode(stored).ok_or_else(|| {
+                    Error::corruption(
+                        &self.dir,
+                        format!("entry for key {}", show_key(key)),
+                        "malformed value pointer",
+                    )
+                })?;
+                self.vlog.read_pinned(&ptr, key)?
+            }
+        };
+        Ok(Some(PinnedValue::new(pinned)))
+    }
+
     /// Whether the head value-log file holds only records not yet flushed
     /// (the replay pointer is at its start) and few of them: replaying it
     /// at the next open costs less than flushing and replacing it now.
@@ -969,6 +1004,18 @@ impl Store {
             buf.clear();
         }
         Ok(found)
+    }
+
+    /// Reads `key` without copying a value the store holds in memory (a
+    /// table block's inline value or a cached value-log value): the value
+    /// pins what it lies in, as RocksDB's `PinnableSlice` does.
+    pub fn get_pinned(
+        &self,
+        opts: &ReadOptions<'_>,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<PinnedValue>> {
+        self.inner
+            .get_pinned(key.as_ref(), opts.snapshot.map(|s| s.seq))
     }
 
     /// A view of the store as of now; reads through it ignore later writes.

@@ -33,9 +33,11 @@
 //!   first) and each deeper level; the first entry found decides, a
 //!   deletion included. A get takes no lock: the memtables and version are
 //!   a read view published (`ArcSwap`) at each change, tables are opened
-//!   once (`table_cache`, read in place), decoded blocks sit in a sharded
-//!   `cache` with a byte budget, and the value is copied once, from where
-//!   it lies ([`Store::get_into`] into the caller's buffer). `db_iter`
+//!   once (`table_cache`, read in place), decoded blocks and opened
+//!   value-log values sit in one sharded `cache` with a byte budget, and
+//!   the value is copied once, from where it lies ([`Store::get_into`]
+//!   into the caller's buffer), or not at all ([`Store::get_pinned`]
+//!   shares the cached block or value, `pinned`). `db_iter`
 //!   gives cursors and range scans in both directions at any snapshot.
 //! - **Value-log GC** (`gc`) rewrites live values out of mostly-dead
 //!   files (flushed commit frames count as dead), in the background every
@@ -81,6 +83,7 @@ mod manifest;
 mod mem_fs;
 mod memtable;
 pub mod options;
+mod pinned;
 mod read_ahead;
 mod readonly;
 mod recovery;
@@ -106,6 +109,7 @@ pub use inspect::{block_extents, block_extents_with, Stats, VerifyReport};
 pub use keys::{Encryption, KdfParams, MasterKeySource};
 pub use mem_fs::MemFs;
 pub use options::{Options, WriteOptions};
+pub use pinned::PinnedValue;
 pub use rotation::{KeyStatus, ReencryptReport};
 pub use salvage::{salvage, SalvageReport};
 pub use write_batch::WriteBatch;

@@ -181,7 +181,7 @@ pub fn salvage(dir: &Path, opts: &Options, emit: &mut Emit<'_>) -> Result<Salvag
         ..
     } = reader;
 
-    let vlog = ValueLog::new(fs.clone(), dir.to_owned(), vlog_codec);
+    let vlog = ValueLog::new(fs.clone(), dir.to_owned(), vlog_codec, None);
     for (key, e) in &entries.0 {
         let value = match e.value_type {
             ValueType::Deletion => continue,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
+use crate::cache::{BlockCache, CachedValue};
 use crate::codec::{BlockCodec, BlockContext, BlockKind, OpenError, OpenSlot};
 use crate::env::FileSystem;
 use crate::error::{Error, Result};
@@ -17,6 +18,7 @@ use crate::format::{vlog_path, FileKind, ValuePointer};
 use crate::lock_order::{Rank, RankedMutex};
 use crate::log_reader::{open_log_file, LogFile};
 use crate::log_writer::FRAME_HEADER_LEN;
+use crate::pinned::Pinned;
 use crate::write_batch::decode_value_frame;
 
 pub struct ValueLog {
@@ -31,10 +33,18 @@ pub struct ValueLog {
     /// Files forgotten so far: a file opened while one was forgotten is
     /// used but not cached (see `TableCache`'s `evictions`).
     forgotten: AtomicU64,
+    /// Values read, opened and checked, shared with the table blocks'
+    /// budget (none: every read goes to the file).
+    cache: Option<Arc<BlockCache>>,
 }
 
 impl ValueLog {
-    pub fn new(fs: Arc<dyn FileSystem>, dir: PathBuf, codec: Arc<dyn BlockCodec>) -> Self {
+    pub fn new(
+        fs: Arc<dyn FileSystem>,
+        dir: PathBuf,
+        codec: Arc<dyn BlockCodec>,
+        cache: Option<Arc<BlockCache>>,
+    ) -> Self {
         ValueLog {
             fs,
             dir,
@@ -42,6 +52,7 @@ impl ValueLog {
             open: ArcSwap::default(),
             open_writer: RankedMutex::new(Rank::ValueLogFiles, ()),
             forgotten: AtomicU64::new(0),
+            cache,
         }
     }
 
@@ -96,15 +107,29 @@ impl ValueLog {
     /// reading many values reuses: no allocation once it is large enough.
     pub fn read_into(&self, ptr: &ValuePointer, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
         buf.clear();
+        if let Some(hit) = self.cached(ptr, key)? {
+            buf.extend_from_slice(&hit.value);
+            return Ok(());
+        }
         buf.resize(FRAME_HEADER_LEN + ptr.frame.len as usize, 0);
         let ctx = self.fetch_into(ptr, buf)?;
         let opened = self.codec.open_in_place(&ctx, &mut buf[FRAME_HEADER_LEN..]);
         let value = self.value_range(ptr, key, buf, opened)?;
+        self.keep(ptr, key, &buf[value.clone()]);
         // Move the value to the front of the buffer and drop the rest.
         let len = value.len();
         buf.copy_within(value, 0);
         buf.truncate(len);
         Ok(())
+    }
+
+    /// [`Self::read`], the value shared with the cache where it is kept
+    /// there (no copy on a hit).
+    pub fn read_pinned(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Pinned> {
+        if let Some(hit) = self.cached(ptr, key)? {
+            return Ok(Pinned::Cached(hit));
+        }
+        self.read(ptr, key).map(Pinned::Owned)
     }
 
     /// Reads many values at once (the read-ahead worker of an iterator)
@@ -127,9 +152,18 @@ impl ValueLog {
         buf: &mut Vec<u8>,
         opened_at: Option<&mut std::time::Instant>,
     ) -> Vec<Result<Range<usize>>> {
+        // Cached values take their value's room in `buf`, the others their
+        // frame's.
+        let hits: Vec<Result<Option<Arc<CachedValue>>>> =
+            wanted.iter().map(|(p, k)| self.cached(p, k)).collect();
         let sizes: Vec<usize> = wanted
             .iter()
-            .map(|(p, _)| FRAME_HEADER_LEN + p.frame.len as usize)
+            .zip(&hits)
+            .map(|((p, _), hit)| match hit {
+                Ok(Some(v)) => v.value.len(),
+                Ok(None) => FRAME_HEADER_LEN + p.frame.len as usize,
+                Err(_) => 0,
+            })
             .collect();
         let total: usize = sizes.iter().sum();
         if buf.len() < total {
@@ -146,24 +180,33 @@ impl ValueLog {
         // read taking the open-file map's lock (and the file's reference
         // count) contended across the pool's threads.
         let mut files: Vec<(u64, Result<LogFile>)> = Vec::new();
-        for (ptr, _) in wanted {
-            if !files.iter().any(|(n, _)| *n == ptr.file) {
+        for ((ptr, _), hit) in wanted.iter().zip(&hits) {
+            if matches!(hit, Ok(None)) && !files.iter().any(|(n, _)| *n == ptr.file) {
                 files.push((ptr.file, self.file(ptr.file)));
             }
         }
-        let fetched: Vec<Result<BlockContext>> = frames
+        // A cached value is copied in, the others are read; `None`: nothing
+        // to open.
+        let fetched: Vec<Option<Result<BlockContext>>> = frames
             .par_iter_mut()
-            .zip(wanted.par_iter())
-            .map(|(frame, (ptr, _))| {
-                let file = files
-                    .iter()
-                    .find(|(n, _)| *n == ptr.file)
-                    .map(|(_, f)| f.as_ref().map_err(Error::clone));
-                match file {
-                    Some(Ok(file)) => self.fetch_from(file, ptr, frame),
-                    Some(Err(e)) => Err(e),
-                    None => self.fetch_into(ptr, frame),
+            .zip(wanted.par_iter().zip(hits.par_iter()))
+            .map(|(frame, ((ptr, _), hit))| match hit {
+                Ok(Some(v)) => {
+                    frame.copy_from_slice(&v.value);
+                    None
                 }
+                Err(_) => None,
+                Ok(None) => Some(
+                    match files
+                        .iter()
+                        .find(|(n, _)| *n == ptr.file)
+                        .map(|(_, f)| f.as_ref().map_err(Error::clone))
+                    {
+                        Some(Ok(file)) => self.fetch_from(file, ptr, frame),
+                        Some(Err(e)) => Err(e),
+                        None => self.fetch_into(ptr, frame),
+                    },
+                ),
             })
             .collect();
         if let Some(t) = opened_at {
@@ -171,7 +214,7 @@ impl ValueLog {
         }
         let mut slots: Vec<OpenSlot<'_>> = Vec::with_capacity(wanted.len());
         for (frame, ctx) in frames.into_iter().zip(&fetched) {
-            if let Ok(ctx) = ctx {
+            if let Some(Ok(ctx)) = ctx {
                 slots.push(OpenSlot {
                     ctx: *ctx,
                     sealed: &mut frame[FRAME_HEADER_LEN..],
@@ -182,18 +225,44 @@ impl ValueLog {
         drop(slots);
         let mut start = 0;
         let mut results = Vec::with_capacity(wanted.len());
-        for (((ptr, key), size), fetched) in wanted.iter().zip(&sizes).zip(fetched) {
+        for ((((ptr, key), size), fetched), hit) in wanted.iter().zip(&sizes).zip(fetched).zip(hits)
+        {
             let at = start;
             start += size;
+            let Some(fetched) = fetched else {
+                results.push(hit.map(|_| at..at + size));
+                continue;
+            };
             results.push(fetched.and_then(|_| {
                 let r = opened.next().unwrap_or_else(|| {
                     Err(OpenError("open batch returned too few results".into()))
                 });
-                self.value_range(ptr, key, &buf[at..at + size], r)
-                    .map(|v| at + v.start..at + v.end)
+                let v = self.value_range(ptr, key, &buf[at..at + size], r)?;
+                self.keep(ptr, key, &buf[at + v.start..at + v.end]);
+                Ok(at + v.start..at + v.end)
             }));
         }
         results
+    }
+
+    /// The cached value of the frame `ptr` names, checked against `key`.
+    fn cached(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Option<Arc<CachedValue>>> {
+        let Some(cache) = &self.cache else {
+            return Ok(None);
+        };
+        match cache.get_value(ptr.file, ptr.frame.offset) {
+            Some(v) if *v.key != *key => {
+                Err(self.corrupt(ptr, "value frame belongs to another key"))
+            }
+            hit => Ok(hit),
+        }
+    }
+
+    /// Caches a value just read and checked.
+    fn keep(&self, ptr: &ValuePointer, key: &[u8], value: &[u8]) {
+        if let Some(cache) = &self.cache {
+            cache.insert_value(ptr.file, ptr.frame.offset, key, value);
+        }
     }
 
     fn corrupt(&self, ptr: &ValuePointer, why: &str) -> Error {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gvault_store::{Options, Store, WriteBatch, WriteOptions};
+use gvault_store::{Options, ReadOptions, Store, WriteBatch, WriteOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -334,8 +334,13 @@ fn shuffled(num: u64, rng: &mut StdRng) -> Vec<u64> {
 }
 
 /// Gets key `i`, which must exist, checks its value; returns its length.
+/// The value is pinned where the store holds it (db_bench reads into a
+/// `PinnableSlice`), not copied.
 pub fn get(store: &Store, keys: &Keys, values: &Values, i: u64) -> Result<u64, String> {
-    match store.get(keys.key(i)).map_err(|e| format!("get: {e}"))? {
+    match store
+        .get_pinned(&ReadOptions::default(), keys.key(i))
+        .map_err(|e| format!("get: {e}"))?
+    {
         Some(v) => {
             values.check(i, &v)?;
             Ok(v.len() as u64)
