@@ -215,7 +215,7 @@ impl Hit<'_> {
     /// The inline value or encoded pointer (empty for a deletion).
     fn stored(&self) -> &[u8] {
         match &self.at {
-            HitAt::Mem(e) => e.value(),
+            HitAt::Mem(e) => e.value().value(),
             HitAt::Block(b, i) => b.value(*i),
         }
     }
@@ -776,10 +776,10 @@ impl DbInner {
         let pinned = match (hit.value_type, hit.at) {
             (ValueType::Deletion, _) => return Ok(None),
             (ValueType::Inline, HitAt::Block(b, i)) => Pinned::InBlock(b, i),
-            (ValueType::Inline, HitAt::Mem(e)) => Pinned::Owned(e.value().to_vec()),
+            (ValueType::Inline, HitAt::Mem(e)) => Pinned::Owned(e.value().value().to_vec()),
             (ValueType::Pointer, at) => {
                 let stored = match &at {
-                    HitAt::Mem(e) => e.value(),
+                    HitAt::Mem(e) => e.value().value(),
                     HitAt::Block(b, i) => b.value(*i),
                 };
                 let ptr = ValuePointer::decode(stored).ok_or_else(|| {

@@ -301,7 +301,7 @@ pub fn commit_payload(payload: &[u8]) -> bool {
     let Some(records) = decode_commit(payload) else {
         return false;
     };
-    let mut c = CommitBuilder::new();
+    let mut c = CommitBuilder::appending_to(Vec::new());
     for r in &records {
         // One batch per record: the encoding of a batch is its first
         // sequence number and count, which any split reproduces.

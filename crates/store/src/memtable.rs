@@ -7,24 +7,63 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
-use crossbeam_skiplist::SkipMap;
+use crossbeam_skiplist::SkipSet;
 
 use crate::error::Result;
 use crate::format::{
-    compare_internal, internal_key, internal_key_into, parse_internal_key, ValueType, TYPE_FOR_SEEK,
+    compare_internal, internal_key_into, parse_internal_key, ValueType, TYPE_FOR_SEEK,
 };
 use crate::iterator::InternalIterator;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InternalKey(pub Vec<u8>);
+/// One memtable entry: its internal key and then its value, in one
+/// allocation (a write allocates the skiplist node and this, nothing else).
+/// Ordered by the internal key alone.
+#[derive(Debug)]
+pub struct MemRecord {
+    data: Vec<u8>,
+    key_len: usize,
+}
 
-impl Ord for InternalKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare_internal(&self.0, &other.0)
+impl MemRecord {
+    fn new(user_key: &[u8], seq: u64, t: ValueType, value: &[u8]) -> Self {
+        let mut data = Vec::with_capacity(user_key.len() + 8 + value.len());
+        internal_key_into(&mut data, user_key, seq, t as u8);
+        let key_len = data.len();
+        data.extend_from_slice(value);
+        MemRecord { data, key_len }
+    }
+
+    /// Makes this a seek key (no value), reusing its buffer.
+    fn set_seek(&mut self, internal_key: impl FnOnce(&mut Vec<u8>)) {
+        internal_key(&mut self.data);
+        self.key_len = self.data.len();
+    }
+
+    /// The internal key.
+    pub fn key(&self) -> &[u8] {
+        &self.data[..self.key_len]
+    }
+
+    pub fn value(&self) -> &[u8] {
+        &self.data[self.key_len..]
     }
 }
 
-impl PartialOrd for InternalKey {
+impl PartialEq for MemRecord {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for MemRecord {}
+
+impl Ord for MemRecord {
+    fn cmp(&self, other: &Self) -> Ordering {
+        compare_internal(self.key(), other.key())
+    }
+}
+
+impl PartialOrd for MemRecord {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
@@ -39,17 +78,19 @@ pub struct Found {
     pub value: Vec<u8>,
 }
 
-/// A memtable entry, borrowed from the skiplist.
-pub type MemEntry<'a> = crossbeam_skiplist::map::Entry<'a, InternalKey, Vec<u8>>;
+/// A memtable entry, borrowed from the skiplist (`value()` is the record).
+pub type MemEntry<'a> = crossbeam_skiplist::set::Entry<'a, MemRecord>;
 
 thread_local! {
     /// The seek key of this thread's lookups, reused: a get allocates none.
-    static SEEK_KEY: std::cell::RefCell<InternalKey> = const { std::cell::RefCell::new(InternalKey(Vec::new())) };
+    static SEEK_KEY: std::cell::RefCell<MemRecord> = const {
+        std::cell::RefCell::new(MemRecord { data: Vec::new(), key_len: 0 })
+    };
 }
 
 #[derive(Default)]
 pub struct MemTable {
-    map: SkipMap<InternalKey, Vec<u8>>,
+    map: SkipSet<MemRecord>,
     bytes: AtomicUsize,
 }
 
@@ -61,8 +102,7 @@ impl MemTable {
     pub fn add(&self, seq: u64, t: ValueType, key: &[u8], value: &[u8]) {
         self.bytes
             .fetch_add(key.len() + value.len() + 48, AtomicOrdering::Relaxed);
-        self.map
-            .insert(InternalKey(internal_key(key, seq, t as u8)), value.to_vec());
+        self.map.insert(MemRecord::new(key, seq, t, value));
     }
 
     pub fn approximate_bytes(&self) -> usize {
@@ -77,69 +117,87 @@ impl MemTable {
     /// sequence number, type and the skiplist entry holding its value.
     pub fn get(&self, key: &[u8], seq: u64) -> Option<(u64, ValueType, MemEntry<'_>)> {
         let e = SEEK_KEY.with_borrow_mut(|seek| {
-            internal_key_into(&mut seek.0, key, seq, TYPE_FOR_SEEK);
+            seek.set_seek(|k| internal_key_into(k, key, seq, TYPE_FOR_SEEK));
             self.map.lower_bound(Bound::Included(&*seek))
         })?;
-        let p = parse_internal_key(&e.key().0)?;
+        let p = parse_internal_key(e.value().key())?;
         (p.user_key == key).then_some((p.seq, p.value_type, e))
     }
 }
 
 /// Iterates a memtable; keeps a copy of the current entry and re-seeks for
-/// each step, because skiplist entries borrow the map.
+/// each step, because skiplist entries borrow the map. The copy and the
+/// seek key reuse their buffers: a step allocates nothing.
 pub struct MemTableIterator {
     mem: Arc<MemTable>,
-    current: Option<(Vec<u8>, Vec<u8>)>,
+    /// The current entry (internal key, then value), valid or not.
+    current: MemRecord,
+    valid: bool,
 }
 
 impl MemTableIterator {
     pub fn new(mem: Arc<MemTable>) -> Self {
-        MemTableIterator { mem, current: None }
+        MemTableIterator {
+            mem,
+            current: MemRecord {
+                data: Vec::new(),
+                key_len: 0,
+            },
+            valid: false,
+        }
     }
 
-    fn set(&mut self, e: Option<crossbeam_skiplist::map::Entry<'_, InternalKey, Vec<u8>>>) {
-        self.current = e.map(|e| (e.key().0.clone(), e.value().clone()));
+    /// Moves to the entry `find` picks from the map.
+    fn set(
+        &mut self,
+        find: impl for<'m> FnOnce(&'m SkipSet<MemRecord>, &MemRecord) -> Option<MemEntry<'m>>,
+    ) {
+        let mem = self.mem.clone();
+        let e = find(&mem.map, &self.current);
+        self.valid = e.is_some();
+        if let Some(e) = e {
+            let r = e.value();
+            self.current.data.clear();
+            self.current.data.extend_from_slice(&r.data);
+            self.current.key_len = r.key_len;
+        }
     }
 }
 
 impl InternalIterator for MemTableIterator {
     fn valid(&self) -> bool {
-        self.current.is_some()
+        self.valid
     }
     fn seek_to_first(&mut self) {
-        let mem = self.mem.clone();
-        self.set(mem.map.front());
+        self.set(|m, _| m.front());
     }
     fn seek_to_last(&mut self) {
-        let mem = self.mem.clone();
-        self.set(mem.map.back());
+        self.set(|m, _| m.back());
     }
     fn seek(&mut self, target: &[u8]) {
-        let mem = self.mem.clone();
-        let t = InternalKey(target.to_vec());
-        self.set(mem.map.lower_bound(Bound::Included(&t)));
+        self.current.set_seek(|k| {
+            k.clear();
+            k.extend_from_slice(target)
+        });
+        self.set(|m, t| m.lower_bound(Bound::Included(t)));
     }
     fn next(&mut self) {
-        let Some((k, _)) = self.current.take() else {
-            return;
-        };
-        let mem = self.mem.clone();
-        let t = InternalKey(k);
-        self.set(mem.map.lower_bound(Bound::Excluded(&t)));
+        if self.valid {
+            self.set(|m, t| m.lower_bound(Bound::Excluded(t)));
+        }
     }
     fn prev(&mut self) {
-        let Some((k, _)) = self.current.take() else {
-            return;
-        };
-        let mem = self.mem.clone();
-        let t = InternalKey(k);
-        self.set(mem.map.upper_bound(Bound::Excluded(&t)));
+        if self.valid {
+            self.set(|m, t| m.upper_bound(Bound::Excluded(t)));
+        }
     }
     fn key(&self) -> &[u8] {
-        &self.current.as_ref().expect("valid iterator").0
+        assert!(self.valid, "valid iterator");
+        self.current.key()
     }
     fn value(&self) -> &[u8] {
-        &self.current.as_ref().expect("valid iterator").1
+        assert!(self.valid, "valid iterator");
+        self.current.value()
     }
     fn status(&self) -> Result<()> {
         Ok(())
@@ -157,8 +215,8 @@ mod tests {
         m.add(3, ValueType::Inline, b"k", b"v3");
         m.add(4, ValueType::Deletion, b"k", b"");
         m.add(2, ValueType::Inline, b"j", b"x");
-        assert_eq!(m.get(b"k", 2).unwrap().2.value(), b"v1");
-        assert_eq!(m.get(b"k", 3).unwrap().2.value(), b"v3");
+        assert_eq!(m.get(b"k", 2).unwrap().2.value().value(), b"v1");
+        assert_eq!(m.get(b"k", 3).unwrap().2.value().value(), b"v3");
         assert_eq!(m.get(b"k", 9).unwrap().1, ValueType::Deletion);
         assert!(m.get(b"k", 0).is_none());
         assert!(m.get(b"kk", 9).is_none());

@@ -135,6 +135,7 @@ impl DbInner {
                 BatchOp::Delete(k) => k.len() + MAX_VARINT_LEN + 1,
             })
             .sum::<usize>()
+            + batches.len() * (8 + MAX_VARINT_LEN)
             + overhead
             + 64;
         let mut group = log.start_group(capacity);
@@ -150,26 +151,27 @@ impl DbInner {
                 }
             }
         }
-        let mut commit = CommitBuilder::new();
-        let mut seq = first_seq;
-        let mut next_value = 0;
-        for b in batches {
-            commit.start_batch(seq, b.ops.len());
-            for op in &b.ops {
-                match op {
-                    BatchOp::Put(k, v) if v.len() >= threshold => {
-                        commit.pointer(k, handles[next_value]);
-                        next_value += 1;
+        group.push(BlockKind::LogCommit, |buf| {
+            let mut commit = CommitBuilder::appending_to(std::mem::take(buf));
+            let mut seq = first_seq;
+            let mut next_value = 0;
+            for b in batches {
+                commit.start_batch(seq, b.ops.len());
+                for op in &b.ops {
+                    match op {
+                        BatchOp::Put(k, v) if v.len() >= threshold => {
+                            commit.pointer(k, handles[next_value]);
+                            next_value += 1;
+                        }
+                        BatchOp::Put(k, v) => commit.inline(k, v),
+                        BatchOp::Delete(k) => commit.delete(k),
                     }
-                    BatchOp::Put(k, v) => commit.inline(k, v),
-                    BatchOp::Delete(k) => commit.delete(k),
                 }
+                seq += b.ops.len() as u64;
             }
-            seq += b.ops.len() as u64;
-        }
+            *buf = commit.finish();
+        });
         let file = log.file_number();
-        let commit = commit.finish();
-        group.push(BlockKind::LogCommit, |buf| buf.extend_from_slice(&commit));
         let result = log
             .append(group)
             .and_then(|_| if sync { log.sync() } else { Ok(()) });

@@ -88,8 +88,10 @@ pub(crate) struct CommitBuilder {
 }
 
 impl CommitBuilder {
-    pub fn new() -> Self {
-        CommitBuilder { buf: Vec::new() }
+    /// A builder that appends to `buf` (the frame group's buffer, so the
+    /// payload is written where it is sealed: no copy, no allocation).
+    pub fn appending_to(buf: Vec<u8>) -> Self {
+        CommitBuilder { buf }
     }
 
     pub fn start_batch(&mut self, first_seq: u64, count: usize) {
@@ -155,12 +157,12 @@ mod tests {
 
     #[test]
     fn a_sequence_number_past_56_bits_is_malformed() {
-        let mut c = CommitBuilder::new();
+        let mut c = CommitBuilder::appending_to(Vec::new());
         c.start_batch(MAX_SEQUENCE, 1);
         c.inline(b"a", b"1");
         assert!(decode_commit(&c.finish()).is_some());
         for (first, count) in [(MAX_SEQUENCE, 2), (MAX_SEQUENCE + 1, 1), (u64::MAX, 1)] {
-            let mut c = CommitBuilder::new();
+            let mut c = CommitBuilder::appending_to(Vec::new());
             c.start_batch(first, count);
             for _ in 0..count {
                 c.inline(b"a", b"1");
@@ -171,7 +173,7 @@ mod tests {
 
     #[test]
     fn commit_round_trip() {
-        let mut c = CommitBuilder::new();
+        let mut c = CommitBuilder::appending_to(Vec::new());
         c.start_batch(10, 2);
         c.inline(b"a", b"1");
         c.delete(b"b");
