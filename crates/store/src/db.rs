@@ -724,16 +724,9 @@ impl DbInner {
                 buf.extend_from_slice(stored);
                 Ok(())
             }
-            ValueType::Pointer => {
-                let ptr = ValuePointer::decode(stored).ok_or_else(|| {
-                    Error::corruption(
-                        &self.dir,
-                        format!("entry for key {}", show_key(key)),
-                        "malformed value pointer",
-                    )
-                })?;
-                self.vlog.read_into(&ptr, key, buf)
-            }
+            ValueType::Pointer => self
+                .vlog
+                .read_into(&self.decode_pointer(key, stored)?, key, buf),
             ValueType::Deletion => Err(Error::InvalidArgument("resolving a deletion".into())),
         }
     }
@@ -766,6 +759,26 @@ impl DbInner {
         Ok(true)
     }
 
+    /// The cached value an entry's stored pointer names, if the cache
+    /// holds it.
+    pub fn cached_value(&self, key: &[u8], stored: &[u8]) -> Result<Option<PinnedValue>> {
+        let ptr = self.decode_pointer(key, stored)?;
+        Ok(self
+            .vlog
+            .cached(&ptr, key)?
+            .map(|v| PinnedValue::new(Pinned::Cached(v))))
+    }
+
+    fn decode_pointer(&self, key: &[u8], stored: &[u8]) -> Result<ValuePointer> {
+        ValuePointer::decode(stored).ok_or_else(|| {
+            Error::corruption(
+                &self.dir,
+                format!("entry for key {}", show_key(key)),
+                "malformed value pointer",
+            )
+        })
+    }
+
     /// [`Self::get`] without a copy where the value is in memory already.
     pub fn get_pinned(&self, key: &[u8], snapshot: Option<u64>) -> Result<Option<PinnedValue>> {
         let view = self.view.load();
@@ -782,14 +795,8 @@ impl DbInner {
                     HitAt::Mem(e) => e.value().value(),
                     HitAt::Block(b, i) => b.value(*i),
                 };
-                let ptr = ValuePointer::decode(stored).ok_or_else(|| {
-                    Error::corruption(
-                        &self.dir,
-                        format!("entry for key {}", show_key(key)),
-                        "malformed value pointer",
-                    )
-                })?;
-                self.vlog.read_pinned(&ptr, key)?
+                self.vlog
+                    .read_pinned(&self.decode_pointer(key, stored)?, key)?
             }
         };
         Ok(Some(PinnedValue::new(pinned)))

@@ -12,6 +12,7 @@ use crate::iterator::{InternalIterator, MergingIterator};
 use crate::level_iterator::LevelIterator;
 use crate::lock_order::{Rank, RankedMutex};
 use crate::memtable::{MemTable, MemTableIterator};
+use crate::pinned::{Pinned, PinnedValue};
 use crate::read_ahead::{ReadAhead, ScoutSource};
 use crate::table_reader::TableIterator;
 use crate::version::Version;
@@ -133,6 +134,20 @@ impl DbIterator {
             }
         }
         self.inner.resolve(self.key(), t, stored)
+    }
+
+    /// [`Self::value`] without a copy where the value is cached (a
+    /// value-log value the block cache holds opened); other values come as
+    /// owned copies.
+    pub fn value_pinned(&self) -> Result<PinnedValue> {
+        if self.direction == Direction::Forward
+            && parse_internal_key(self.iter.key()).map(|p| p.value_type) == Some(ValueType::Pointer)
+        {
+            if let Some(v) = self.inner.cached_value(self.key(), self.iter.value())? {
+                return Ok(v);
+            }
+        }
+        self.value().map(|v| PinnedValue::new(Pinned::Owned(v)))
     }
 
     /// Values this cursor took from read-ahead batches rather than reading

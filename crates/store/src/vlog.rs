@@ -246,7 +246,11 @@ impl ValueLog {
     }
 
     /// The cached value of the frame `ptr` names, checked against `key`.
-    fn cached(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Option<Arc<CachedValue>>> {
+    pub(crate) fn cached(
+        &self,
+        ptr: &ValuePointer,
+        key: &[u8],
+    ) -> Result<Option<Arc<CachedValue>>> {
         let Some(cache) = &self.cache else {
             return Ok(None);
         };

@@ -119,6 +119,24 @@ fn mixed_hits_match_the_model(mode: Mode) {
             .collect();
         assert!(scanned == model, "round {round}");
     }
+    // A cursor's pinned values, cached or not, forward and back.
+    let mut it = s.iter(&ReadOptions::default()).unwrap();
+    it.seek_to_first();
+    let mut seen = BTreeMap::new();
+    while it.valid() {
+        seen.insert(it.key().to_vec(), it.value_pinned().unwrap().into_vec());
+        it.next();
+    }
+    it.status().unwrap();
+    assert!(seen == model);
+    it.seek_to_last();
+    let mut n = 0;
+    while it.valid() {
+        assert!(*it.value_pinned().unwrap() == *model[it.key()]);
+        n += 1;
+        it.prev();
+    }
+    assert_eq!(n, model.len());
     for (k, v) in &model {
         assert_eq!(s.get(k).unwrap().as_ref(), Some(v));
         let pinned = s.get_pinned(&ReadOptions::default(), k).unwrap().unwrap();

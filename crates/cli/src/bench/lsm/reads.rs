@@ -386,7 +386,9 @@ fn scan(
                     "iterator gave key index {index} where {want} was due"
                 ));
             }
-            let v = it.value().map_err(|e| format!("iterator value: {e}"))?;
+            let v = it
+                .value_pinned()
+                .map_err(|e| format!("iterator value: {e}"))?;
             values.check(index, &v)?;
             bytes += (it.key().len() + v.len()) as u64;
             ops += 1;
