@@ -156,6 +156,33 @@ fn flushed_value_log_files_without_values_are_dropped_while_running() {
 }
 
 #[test]
+fn a_full_range_compaction_drops_a_head_of_flushed_inline_records() {
+    // Default options: one 128 MiB head holds every commit record; after
+    // a compaction over all keys only tables (and a new, empty head) are
+    // left, with the store still open, and reads and writes go on.
+    let d = tempfile::tempdir().unwrap();
+    let s = Store::open(d.path(), Options::default()).unwrap();
+    let n = 50_000u64;
+    for i in 0..n {
+        s.put(key(i), value_for(i, 1, 100)).unwrap();
+    }
+    let before = s.stats().vlog_bytes;
+    s.compact_range(None, None).unwrap();
+    let st = s.stats();
+    assert!(before > 5 << 20, "{before} bytes of value log before");
+    assert!(st.vlog_files <= 1 && st.vlog_bytes <= 4096, "{st}");
+    for i in (0..n).step_by(97) {
+        assert_eq!(s.get(key(i)).unwrap(), Some(value_for(i, 1, 100)));
+    }
+    s.put(key(n), value_for(n, 1, 100)).unwrap();
+    s.close().unwrap();
+    let s = Store::open(d.path(), Options::default()).unwrap();
+    assert_eq!(s.get(key(n)).unwrap(), Some(value_for(n, 1, 100)));
+    assert_eq!(s.get(key(7)).unwrap(), Some(value_for(7, 1, 100)));
+    s.close().unwrap();
+}
+
+#[test]
 fn the_discard_ratio_counts_flushed_commit_frames_as_garbage() {
     let d = tempfile::tempdir().unwrap();
     let opts = Options {
