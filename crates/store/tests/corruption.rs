@@ -43,7 +43,9 @@ fn build(dir: &Path, mode: Mode) -> Model {
         put(&s, k, 0);
     }
     s.flush().unwrap();
-    s.compact_range(None, None).unwrap();
+    // Every key, but not the unbounded range (which would also replace the
+    // value-log head): the layout these cases were drawn for.
+    s.compact_range(Some(b"key"), None).unwrap();
     for k in (0..300).step_by(3) {
         put(&s, k, 1);
     }

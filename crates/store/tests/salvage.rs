@@ -41,7 +41,9 @@ fn build(dir: &Path, mode: Mode) -> Model {
         m.put(&s, k, 0);
     }
     s.flush().unwrap();
-    s.compact_range(None, None).unwrap();
+    // Every key, but not the unbounded range: that would also replace the
+    // value-log head, and these tests want one long head to damage.
+    s.compact_range(Some(b"key"), None).unwrap();
     for k in (0..400).step_by(7) {
         m.del(&s, k);
     }
