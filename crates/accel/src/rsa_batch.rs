@@ -4,17 +4,28 @@
 //!
 //! The host side, the same for every executor:
 //! - each input is checked (length, c < n) as the CPU backend does;
-//! - each is blinded (c' = c * A mod n, A = r^e for a random r; the result
-//!   is multiplied by r^-1): a fresh pair every 32 messages of a key,
-//!   squared in between, as OpenSSL's RSA blinding does;
 //! - messages are grouped by key size (one launch per size) and ordered
 //!   within a launch by seed 004's 0, 1 or 2-pass sorting ([`RsaSort`]);
+//! - each is blinded (c' = c * A mod n, A = r^e for a random r; the result
+//!   is multiplied by r^-1): a fresh pair every 32 messages of a key (in
+//!   launch order), squared in between, as OpenSSL's RSA blinding does;
+//!   the fresh pairs of up to 16 runs of one key share one modular
+//!   inversion (Montgomery's batch inversion);
 //! - every result is checked with the public exponent (m^e mod n == c)
 //!   before it is returned: a mismatch (a fault in the device or the
 //!   kernel, which on a CRT result could reveal a prime) is an error and
 //!   the value is dropped.
+//!
+//! Constant-time: the Montgomery products and squarings on secret values
+//! (r, r^e, r^-1, their products, the unblinded result); see `rsa_mont`.
+//! Not constant-time: the one modular inversion per 16 pairs
+//! (`num_bigint_dig`'s extended Euclid on the product of their r's), the
+//! rejection of an r below 2 (a branch on the OR of its limbs), the
+//! exponentiations (they branch on the public exponent), and the
+//! comparisons of inputs and results (public or returned values).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use num_bigint_dig::{BigUint, ModInverse};
 use rand_core::RngCore;
@@ -24,7 +35,7 @@ use zeroize::Zeroizing;
 use crate::error::{BackendError, SegmentErrorKind};
 use crate::job::{Output, SegmentResult};
 use crate::rsa_key::{CrtPlan, RsaPrivateKey};
-use crate::rsa_mont::{be_bytes, less, limbs_of, limbs_of_be_bytes, Limbs, MAX_LIMBS};
+use crate::rsa_mont::{be_bytes_below, less, limbs_of_be_exact, one, MontN};
 
 /// One RSA private-key operation: `input` (exactly the modulus length,
 /// big-endian) under `key`.
@@ -108,23 +119,40 @@ impl Launch {
 /// What runs a launch: returns 2N words per message.
 pub type Executor<'e> = dyn FnMut(&Launch) -> Result<Vec<u32>, String> + 'e;
 
-/// A checked, blinded message (limbs: 64-bit, little-endian, the
-/// modulus's count).
-struct Prepared<'a> {
-    index: usize,
-    plan: &'a CrtPlan,
-    key: *const RsaPrivateKey,
-    /// The input, for the public-exponent check.
-    c: Vec<u64>,
-    /// c * A mod n, what the kernel exponentiates.
-    blinded: Vec<u64>,
-    /// A^-d = r^-1 in Montgomery form: the unblinding factor.
-    ai: Vec<u64>,
+/// Messages of one key in a row that share a blinding pair (each the
+/// square of the one before).
+const PAIR_USES: usize = 32;
+
+/// Fresh blinding pairs of one key that share one modular inversion.
+const PAIRS_PER_INVERSION: usize = 16;
+
+/// Tries at a chunk's blinding pairs before the batch fails (a retry
+/// needs an r below 2 or one sharing a factor with n: practically never).
+const BLINDING_TRIES: usize = 8;
+
+/// Wall time of each host phase of a batch, summed over its launches:
+/// what `gvault bench rsa --host-only` reports.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RsaHostTimes {
+    /// Input checks (length, key, c < n) and grouping by key size.
+    pub check: Duration,
+    /// Key records, per-key constants and the device order.
+    pub layout: Duration,
+    /// Blinding pairs and blinded inputs, written in launch order.
+    pub blind: Duration,
+    /// The executor (device or emulation): not host work.
+    pub execute: Duration,
+    /// Unblinding, public-exponent checks and result bytes.
+    pub unblind_verify: Duration,
 }
 
-// SAFETY: `key` is only compared as an address, never dereferenced.
-unsafe impl Send for Prepared<'_> {}
-unsafe impl Sync for Prepared<'_> {}
+impl RsaHostTimes {
+    /// All phases but the executor.
+    pub fn host(&self) -> Duration {
+        self.check + self.layout + self.blind + self.unblind_verify
+    }
+}
 
 /// Runs `items` through `exec`, one result per item in order. `Err`: the
 /// batch could not run (a key the kernels do not take, an executor
@@ -134,59 +162,58 @@ pub fn run_with(
     options: RsaOptions,
     exec: &mut Executor<'_>,
 ) -> Result<Vec<SegmentResult>, BackendError> {
+    let mut times = RsaHostTimes::default();
+    run_timed(items, options, exec, &mut rand_core::OsRng, &mut times)
+}
+
+/// [`run_with`] with the blinding randomness from `rng` and the time of
+/// each host phase added to `times`. For benchmarks: with a seeded `rng`
+/// the same batch reaches the executor as the same words, so a recorded
+/// launch can be replayed; real work always takes the OS generator
+/// through [`run_with`].
+#[doc(hidden)]
+pub fn run_timed(
+    items: &[RsaItem<'_>],
+    options: RsaOptions,
+    exec: &mut Executor<'_>,
+    rng: &mut dyn RngCore,
+    times: &mut RsaHostTimes,
+) -> Result<Vec<SegmentResult>, BackendError> {
+    let start = Instant::now();
+    let checked: Vec<Result<Result<&CrtPlan, SegmentErrorKind>, String>> =
+        items.par_iter().map(check).collect();
     let mut results: Vec<Option<SegmentResult>> = vec![None; items.len()];
-    let mut ok: Vec<(usize, &CrtPlan, Vec<u64>)> = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let size = item.key.size();
-        if item.input.len() != size {
-            results[i] = Some(Err(SegmentErrorKind::InputLength {
-                expected: size,
-                got: item.input.len(),
-            }
-            .at(i)));
-            continue;
+    // Item indices by key size (limbs), smallest first.
+    let mut groups: BTreeMap<usize, Vec<(usize, &CrtPlan)>> = BTreeMap::new();
+    for (i, c) in checked.into_iter().enumerate() {
+        match c.map_err(BackendError::InvalidJob)? {
+            Ok(plan) => groups.entry(plan.limbs).or_default().push((i, plan)),
+            Err(kind) => results[i] = Some(Err(kind.at(i))),
         }
-        let plan = item.key.plan().map_err(BackendError::InvalidJob)?;
-        let len = plan.mont.len;
-        let c = limbs_of_be_bytes(item.input);
-        if !less(&c, &plan.mont.n, len) {
-            results[i] = Some(Err(SegmentErrorKind::InputOutOfRange.at(i)));
-            continue;
-        }
-        ok.push((i, plan, c[..len].to_vec()));
     }
-    let prepared = blind(items, ok)?;
-    // One launch per key size, smallest first.
-    let mut sizes: Vec<usize> = prepared.iter().map(|p| p.plan.limbs).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    for limbs in sizes {
-        let group: Vec<&Prepared<'_>> = prepared.iter().filter(|p| p.plan.limbs == limbs).collect();
-        let (launch, order) = layout(&group, limbs, options.sort);
-        let out = exec(&launch).map_err(BackendError::Device)?;
-        if out.len() != launch.messages() * 2 * limbs {
-            return Err(BackendError::Device(format!(
-                "RSA launch returned {} words for {} messages of {} words",
-                out.len(),
-                launch.messages(),
-                2 * limbs
-            )));
-        }
-        let checked: Vec<(usize, SegmentResult)> = order
-            .par_iter()
-            .enumerate()
-            .map(|(slot, &g)| {
-                let p = group[g];
-                let words = &out[slot * 2 * limbs..(slot + 1) * 2 * limbs];
-                (
-                    p.index,
-                    unblind_and_check(p, words).map_err(|k| k.at(p.index)),
-                )
-            })
-            .collect();
-        for (i, r) in checked {
+    times.check += start.elapsed();
+    for (limbs, group) in groups {
+        let mut run = Group {
+            items,
+            group: &group,
+            options,
+            exec: &mut *exec,
+            rng: &mut *rng,
+            times: &mut *times,
+        };
+        let done = match limbs {
+            16 => run.launch::<16>(),
+            32 => run.launch::<32>(),
+            64 => run.launch::<64>(),
+            _ => Err(BackendError::InvalidJob(format!(
+                "RSA keys of {limbs} limbs are not supported by the batch kernels"
+            ))),
+        }?;
+        let start = Instant::now();
+        for (i, r) in done {
             results[i] = Some(r);
         }
+        times.unblind_verify += start.elapsed();
     }
     results
         .into_iter()
@@ -210,118 +237,416 @@ pub fn emulate(l: &Launch) -> Vec<u32> {
     crate::rsa_emu::run(&l.keys, l.limbs, l.window, &l.msg_key, &l.input)
 }
 
-/// Blinds every checked message: c * A mod n with A = r^e for a random r,
-/// unblinded by r^-1 after the exponentiation. A fresh pair (A, r^-1)
-/// starts every run of up to `PAIR_USES` messages of one key, and is
-/// squared from one message to the next (OpenSSL's BN_BLINDING update):
-/// two products a message instead of an exponentiation and an inversion.
-fn blind<'a>(
-    items: &[RsaItem<'a>],
-    ok: Vec<(usize, &'a CrtPlan, Vec<u64>)>,
-) -> Result<Vec<Prepared<'a>>, BackendError> {
-    const PAIR_USES: usize = 32;
-    type Entry<'a> = (usize, &'a CrtPlan, Vec<u64>);
-    let mut runs: Vec<Vec<Entry<'a>>> = Vec::new();
-    for entry in ok {
-        match runs.last_mut() {
-            Some(run) if run.len() < PAIR_USES && std::ptr::eq(run[0].1, entry.1) => {
-                run.push(entry)
-            }
-            _ => runs.push(vec![entry]),
+/// One item's checks, as the CPU backend's: its key's plan (`Err`: the
+/// batch cannot run), then its length and range (`Ok(Err)`: this item
+/// fails).
+fn check<'a>(item: &RsaItem<'a>) -> Result<Result<&'a CrtPlan, SegmentErrorKind>, String> {
+    let size = item.key.size();
+    if item.input.len() != size {
+        return Ok(Err(SegmentErrorKind::InputLength {
+            expected: size,
+            got: item.input.len(),
+        }));
+    }
+    let plan = item.key.plan()?;
+    let mont = &plan.mont;
+    if !be_bytes_below(item.input, &mont.n[..mont.len]) {
+        return Ok(Err(SegmentErrorKind::InputOutOfRange));
+    }
+    Ok(Ok(plan))
+}
+
+/// The checked messages of one key size and what runs them.
+struct Group<'g, 'a, 'e> {
+    items: &'g [RsaItem<'a>],
+    /// (item index, its key's plan), in item order.
+    group: &'g [(usize, &'a CrtPlan)],
+    options: RsaOptions,
+    exec: &'g mut Executor<'e>,
+    rng: &'g mut dyn RngCore,
+    times: &'g mut RsaHostTimes,
+}
+
+/// A key's constants for the launch's host work, `N` limbs.
+struct KeyConsts<'a, const N: usize> {
+    plan: &'a CrtPlan,
+    mont: MontN<N>,
+    /// The public exponent, little-endian bytes.
+    e: Vec<u8>,
+    /// R^(2-e) mod n: c * R^(1-e) = mul(c, this) is what the plain
+    /// result m gives under `pow_public`, so the check needs no
+    /// conversion into or out of Montgomery form.
+    check_factor: [u64; N],
+}
+
+impl<'a, const N: usize> KeyConsts<'a, N> {
+    fn new(plan: &'a CrtPlan) -> KeyConsts<'a, N> {
+        let mont = MontN::<N>::of(&plan.mont).expect("a plan's modulus has `limbs` limbs");
+        let e = plan.e.to_bytes_le();
+        // Kept with the key's plan: 18 products, once per key.
+        let check_factor = plan.mont.check_factor.get_or_init(|| {
+            let r_1_minus_e = mont.pow_public(&one(), &e);
+            mont.to_mont(&r_1_minus_e).to_vec()
+        });
+        KeyConsts {
+            plan,
+            check_factor: check_factor[..].try_into().expect("N limbs"),
+            mont,
+            e,
         }
     }
-    let done: Result<Vec<Vec<Prepared<'a>>>, BackendError> = runs
-        .into_par_iter()
-        .map(|run| {
-            let plan = run[0].1;
-            let mont = &plan.mont;
-            let (mut a, mut ai) = blinding_pair(plan)?;
-            let mut out = Vec::with_capacity(run.len());
-            for (index, plan, c) in run {
-                let blinded = mont.mul(&c, &a)[..mont.len].to_vec();
-                out.push(Prepared {
-                    index,
-                    plan,
-                    key: items[index].key as *const RsaPrivateKey,
-                    c,
-                    blinded,
-                    ai: ai[..mont.len].to_vec(),
-                });
-                a = mont.mul(&a, &a);
-                ai = mont.mul(&ai, &ai);
-            }
-            Ok(out)
+}
+
+/// What a message's result needs after the launch: r^-1 in Montgomery
+/// form, and c * R^(1-e) (see [`KeyConsts::check_factor`]).
+#[derive(Clone, Copy)]
+struct Unblinding<const N: usize> {
+    ai: [u64; N],
+    ck: [u64; N],
+}
+
+impl Group<'_, '_, '_> {
+    /// Lays out, blinds, runs and checks the group (one launch): one
+    /// result per message, with its item index.
+    fn launch<const N: usize>(&mut self) -> Result<Vec<(usize, SegmentResult)>, BackendError> {
+        let start = Instant::now();
+        let (mut launch, order, keys) = layout::<N>(self.group, self.options.sort);
+        self.times.layout += start.elapsed();
+
+        let start = Instant::now();
+        let inputs: Vec<&[u8]> = order
+            .iter()
+            .map(|&g| self.items[self.group[g].0].input)
+            .collect();
+        let unblinding = blind::<N>(&inputs, &launch.msg_key, &keys, &mut launch.input, self.rng)?;
+        self.times.blind += start.elapsed();
+
+        let start = Instant::now();
+        let out = (self.exec)(&launch).map_err(BackendError::Device)?;
+        self.times.execute += start.elapsed();
+        if out.len() != launch.messages() * 2 * N {
+            return Err(BackendError::Device(format!(
+                "RSA launch returned {} words for {} messages of {} words",
+                out.len(),
+                launch.messages(),
+                2 * N
+            )));
+        }
+
+        let start = Instant::now();
+        let group = self.group;
+        let done = out
+            .par_chunks_exact(2 * N)
+            .zip(unblinding.par_iter())
+            .zip(launch.msg_key.par_iter())
+            .zip(order.par_iter())
+            .map(|(((words, u), &k), &g)| {
+                let index = group[g].0;
+                let r = unblind_and_check(&keys[k as usize], words, u).map_err(|e| e.at(index));
+                (index, r)
+            })
+            .collect();
+        self.times.unblind_verify += start.elapsed();
+        Ok(done)
+    }
+}
+
+/// The launch of one key size (inputs zero, for [`blind`] to fill), the
+/// group position of the message in each slot, and each key record's
+/// constants.
+fn layout<'a, const N: usize>(
+    group: &[(usize, &'a CrtPlan)],
+    sort: RsaSort,
+) -> (Launch, Vec<usize>, Vec<KeyConsts<'a, N>>) {
+    let mut key_index: HashMap<*const CrtPlan, u32> = HashMap::new();
+    let mut plans: Vec<&CrtPlan> = Vec::new();
+    let mut keys = Zeroizing::new(Vec::new());
+    let msg_key: Vec<u32> = group
+        .iter()
+        .map(|&(_, plan)| {
+            *key_index.entry(plan as *const CrtPlan).or_insert_with(|| {
+                keys.extend_from_slice(&plan.record);
+                plans.push(plan);
+                plans.len() as u32 - 1
+            })
         })
         .collect();
-    Ok(done?.into_iter().flatten().collect())
-}
-
-/// (r^e, r^-1) mod n in Montgomery form, r random in [2, n).
-fn blinding_pair(plan: &CrtPlan) -> Result<(Limbs, Limbs), BackendError> {
-    let mont = &plan.mont;
-    let size = plan.bits / 8;
-    for _ in 0..8 {
-        // size - 1 random bytes: r < 2^(bits - 8) < n.
-        let mut bytes = Zeroizing::new(vec![0u8; size - 1]);
-        rand_core::OsRng
-            .try_fill_bytes(&mut bytes)
-            .map_err(|e| BackendError::Device(format!("RSA blinding: no randomness: {e}")))?;
-        let r = Zeroizing::new(BigUint::from_bytes_be(&bytes));
-        if r.bits() < 2 {
-            continue;
-        }
-        // No inverse: r shares a factor with n (practically never).
-        let Some(inv) = (*r)
-            .clone()
-            .mod_inverse(&plan.n)
-            .and_then(|v| v.to_biguint())
-        else {
-            continue;
-        };
-        let r_m = mont.to_mont(&limbs_of(&r));
-        let a = mont.pow(&r_m, &plan.e);
-        let ai = mont.to_mont(&limbs_of(&inv));
-        return Ok((a, ai));
-    }
-    Err(BackendError::Device(
-        "RSA blinding: no invertible blinding factor found".into(),
-    ))
-}
-
-/// The launch of one key size, and for each of its slots the index in
-/// `group` of the message there.
-fn layout(group: &[&Prepared<'_>], limbs: usize, sort: RsaSort) -> (Launch, Vec<usize>) {
-    let mut key_index: HashMap<*const RsaPrivateKey, u32> = HashMap::new();
-    let mut keys = Zeroizing::new(Vec::new());
-    let mut msg_key = Vec::with_capacity(group.len());
-    for p in group {
-        let next = key_index.len() as u32;
-        let k = *key_index.entry(p.key).or_insert_with(|| {
-            keys.extend_from_slice(&p.plan.record);
-            next
-        });
-        msg_key.push(k);
-    }
     let order = sort_order(&msg_key, sort);
-    let mut input = vec![0u32; group.len() * 2 * limbs];
-    for (slot, &g) in order.iter().enumerate() {
-        let words = &mut input[slot * 2 * limbs..(slot + 1) * 2 * limbs];
-        for (j, &l) in group[g].blinded.iter().enumerate() {
-            words[2 * j] = l as u32;
-            words[2 * j + 1] = (l >> 32) as u32;
+    let msg_key = order.iter().map(|&g| msg_key[g]).collect();
+    let consts = plans.into_par_iter().map(KeyConsts::new).collect();
+    let launch = Launch {
+        limbs: N,
+        window: window_for(N),
+        keys,
+        msg_key,
+        input: vec![0u32; group.len() * 2 * N],
+    };
+    (launch, order, consts)
+}
+
+/// A run of messages in launch order that one key's blinding pairs
+/// cover: up to `PAIRS_PER_INVERSION` pairs, each for up to `PAIR_USES`
+/// messages.
+struct Chunk {
+    key: usize,
+    /// First slot.
+    start: usize,
+    /// Messages of each pair.
+    runs: Vec<usize>,
+}
+
+impl Chunk {
+    fn messages(&self) -> usize {
+        self.runs.iter().sum()
+    }
+}
+
+/// The chunks of a launch whose slots have key records `msg_key`.
+fn pair_chunks(msg_key: &[u32]) -> Vec<Chunk> {
+    let mut out: Vec<Chunk> = Vec::new();
+    for (slot, &k) in msg_key.iter().enumerate() {
+        let key = k as usize;
+        match out.last_mut() {
+            Some(c) if c.key == key && *c.runs.last().unwrap() < PAIR_USES => {
+                *c.runs.last_mut().unwrap() += 1
+            }
+            Some(c) if c.key == key && c.runs.len() < PAIRS_PER_INVERSION => c.runs.push(1),
+            _ => out.push(Chunk {
+                key,
+                start: slot,
+                runs: vec![1],
+            }),
         }
     }
-    let msg_key = order.iter().map(|&g| msg_key[g]).collect();
-    (
-        Launch {
-            limbs,
-            window: window_for(limbs),
-            keys,
-            msg_key,
-            input,
-        },
-        order,
-    )
+    out
+}
+
+/// Blinds the launch's messages (`inputs`, in slot order) into its input
+/// words: c * A mod n with A = r^e for a random r, unblinded by r^-1
+/// after the exponentiation. A fresh pair (A, r^-1) starts every run of
+/// up to `PAIR_USES` messages of one key, and is squared from one message
+/// to the next (OpenSSL's BN_BLINDING update): two squarings a message
+/// instead of an exponentiation and an inversion.
+fn blind<const N: usize>(
+    inputs: &[&[u8]],
+    msg_key: &[u32],
+    keys: &[KeyConsts<'_, N>],
+    words: &mut [u32],
+    rng: &mut dyn RngCore,
+) -> Result<Vec<Unblinding<N>>, BackendError> {
+    let zero = Unblinding {
+        ai: [0; N],
+        ck: [0; N],
+    };
+    let mut unblinding = vec![zero; inputs.len()];
+    let chunks = pair_chunks(msg_key);
+    let r_bytes = 8 * N - 1;
+    let pairs: usize = chunks.iter().map(|c| c.runs.len()).sum();
+    let mut random = Zeroizing::new(vec![0u8; pairs * r_bytes]);
+    fill_random(rng, &mut random)?;
+    let work: Vec<ChunkWork<'_, N>> = {
+        let mut random = &random[..];
+        let mut words = &mut words[..];
+        let mut unblinding = &mut unblinding[..];
+        chunks
+            .iter()
+            .map(|chunk| {
+                let (r, rest_r) = random.split_at(chunk.runs.len() * r_bytes);
+                let (w, rest_w) = std::mem::take(&mut words).split_at_mut(chunk.messages() * 2 * N);
+                let (u, rest_u) = std::mem::take(&mut unblinding).split_at_mut(chunk.messages());
+                (random, words, unblinding) = (rest_r, rest_w, rest_u);
+                ChunkWork {
+                    chunk,
+                    random: r,
+                    words: w,
+                    unblinding: u,
+                }
+            })
+            .collect()
+    };
+    let failed: Vec<usize> = work
+        .into_par_iter()
+        .enumerate()
+        .filter_map(|(i, w)| {
+            let c = w.chunk;
+            let slots = c.start..c.start + c.messages();
+            let ok = blind_chunk(
+                c,
+                &keys[c.key],
+                w.random,
+                &inputs[slots],
+                w.words,
+                w.unblinding,
+            );
+            (!ok).then_some(i)
+        })
+        .collect();
+    for i in failed {
+        let c = &chunks[i];
+        let slots = c.start..c.start + c.messages();
+        let w = &mut words[slots.start * 2 * N..slots.end * 2 * N];
+        let u = &mut unblinding[slots.clone()];
+        let mut done = false;
+        for _ in 0..BLINDING_TRIES {
+            let mut r = Zeroizing::new(vec![0u8; c.runs.len() * r_bytes]);
+            fill_random(rng, &mut r)?;
+            if blind_chunk(c, &keys[c.key], &r, &inputs[slots.clone()], w, u) {
+                done = true;
+                break;
+            }
+        }
+        if !done {
+            return Err(BackendError::Device(
+                "RSA blinding: no invertible blinding factor found".into(),
+            ));
+        }
+    }
+    Ok(unblinding)
+}
+
+/// One chunk's share of the random bytes and of the outputs.
+struct ChunkWork<'w, const N: usize> {
+    chunk: &'w Chunk,
+    random: &'w [u8],
+    words: &'w mut [u32],
+    unblinding: &'w mut [Unblinding<N>],
+}
+
+fn fill_random(rng: &mut dyn RngCore, out: &mut [u8]) -> Result<(), BackendError> {
+    rng.try_fill_bytes(out)
+        .map_err(|e| BackendError::Device(format!("RSA blinding: no randomness: {e}")))
+}
+
+/// Blinds one chunk's messages with fresh pairs from `random` (8N - 1
+/// bytes a pair: r < 2^(bits - 8) < n) into `words` (2N a message) and
+/// `unblinding`. False: an r below 2, or the r's share a factor with n
+/// (practically never); nothing usable was written.
+fn blind_chunk<const N: usize>(
+    chunk: &Chunk,
+    key: &KeyConsts<'_, N>,
+    random: &[u8],
+    inputs: &[&[u8]],
+    words: &mut [u32],
+    unblinding: &mut [Unblinding<N>],
+) -> bool {
+    let mont = &key.mont;
+    let r_bytes = 8 * N - 1;
+    let mut r_mont: Vec<[u64; N]> = Vec::with_capacity(chunk.runs.len());
+    for bytes in random.chunks_exact(r_bytes) {
+        let mut padded = [0u8; 8];
+        padded[1..].copy_from_slice(&bytes[..7]);
+        let mut r: [u64; N] = limbs_of_be_exact(&bytes[7..]);
+        r[N - 1] = u64::from_be_bytes(padded);
+        if !at_least_two(&r) {
+            return false;
+        }
+        r_mont.push(mont.to_mont(&r));
+    }
+    let Some(r_inv) = batch_inverse(key, &r_mont) else {
+        return false;
+    };
+    let mut slot = 0;
+    for ((&len, r), mut ai) in chunk.runs.iter().zip(&r_mont).zip(r_inv) {
+        let mut a = mont.pow_public(r, &key.e);
+        for k in 0..len {
+            let c: [u64; N] = limbs_of_be_exact(inputs[slot]);
+            let blinded = mont.mul(&c, &a);
+            for (w, l) in words[slot * 2 * N..(slot + 1) * 2 * N]
+                .chunks_exact_mut(2)
+                .zip(blinded)
+            {
+                w[0] = l as u32;
+                w[1] = (l >> 32) as u32;
+            }
+            unblinding[slot] = Unblinding {
+                ai,
+                ck: mont.mul(&c, &key.check_factor),
+            };
+            if k + 1 < len {
+                a = mont.sqr(&a);
+                ai = mont.sqr(&ai);
+            }
+            slot += 1;
+        }
+    }
+    true
+}
+
+/// Whether `r` >= 2, without branching on its limbs.
+fn at_least_two<const N: usize>(r: &[u64; N]) -> bool {
+    let high = r[1..].iter().fold(0u64, |acc, &l| acc | l);
+    (high != 0) | (r[0] >= 2)
+}
+
+/// The inverses of the Montgomery-form values `x` (Montgomery form) with
+/// one modular inversion (Montgomery's trick: the inverse of the product,
+/// then one product back per value). None: the product shares a factor
+/// with n.
+fn batch_inverse<const N: usize>(key: &KeyConsts<'_, N>, x: &[[u64; N]]) -> Option<Vec<[u64; N]>> {
+    let mont = &key.mont;
+    // prefix[i]: x[0] * ... * x[i].
+    let mut prefix: Vec<[u64; N]> = Vec::with_capacity(x.len());
+    for v in x {
+        let next = match prefix.last() {
+            Some(p) => mont.mul(p, v),
+            None => *v,
+        };
+        prefix.push(next);
+    }
+    let product = Zeroizing::new(le_bytes(&mont.out_of_mont(prefix.last()?)));
+    let product = Zeroizing::new(BigUint::from_bytes_le(&product));
+    let inv = Zeroizing::new((*product).clone().mod_inverse(&key.plan.n)?.to_biguint()?);
+    let inv_bytes = Zeroizing::new(inv.to_bytes_le());
+    let mut acc = mont.to_mont(&limbs_of_le_exact(&inv_bytes));
+    let mut out = vec![[0u64; N]; x.len()];
+    for i in (1..x.len()).rev() {
+        out[i] = mont.mul(&acc, &prefix[i - 1]);
+        acc = mont.mul(&acc, &x[i]);
+    }
+    out[0] = acc;
+    Some(out)
+}
+
+/// `N` limbs as little-endian bytes.
+fn le_bytes<const N: usize>(v: &[u64; N]) -> Vec<u8> {
+    v.iter().flat_map(|l| l.to_le_bytes()).collect()
+}
+
+/// Little-endian bytes (at most 8N) as `N` limbs.
+fn limbs_of_le_exact<const N: usize>(bytes: &[u8]) -> [u64; N] {
+    let mut out = [0u64; N];
+    for (o, c) in out.iter_mut().zip(bytes.chunks(8)) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        *o = u64::from_le_bytes(w);
+    }
+    out
+}
+
+/// The result of one message from the launch's 2N words: unblinded, and
+/// returned only if it passes the public-exponent check, done as
+/// m^e R^(1-e) == c R^(1-e) (both sides in the same Montgomery scaling).
+fn unblind_and_check<const N: usize>(
+    key: &KeyConsts<'_, N>,
+    words: &[u32],
+    u: &Unblinding<N>,
+) -> Result<Output, SegmentErrorKind> {
+    let mont = &key.mont;
+    let mut blinded_m = [0u64; N];
+    for (l, w) in blinded_m.iter_mut().zip(words.chunks_exact(2)) {
+        *l = w[0] as u64 | (w[1] as u64) << 32;
+    }
+    let in_range = less(&blinded_m, &mont.n, N);
+    let m = mont.mul(&blinded_m, &u.ai);
+    if !in_range || mont.pow_public(&m, &key.e) != u.ck {
+        return Err(SegmentErrorKind::Internal(
+            "RSA result failed the public-exponent check (a device or kernel fault); discarded"
+                .into(),
+        ));
+    }
+    let bytes: Vec<u8> = m.iter().rev().flat_map(|l| l.to_be_bytes()).collect();
+    debug_assert_eq!(bytes.len(), key.plan.bits / 8);
+    Ok(Output::Bytes(bytes))
 }
 
 /// The device order of messages with key indices `msg_key`: a permutation
@@ -342,23 +667,136 @@ pub(crate) fn sort_order(msg_key: &[u32], sort: RsaSort) -> Vec<usize> {
     order
 }
 
-/// The result of one message from the launch's 2N words: unblinded, and
-/// returned only if it passes the public-exponent check.
-fn unblind_and_check(p: &Prepared<'_>, words: &[u32]) -> Result<Output, SegmentErrorKind> {
-    let mont = &p.plan.mont;
-    let len = mont.len;
-    let mut blinded_m = [0u64; MAX_LIMBS];
-    for j in 0..len {
-        blinded_m[j] = words[2 * j] as u64 | (words[2 * j + 1] as u64) << 32;
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rsa::traits::{PrivateKeyParts, PublicKeyParts};
+
+    use super::*;
+    use crate::rsa_key::RsaPrivateKey;
+
+    fn key(bits: usize, seed: u64) -> RsaPrivateKey {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        RsaPrivateKey::from_key(rsa::RsaPrivateKey::new(&mut rng, bits).unwrap()).unwrap()
     }
-    let in_range = less(&blinded_m, &mont.n, len);
-    let m = mont.mul(&blinded_m, &p.ai);
-    let back = mont.out_of_mont(&mont.pow(&mont.to_mont(&m), &p.plan.e));
-    if !in_range || back[..len] != p.c[..] {
-        return Err(SegmentErrorKind::Internal(
-            "RSA result failed the public-exponent check (a device or kernel fault); discarded"
-                .into(),
-        ));
+
+    /// `count` random messages below the key's modulus.
+    fn messages(key: &RsaPrivateKey, count: usize, seed: u64) -> Vec<Vec<u8>> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..count)
+            .map(|_| {
+                let mut b = vec![0u8; key.size()];
+                rng.fill_bytes(&mut b);
+                let v = BigUint::from_bytes_be(&b) % key.inner().n();
+                let be = v.to_bytes_be();
+                let mut out = vec![0u8; key.size()];
+                out[key.size() - be.len()..].copy_from_slice(&be);
+                out
+            })
+            .collect()
     }
-    Ok(Output::Bytes(be_bytes(&m, len, p.plan.bits / 8)))
+
+    #[test]
+    fn chunks_hold_at_most_32_messages_a_pair_and_16_pairs_of_one_key() {
+        let msg_key: Vec<u32> = [(0u32, 600usize), (1, 40), (0, 5)]
+            .iter()
+            .flat_map(|&(k, n)| std::iter::repeat_n(k, n))
+            .collect();
+        let got: Vec<(usize, usize, Vec<usize>)> = pair_chunks(&msg_key)
+            .into_iter()
+            .map(|c| (c.key, c.start, c.runs))
+            .collect();
+        let mut want = vec![(0, 0, vec![32; 16]), (0, 512, vec![32, 32, 24])];
+        want.push((1, 600, vec![32, 8]));
+        want.push((0, 640, vec![5]));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn batch_inversion_inverts_each_value() {
+        let k = key(1024, 11);
+        let consts = KeyConsts::<16>::new(k.plan().unwrap());
+        let mont = &consts.mont;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        for count in [1usize, 2, 16] {
+            let x: Vec<[u64; 16]> = (0..count)
+                .map(|_| {
+                    let mut v = [0u64; 16];
+                    v.iter_mut().for_each(|l| *l = rng.next_u64());
+                    v[15] >>= 8; // below n
+                    mont.to_mont(&v)
+                })
+                .collect();
+            let inv = batch_inverse(&consts, &x).unwrap();
+            for (a, b) in x.iter().zip(&inv) {
+                assert_eq!(mont.out_of_mont(&mont.mul(a, b)), one());
+            }
+        }
+        // A value sharing a factor with n has no inverse.
+        let p = limbs_of_le_exact::<16>(&k.inner().primes()[0].to_bytes_le());
+        assert!(batch_inverse(&consts, &[mont.to_mont(&p)]).is_none());
+    }
+
+    /// Many pairs and several inversions of one key, and a second key in
+    /// between: every result is the key's private operation.
+    #[test]
+    fn long_runs_of_one_key_match_the_rsa_crate() {
+        let a = key(1024, 21);
+        let b = key(1024, 22);
+        let ma = messages(&a, 600, 1);
+        let mb = messages(&b, 40, 2);
+        let mut items: Vec<RsaItem<'_>> = ma[..300]
+            .iter()
+            .map(|m| RsaItem { key: &a, input: m })
+            .collect();
+        items.extend(mb.iter().map(|m| RsaItem { key: &b, input: m }));
+        items.extend(ma[300..].iter().map(|m| RsaItem { key: &a, input: m }));
+        let out = run_emulated(
+            &items,
+            RsaOptions {
+                sort: RsaSort::None,
+            },
+        )
+        .unwrap();
+        for (item, r) in items.iter().zip(&out) {
+            let c = BigUint::from_bytes_be(item.input);
+            let want =
+                rsa::hazmat::rsa_decrypt_and_check::<rand::rngs::OsRng>(item.key.inner(), None, &c)
+                    .unwrap();
+            let Ok(Output::Bytes(got)) = r else {
+                panic!("no result: {r:?}")
+            };
+            assert_eq!(BigUint::from_bytes_be(got), want);
+        }
+    }
+
+    /// A seeded blinding reaches the executor as the same words every
+    /// time (what `bench rsa --host-only` replays); another seed differs.
+    #[test]
+    fn a_seeded_blinding_repeats_its_launch() {
+        let k = key(1024, 31);
+        let msgs = messages(&k, 70, 3);
+        let items: Vec<RsaItem<'_>> = msgs.iter().map(|m| RsaItem { key: &k, input: m }).collect();
+        let launch_words = |seed: u64| {
+            let mut words = Vec::new();
+            let mut exec = |l: &Launch| {
+                words = l.input.clone();
+                Ok(emulate(l))
+            };
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut times = RsaHostTimes::default();
+            let out = run_timed(
+                &items,
+                RsaOptions::default(),
+                &mut exec,
+                &mut rng,
+                &mut times,
+            );
+            assert!(out.unwrap().iter().all(|r| r.is_ok()));
+            words
+        };
+        let first = launch_words(5);
+        assert_eq!(first, launch_words(5));
+        assert_ne!(first, launch_words(6));
+    }
 }

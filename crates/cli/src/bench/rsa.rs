@@ -6,10 +6,17 @@
 //! (0, 1 and 2-pass) over many keys with uneven group sizes (the seed's
 //! "mixed" requests). Every GPU result is checked with the public exponent
 //! by the batch itself; the first of each size is compared with the CPU.
+//!
+//! `--host-only` times the batch path's host side alone, phase by phase,
+//! on one core and on all: each batch's launch is run once (on the GPU,
+//! or its CPU emulation) with a seeded blinding, then the timed runs,
+//! blinded with the same seed, get those recorded results back at once,
+//! so every result is real and passes the public-exponent check.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gvault_accel::rsa_batch::{self, Launch, RsaHostTimes};
 use gvault_accel::{
     AutoBackend, Backend, CpuBackend, GpuBackend, Job, RsaItem, RsaOptions, RsaPrivateKey, RsaSort,
 };
@@ -40,6 +47,11 @@ pub struct RsaArgs {
     /// judged from the same column at the previous batch size.
     #[arg(long, default_value_t = 20.0)]
     max_cell_seconds: f64,
+    /// Time only the host side (checks, blinding, layout, unblinding and
+    /// public-exponent checks), per phase, on one core and all cores,
+    /// with the kernel's results recorded beforehand; default batch 16384.
+    #[arg(long)]
+    host_only: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -70,12 +82,29 @@ struct SortRow {
     gpu_kernel_ops: f64,
 }
 
+/// The host side of one batch on `threads` cores: medians over the timed
+/// runs, microseconds a message.
+#[derive(Serialize)]
+struct HostRow {
+    bits: usize,
+    batch: usize,
+    threads: usize,
+    runs: usize,
+    check_us: f64,
+    layout_us: f64,
+    blind_us: f64,
+    unblind_verify_us: f64,
+    host_us: f64,
+    host_ops: f64,
+}
+
 #[derive(Serialize)]
 struct Report {
     cores: usize,
     gpu: Option<String>,
     rows: Vec<Row>,
     sorting: Vec<SortRow>,
+    host: Vec<HostRow>,
 }
 
 fn key(bits: usize, seed: u64) -> Result<RsaPrivateKey, String> {
@@ -199,6 +228,9 @@ pub fn run(args: RsaArgs) -> Result<(), String> {
     };
     let min_time = Duration::from_millis(if args.quick { 200 } else { 1000 });
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if args.host_only {
+        return run_host_only(&args, min_time, cores);
+    }
     let one = CpuBackend::with_own_pool(1);
     let all = CpuBackend::shared();
     let auto = AutoBackend::shared();
@@ -312,8 +344,13 @@ pub fn run(args: RsaArgs) -> Result<(), String> {
             .and_then(|g| g.devices().first().map(|d| d.name.clone())),
         rows,
         sorting,
+        host: Vec::new(),
     };
-    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    emit(&args, &report)
+}
+
+fn emit(args: &RsaArgs, report: &Report) -> Result<(), String> {
+    let json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
     if args.json {
         println!("{json}");
     }
@@ -321,6 +358,192 @@ pub fn run(args: RsaArgs) -> Result<(), String> {
         std::fs::write(path, &json).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// The seed of `--host-only`'s blinding: the recorded launch and every
+/// timed run see the same blinded words.
+const HOST_ONLY_SEED: u64 = 0x5eed;
+
+/// `--host-only`: the host side's phases for each key size and batch, on
+/// one core and on all cores.
+fn run_host_only(args: &RsaArgs, min_time: Duration, cores: usize) -> Result<(), String> {
+    let batches = args.batches.clone().unwrap_or_else(|| vec![16384]);
+    let gpu = GpuBackend::probe().ok();
+    let one_core = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut host = Vec::new();
+    for &bits in &args.bits {
+        let k = key(bits, bits as u64)?;
+        for &batch in &batches {
+            let msgs = messages(&k, batch, batch as u64);
+            let items: Vec<RsaItem<'_>> =
+                msgs.iter().map(|m| RsaItem { key: &k, input: m }).collect();
+            let start = Instant::now();
+            let recorded = record_launches(&items, gpu.as_ref())?;
+            if !args.json {
+                println!(
+                    "RSA-{bits} x {batch}: kernel results recorded in {:.1} s ({})",
+                    start.elapsed().as_secs_f64(),
+                    if gpu.is_some() {
+                        "GPU"
+                    } else {
+                        "CPU emulation"
+                    }
+                );
+            }
+            for threads in [1, cores] {
+                let row = if threads == 1 {
+                    one_core.install(|| host_phases(&items, &recorded, min_time))?
+                } else {
+                    host_phases(&items, &recorded, min_time)?
+                };
+                let row = HostRow {
+                    bits,
+                    batch,
+                    threads,
+                    ..row
+                };
+                if !args.json {
+                    print_host_row(&row);
+                }
+                host.push(row);
+                if cores == 1 {
+                    break;
+                }
+            }
+        }
+    }
+    let report = Report {
+        cores,
+        gpu: gpu
+            .as_ref()
+            .and_then(|g| g.devices().first().map(|d| d.name.clone())),
+        rows: Vec::new(),
+        sorting: Vec::new(),
+        host,
+    };
+    emit(args, &report)
+}
+
+/// One launch and the kernel's output words for it.
+struct Recorded {
+    launch: Launch,
+    output: Vec<u32>,
+}
+
+/// Runs the batch once with `--host-only`'s blinding seed, keeping each
+/// launch and its results (from the GPU, else the CPU emulation).
+fn record_launches(
+    items: &[RsaItem<'_>],
+    gpu: Option<&GpuBackend>,
+) -> Result<Vec<Recorded>, String> {
+    let mut recorded = Vec::new();
+    let mut exec = |l: &Launch| -> Result<Vec<u32>, String> {
+        let output = match gpu {
+            Some(g) => g.rsa_execute(l).map_err(|e| e.to_string())?,
+            None => rsa_batch::emulate(l),
+        };
+        recorded.push(Recorded {
+            launch: Launch {
+                limbs: l.limbs,
+                window: l.window,
+                keys: l.keys.clone(),
+                msg_key: l.msg_key.clone(),
+                input: l.input.clone(),
+            },
+            output: output.clone(),
+        });
+        Ok(output)
+    };
+    let mut times = RsaHostTimes::default();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(HOST_ONLY_SEED);
+    let results = rsa_batch::run_timed(
+        items,
+        RsaOptions::default(),
+        &mut exec,
+        &mut rng,
+        &mut times,
+    )
+    .map_err(|e| e.to_string())?;
+    for r in results {
+        r.map_err(|e| e.to_string())?;
+    }
+    Ok(recorded)
+}
+
+/// The host phases of `items` on the current rayon pool, the launches
+/// answered from `recorded` (after checking they are the recorded ones):
+/// per-phase medians over at least 5 runs and `min_time`.
+fn host_phases(
+    items: &[RsaItem<'_>],
+    recorded: &[Recorded],
+    min_time: Duration,
+) -> Result<HostRow, String> {
+    let mut runs: Vec<RsaHostTimes> = Vec::new();
+    let start = Instant::now();
+    while runs.len() < 5 || start.elapsed() < min_time {
+        let mut next = recorded.iter();
+        let mut exec = |l: &Launch| -> Result<Vec<u32>, String> {
+            let r = next.next().ok_or("more launches than recorded")?;
+            if l.input != r.launch.input || l.msg_key != r.launch.msg_key {
+                return Err("the launch differs from the recorded one".into());
+            }
+            Ok(r.output.clone())
+        };
+        let mut times = RsaHostTimes::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(HOST_ONLY_SEED);
+        let results = rsa_batch::run_timed(
+            items,
+            RsaOptions::default(),
+            &mut exec,
+            &mut rng,
+            &mut times,
+        )
+        .map_err(|e| e.to_string())?;
+        for r in results {
+            r.map_err(|e| format!("host-only replay: {e}"))?;
+        }
+        runs.push(times);
+    }
+    let per_msg = |f: fn(&RsaHostTimes) -> Duration| {
+        let mut v: Vec<f64> = runs
+            .iter()
+            .map(|t| f(t).as_secs_f64() * 1e6 / items.len() as f64)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let host_us = per_msg(|t| t.host());
+    Ok(HostRow {
+        bits: 0,
+        batch: items.len(),
+        threads: rayon::current_num_threads(),
+        runs: runs.len(),
+        check_us: per_msg(|t| t.check),
+        layout_us: per_msg(|t| t.layout),
+        blind_us: per_msg(|t| t.blind),
+        unblind_verify_us: per_msg(|t| t.unblind_verify),
+        host_us,
+        host_ops: 1e6 / host_us,
+    })
+}
+
+fn print_host_row(r: &HostRow) {
+    println!(
+        "host RSA-{} x {} on {} core(s), us/msg ({} runs): check {:.2}, layout {:.2}, blind {:.2}, unblind+verify {:.2}; host {:.2} = {:.0} ops/s",
+        r.bits,
+        r.batch,
+        r.threads,
+        r.runs,
+        r.check_us,
+        r.layout_us,
+        r.blind_us,
+        r.unblind_verify_us,
+        r.host_us,
+        r.host_ops
+    );
 }
 
 /// Seed 004's "mixed" scenario: requests of random sizes (1-10 small,
