@@ -109,6 +109,12 @@ settings![
         "how much faster a split must be predicted than one side before auto splits a job"
     ),
     (
+        "GVAULT_AUTO_LEARN",
+        Tuning,
+        "0 or 1; unset: 1",
+        "0: the auto backend decides from the cost model alone (no correction from completed jobs, no exploring near ties)"
+    ),
+    (
         "GVAULT_KERNEL_CACHE",
         Tuning,
         "a directory; unset: $XDG_CACHE_HOME/gvault/kernels",
@@ -224,6 +230,8 @@ pub struct Tuning {
     pub cpu_threads: Option<String>,
     pub cost_model: Option<PathBuf>,
     pub split_margin: Option<f64>,
+    /// `Some(false)`: the auto backend does not learn from completed jobs.
+    pub auto_learn: Option<bool>,
     pub kernel_cache: Option<PathBuf>,
     pub gpu_slots: Option<usize>,
     /// 0 off, 1 device phases, 2 host phases.
@@ -289,6 +297,7 @@ impl Tuning {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
             split_margin: number("GVAULT_SPLIT_MARGIN", &|m| (0.0..=0.9).contains(&m)),
+            auto_learn: either("GVAULT_AUTO_LEARN", "1", "0"),
             kernel_cache: get("GVAULT_KERNEL_CACHE")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
@@ -355,6 +364,7 @@ mod tests {
         assert_eq!(t.gpu_slots, None);
         assert_eq!(t.gpu_trace, 0);
         assert_eq!(t.gpu_tables, None);
+        assert_eq!(t.auto_learn, None);
         assert!(!t.read_ahead_stats);
     }
 
@@ -367,6 +377,7 @@ mod tests {
             ("GVAULT_GCM_PIECE_MAX", "512"),
             ("GVAULT_SPLIT_MARGIN", "0.25"),
             ("GVAULT_STRIDED_SHARE", "60"),
+            ("GVAULT_AUTO_LEARN", "0"),
         ]);
         assert_eq!(t.gpu_slots, Some(4));
         assert_eq!(t.gpu_trace, 2);
@@ -374,6 +385,7 @@ mod tests {
         assert_eq!(t.gcm_piece_max, Some(512));
         assert_eq!(t.split_margin, Some(0.25));
         assert_eq!(t.strided_share, Some(60));
+        assert_eq!(t.auto_learn, Some(false));
 
         let bad = with(&[
             ("GVAULT_GPU_SLOTS", "9"),
@@ -381,12 +393,14 @@ mod tests {
             ("GVAULT_GCM_PIECE_MAX", "300"),
             ("GVAULT_SPLIT_MARGIN", "1.5"),
             ("GVAULT_STRIDED_SHARE", "x"),
+            ("GVAULT_AUTO_LEARN", "yes"),
         ]);
         assert_eq!(bad.gpu_slots, None);
         assert_eq!(bad.gpu_tables, None);
         assert_eq!(bad.gcm_piece_max, None);
         assert_eq!(bad.split_margin, None);
         assert_eq!(bad.strided_share, None);
+        assert_eq!(bad.auto_learn, None);
     }
 
     #[test]

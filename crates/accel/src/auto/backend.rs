@@ -9,13 +9,15 @@
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::decide::{
-    decide_stats, sketch, Decision, JobStats, OpCosts, Plan, Sides, Sketch, SplitPoint,
-    SPLIT_OVERHEAD_NS,
+    decide_corrected, sketch_corrected, split_part_times, Corrections, Decision, GpuPart, JobStats,
+    OpCosts, Plan, Sides, Sketch, SplitPoint, SPLIT_OVERHEAD_NS,
 };
 use super::file::{self, ModelSource};
 use super::inspect;
+use super::learn::{near_tie, JobKey, LearnedFactor, Learner, Run, Side, MIN_OBSERVED_NS};
 use super::model::{CostModel, HostMemory, Identity};
 use super::split::{merge, split};
 use crate::backend::Backend;
@@ -96,6 +98,9 @@ impl FromStr for CpuThreads {
 struct Queue {
     ns: AtomicU64,
     bytes: AtomicU64,
+    /// Jobs in flight, and jobs ever enqueued: whether a job ran alone.
+    jobs: AtomicU64,
+    started: AtomicU64,
 }
 
 /// Work counted on a queue until dropped.
@@ -103,6 +108,10 @@ struct Enqueued<'a> {
     queue: &'a Queue,
     ns: u64,
     bytes: u64,
+    /// No other job was in flight on the side when this one was enqueued.
+    first_in: bool,
+    /// The queue's `started` before this job.
+    epoch: u64,
 }
 
 impl Queue {
@@ -110,11 +119,24 @@ impl Queue {
         let ns = ns.max(0.0) as u64;
         self.ns.fetch_add(ns, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        let first_in = self.jobs.fetch_add(1, Ordering::Relaxed) == 0;
         Enqueued {
             queue: self,
             ns,
             bytes,
+            first_in,
+            epoch: self.started.fetch_add(1, Ordering::Relaxed),
         }
+    }
+}
+
+impl Enqueued<'_> {
+    /// Whether the job had its side to itself so far: none in flight when
+    /// it came, none enqueued since. Only such runs are learned from, so
+    /// that waiting for or sharing with other jobs is not taken for a
+    /// slow side. (CPU jobs too short to be queued go unseen.)
+    fn ran_alone(&self) -> bool {
+        self.first_in && self.queue.started.load(Ordering::Relaxed) == self.epoch + 1
     }
 }
 
@@ -122,6 +144,7 @@ impl Drop for Enqueued<'_> {
     fn drop(&mut self) {
         self.queue.ns.fetch_sub(self.ns, Ordering::Relaxed);
         self.queue.bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.queue.jobs.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -146,6 +169,32 @@ impl Loaded {
             costs,
         }
     }
+}
+
+/// A decision, and what learning records its job against.
+struct Decided {
+    decision: Decision,
+    /// `None` where nothing is learned (learning off, device-resident
+    /// data, a forced plan).
+    learn: Option<Learning>,
+}
+
+/// The job's key, and the factors and sides it was decided with.
+#[derive(Clone, Copy)]
+struct Learning {
+    key: JobKey,
+    fix: Corrections,
+    stats: JobStats,
+    sides: Sides,
+}
+
+/// What a split's parts took.
+struct SplitRun {
+    gpu_part: GpuPart,
+    gpu_took: Duration,
+    /// The GPU part ran on the GPU (it was not refused).
+    on_gpu: bool,
+    cpu_took: Duration,
 }
 
 /// What the first job loads: the model and whether a GPU may exist.
@@ -190,6 +239,8 @@ pub struct AutoBackend {
     cpu_queue: Queue,
     gpu_queue: Queue,
     placed: PlacedCounters,
+    /// Corrections of the model from completed jobs.
+    learner: Learner,
 }
 
 /// Where the jobs of an auto backend ran, counted since it was built:
@@ -201,6 +252,9 @@ pub struct Placements {
     pub split_jobs: u64,
     pub cpu_bytes: u64,
     pub gpu_bytes: u64,
+    /// Near-tie jobs run on the side the model did not choose, to correct
+    /// it (`GVAULT_AUTO_LEARN`); counted in `cpu_jobs` or `gpu_jobs` too.
+    pub explored_jobs: u64,
 }
 
 #[derive(Default)]
@@ -352,7 +406,27 @@ impl AutoBackend {
             cpu_queue: Queue::default(),
             gpu_queue: Queue::default(),
             placed: PlacedCounters::default(),
+            learner: Learner::from_env(),
         }
+    }
+
+    /// Turns learning from completed jobs on or off, whatever
+    /// `GVAULT_AUTO_LEARN` says (tests, benchmarks); what was learned is
+    /// dropped.
+    pub fn with_learning(mut self, on: bool) -> Self {
+        self.learner = Learner::new(on);
+        self
+    }
+
+    /// Whether decisions are corrected from completed jobs.
+    pub fn learning(&self) -> bool {
+        self.learner.is_on()
+    }
+
+    /// The factors learned so far (observed ÷ predicted time), by op,
+    /// side, memory and shape class.
+    pub fn learned(&self) -> Vec<LearnedFactor> {
+        self.learner.learned()
     }
 
     fn cpu(&self) -> &CpuBackend {
@@ -447,6 +521,7 @@ impl AutoBackend {
             split_jobs: get(&p.split_jobs),
             cpu_bytes: get(&p.cpu_bytes),
             gpu_bytes: get(&p.gpu_bytes),
+            explored_jobs: self.learner.explored(),
         }
     }
 
@@ -469,7 +544,8 @@ impl AutoBackend {
         self.has_gpu() && !self.gpu_refused(op)
     }
 
-    /// What `run` would do with `job` now.
+    /// What `run` would do with `job` now, unless it explores the job
+    /// (runs a near tie on the side the model did not choose, to learn).
     pub fn decide(&self, job: &Job<'_>) -> Decision {
         self.decide_surveyed(job, &self.cpu().survey(job))
     }
@@ -478,9 +554,18 @@ impl AutoBackend {
     /// number of segments unless a split is placed (the CPU backend runs a
     /// job from the same survey, so deciding adds no pass over the job).
     pub(super) fn decide_surveyed(&self, job: &Job<'_>, survey: &Survey) -> Decision {
+        self.decide_full(job, survey).decision
+    }
+
+    fn costs(&self, op: OpKind) -> &OpCosts {
+        &self.loaded().costs[Self::op_index(op)]
+    }
+
+    /// The decision for `job`, its predictions corrected by what was
+    /// learned from earlier jobs of its key.
+    fn decide_full(&self, job: &Job<'_>, survey: &Survey) -> Decided {
         let op = job.op();
-        let all = &self.loaded().costs;
-        let costs = &all[Self::op_index(op)];
+        let costs = self.costs(op);
         let sides = Sides {
             cpu_threads: self.cpu_threads,
             cores: self.cores,
@@ -488,14 +573,25 @@ impl AutoBackend {
             cpu_queued_ns: self.cpu_queue.ns.load(Ordering::Relaxed) as f64,
             gpu_queued_ns: self.gpu_queue.ns.load(Ordering::Relaxed) as f64,
         };
+        let fix = |stats: &JobStats| self.learner.corrections(JobKey::of(op, stats));
         let mut stats = inspect::stats(survey);
         if stats.mem != HostMemory::Device && sides.gpu {
             // Asking the driver about the memory is worth it only where the
-            // GPU could win from some kind of host memory.
-            let screen = |mem| sketch(costs, &JobStats { mem, ..stats }, &sides);
-            let (pageable, decision) = screen(HostMemory::Pageable);
-            if pageable == Sketch::Cpu && screen(HostMemory::Pinned).0 == Sketch::Cpu {
-                return decision;
+            // GPU could win from some kind of host memory, or where a near
+            // tie may be explored (its observations are keyed by memory).
+            let screen = |mem| {
+                let stats = JobStats { mem, ..stats };
+                let fix = fix(&stats);
+                (sketch_corrected(costs, &stats, &sides, &fix), stats, fix)
+            };
+            let ((pageable, decision), pageable_stats, pageable_fix) = screen(HostMemory::Pageable);
+            if pageable == Sketch::Cpu {
+                let ((pinned, pinned_decision), _, _) = screen(HostMemory::Pinned);
+                let explorable =
+                    self.learner.is_on() && (near_tie(&decision) || near_tie(&pinned_decision));
+                if pinned == Sketch::Cpu && !explorable {
+                    return self.decided(op, decision, pageable_stats, sides, pageable_fix);
+                }
             }
             if self
                 .page_locked
@@ -504,7 +600,53 @@ impl AutoBackend {
                 stats.mem = HostMemory::Pinned;
             }
         }
-        decide_stats(costs, &stats, &sides, || inspect::lengths(job))
+        let fix = fix(&stats);
+        let decision = decide_corrected(costs, &stats, &sides, &fix, || inspect::lengths(job));
+        self.decided(op, decision, stats, sides, fix)
+    }
+
+    fn decided(
+        &self,
+        op: OpKind,
+        decision: Decision,
+        stats: JobStats,
+        sides: Sides,
+        fix: Corrections,
+    ) -> Decided {
+        let learn = JobKey::of(op, &stats)
+            .filter(|_| self.learner.is_on())
+            .map(|key| Learning {
+                key,
+                fix,
+                stats,
+                sides,
+            });
+        Decided { decision, learn }
+    }
+
+    /// Now and then runs a near-tie job on the side that has too few
+    /// observations in its key (`learn/explore.rs`).
+    fn explore(&self, decided: Decided) -> Decided {
+        let Some(l) = decided.learn else {
+            return decided;
+        };
+        let d = decided.decision;
+        let Some(plan) = self.learner.explore(&d, &l.sides, l.key) else {
+            return decided;
+        };
+        let finish = match plan {
+            Plan::Gpu => d.gpu_finish_ns.unwrap_or(d.plan_finish_ns),
+            _ => d.cpu_finish_ns,
+        };
+        Decided {
+            decision: Decision {
+                plan,
+                plan_finish_ns: finish,
+                split_cpu_threads: l.sides.cpu_threads,
+                ..d
+            },
+            learn: decided.learn,
+        }
     }
 
     /// Runs `job` by `plan` whatever the model says: for tests and
@@ -516,15 +658,72 @@ impl AutoBackend {
     ) -> Result<Vec<SegmentResult>, BackendError> {
         let survey = self.cpu().survey(job);
         let d = self.decide_surveyed(job, &survey);
-        self.execute(job, Decision { plan, ..d }, &survey)
+        // Forced plans are not learned from: sweeps stay reproducible.
+        let forced = Decided {
+            decision: Decision { plan, ..d },
+            learn: None,
+        };
+        self.execute(job, forced, &survey)
+    }
+
+    /// Learns from a job (or part) that ran on `side`, where it was
+    /// predicted (corrected) at `predicted_ns` and took `took`: if it
+    /// counts (it ran there, alone) and was long enough to time.
+    fn learn_from(
+        &self,
+        l: &Learning,
+        side: Side,
+        run: Run,
+        predicted_ns: f64,
+        counts: bool,
+        took: Duration,
+    ) {
+        if !counts || predicted_ns < MIN_OBSERVED_NS {
+            return;
+        }
+        let factor = match (side, run) {
+            (Side::Cpu, Run::Whole) => l.fix.cpu,
+            (Side::Gpu, Run::Whole) => l.fix.gpu,
+            (Side::Cpu, Run::Part) => l.fix.cpu_part,
+            (Side::Gpu, Run::Part) => l.fix.gpu_part,
+        };
+        let observed_ns = took.as_nanos() as f64;
+        self.learner
+            .observe(l.key, side, run, predicted_ns / factor, observed_ns);
+    }
+
+    /// Learns from both parts of a split, each compared with its price
+    /// in the decision; `counts`: whether the (CPU, GPU) part counts.
+    fn learn_from_split(
+        &self,
+        l: &Learning,
+        op: OpKind,
+        at: SplitPoint,
+        times: &SplitRun,
+        counts: (bool, bool),
+    ) {
+        let c = self.costs(op);
+        let cut_inside = at.offset > 0;
+        let parts = split_part_times(c, &l.stats, &l.sides, times.gpu_part, cut_inside, &l.fix);
+        let cpu_ns = parts.cpu_ns + parts.spill_ns;
+        self.learn_from(l, Side::Cpu, Run::Part, cpu_ns, counts.0, times.cpu_took);
+        self.learn_from(
+            l,
+            Side::Gpu,
+            Run::Part,
+            parts.gpu_ns,
+            counts.1,
+            times.gpu_took,
+        );
     }
 
     fn execute(
         &self,
         job: &mut Job<'_>,
-        d: Decision,
+        decided: Decided,
         survey: &Survey,
     ) -> Result<Vec<SegmentResult>, BackendError> {
+        let Decided { decision: d, learn } = decided;
         let (cpu_q, gpu_q) = self.queued();
         let p = &self.placed;
         match d.plan {
@@ -538,42 +737,65 @@ impl AutoBackend {
         match d.plan {
             Plan::Cpu => {
                 let own = d.cpu_finish_ns - cpu_q.0 as f64;
-                let _q =
+                let q =
                     (own >= CPU_QUEUE_MIN_NS).then(|| self.cpu_queue.enqueue(own, survey.bytes));
-                self.cpu().run_surveyed(job, survey)
+                // Jobs too short to queue are too short to learn from.
+                let start = q.as_ref().and(learn.as_ref()).map(|_| Instant::now());
+                let r = self.cpu().run_surveyed(job, survey);
+                if let (Some(l), Some(q), Some(start)) = (&learn, &q, start) {
+                    let predicted = d.cpu_finish_ns - l.sides.cpu_queued_ns;
+                    let counts = r.is_ok() && q.ran_alone();
+                    let took = start.elapsed();
+                    self.learn_from(l, Side::Cpu, Run::Whole, predicted, counts, took);
+                }
+                r
             }
             Plan::Gpu => {
                 let own = d.gpu_finish_ns.unwrap_or(0.0) - gpu_q.0 as f64;
-                let _q = self.gpu_queue.enqueue(own, survey.bytes);
-                self.on_gpu(job)
+                let q = self.gpu_queue.enqueue(own, survey.bytes);
+                let start = Instant::now();
+                let (r, on_gpu) = self.on_gpu(job);
+                if let Some(l) = &learn {
+                    let predicted = d.gpu_finish_ns.unwrap_or(0.0) - l.sides.gpu_queued_ns;
+                    let counts = on_gpu && r.is_ok() && q.ran_alone();
+                    let took = start.elapsed();
+                    self.learn_from(l, Side::Gpu, Run::Whole, predicted, counts, took);
+                }
+                r
             }
             Plan::Split(at) => {
                 let bytes = survey.bytes;
                 let finish = d.plan_finish_ns - SPLIT_OVERHEAD_NS;
-                let _qc = self.cpu_queue.enqueue(finish - cpu_q.0 as f64, bytes / 2);
-                let _qg = self.gpu_queue.enqueue(finish - gpu_q.0 as f64, bytes / 2);
-                self.run_split(job, at, d.split_cpu_threads)
+                let qc = self.cpu_queue.enqueue(finish - cpu_q.0 as f64, bytes / 2);
+                let qg = self.gpu_queue.enqueue(finish - gpu_q.0 as f64, bytes / 2);
+                let (results, times) = self.run_split(job, at, d.split_cpu_threads)?;
+                if let Some(l) = &learn {
+                    let counts = (qc.ran_alone(), times.on_gpu && qg.ran_alone());
+                    self.learn_from_split(l, job.op(), at, &times, counts);
+                }
+                Ok(results)
             }
         }
     }
 
     /// Runs on the GPU; an op it does not implement runs on the CPU and is
-    /// remembered, so the GPU is not asked again.
-    fn on_gpu(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {
+    /// remembered, so the GPU is not asked again. Says whether it ran on
+    /// the GPU.
+    fn on_gpu(&self, job: &mut Job<'_>) -> (Result<Vec<SegmentResult>, BackendError>, bool) {
         let Some(gpu) = self.gpu_side() else {
-            return self.cpu().run(job);
+            return (self.cpu().run(job), false);
         };
         if self.gpu_refused(job.op()) {
-            return self.cpu().run(job);
+            return (self.cpu().run(job), false);
         }
         match gpu.backend.run(job) {
             // Both are returned before any data is touched.
             Err(BackendError::Unsupported { .. } | BackendError::Unavailable { .. }) => {
                 self.refused
                     .fetch_or(Self::op_bit(job.op()), Ordering::Relaxed);
-                self.cpu().run(job)
+                (self.cpu().run(job), false)
             }
-            other => other,
+            other => (other, true),
         }
     }
 
@@ -590,25 +812,36 @@ impl AutoBackend {
         pool
     }
 
+    /// Runs the two parts of a split at once: the results, and what each
+    /// part took.
     fn run_split(
         &self,
         job: &mut Job<'_>,
         at: SplitPoint,
         cpu_threads: usize,
-    ) -> Result<Vec<SegmentResult>, BackendError> {
+    ) -> Result<(Vec<SegmentResult>, SplitRun), BackendError> {
         let (mut g, mut c) = split(job, at)?;
         let (gn, cn) = (g.len(), c.len());
+        let gpu_part = GpuPart {
+            bytes: g.bytes(),
+            segments: gn,
+        };
         let own_pool = (cpu_threads < self.cpu_threads).then(|| self.split_cpu(cpu_threads));
         let cpu = own_pool.as_deref().unwrap_or_else(|| self.cpu());
-        let (gr, cr) = std::thread::scope(|s| {
-            let gpu_part = s.spawn(|| self.on_gpu(&mut g));
-            let cr = cpu.run(&mut c);
-            let gr = gpu_part.join().unwrap_or_else(|_| {
-                Err(BackendError::Device(
-                    "the GPU part of a split job panicked".into(),
-                ))
+        let ((gr, on_gpu, gpu_took), (cr, cpu_took)) = std::thread::scope(|s| {
+            let gpu_part = s.spawn(|| {
+                let start = Instant::now();
+                let (r, on_gpu) = self.on_gpu(&mut g);
+                (r, on_gpu, start.elapsed())
             });
-            (gr, cr)
+            let start = Instant::now();
+            let cr = cpu.run(&mut c);
+            let cpu_took = start.elapsed();
+            let gr = gpu_part.join().unwrap_or_else(|_| {
+                let panicked = "the GPU part of a split job panicked".into();
+                (Err(BackendError::Device(panicked)), false, Duration::ZERO)
+            });
+            (gr, (cr, cpu_took))
         });
         let (gr, cr) = (gr?, cr?);
         if gr.len() != gn || cr.len() != cn {
@@ -618,7 +851,13 @@ impl AutoBackend {
                 cr.len()
             )));
         }
-        Ok(merge(at, gr, cr))
+        let times = SplitRun {
+            gpu_part,
+            gpu_took,
+            on_gpu,
+            cpu_took,
+        };
+        Ok((merge(at, gr, cr), times))
     }
 }
 
@@ -663,15 +902,21 @@ impl Backend for AutoBackend {
             return self.cpu().run(job);
         }
         let survey = self.cpu().survey(job);
-        let first = self.decide_surveyed(job, &survey);
-        if first.plan == Plan::Cpu || self.gpu.get().is_some() {
-            return self.execute(job, first, &survey);
+        let mut decided = self.decide_full(job, &survey);
+        if decided.decision.plan != Plan::Cpu && self.gpu.get().is_none() {
+            // The first job for the GPU opens it, which may replace the
+            // model (checked against the real GPU) or fail: decide again
+            // after.
+            self.gpu_side();
+            decided = self.decide_full(job, &survey);
         }
-        // The first job for the GPU opens it, which may replace the model
-        // (checked against the real GPU) or fail: decide again after.
-        self.gpu_side();
-        let d = self.decide_surveyed(job, &survey);
-        self.execute(job, d, &survey)
+        let decided = self.explore(decided);
+        if decided.decision.plan == Plan::Gpu && self.gpu.get().is_none() {
+            // An explored job opens the GPU before it is timed (its run is
+            // the key's warm-up, not learned from).
+            self.gpu_side();
+        }
+        self.execute(job, decided, &survey)
     }
 
     fn small_gcm_on_caller(&self) -> bool {
@@ -696,5 +941,23 @@ mod tests {
         assert_eq!(CpuThreads::Fraction(0.01).resolve(16), 1);
         assert_eq!(CpuThreads::All.resolve(16), 16);
         assert_eq!(CpuThreads::Count(3).resolve(16), 3);
+    }
+
+    #[test]
+    fn a_job_runs_alone_only_with_its_side_to_itself() {
+        let q = Queue::default();
+        let a = q.enqueue(1e6, 10);
+        assert!(a.ran_alone());
+        // One enqueued while `a` runs: neither ran alone.
+        let b = q.enqueue(1e6, 10);
+        assert!(!a.ran_alone() && !b.ran_alone());
+        drop(a);
+        assert!(!b.ran_alone(), "it waited or shared");
+        drop(b);
+        let c = q.enqueue(1e6, 10);
+        assert!(c.ran_alone());
+        drop(c);
+        assert_eq!(q.jobs.load(Ordering::Relaxed), 0);
+        assert_eq!(q.ns.load(Ordering::Relaxed), 0);
     }
 }

@@ -9,6 +9,8 @@
 //! - `inspect`: a job's totals, lengths and host-memory kind.
 //! - `split`: cutting a job in two and merging the results.
 //! - `backend`: [`AutoBackend`], with queue accounting.
+//! - `learn`: corrections of the model from completed jobs, and exploring
+//!   near ties (`GVAULT_AUTO_LEARN`).
 //! - `calibrate`: timing this machine and fitting its model.
 //! - `replay`: a recorded sweep's decisions under a model, offline.
 //! - `forced_split`: the auto backend with its split forced, for sweeps.
@@ -19,6 +21,7 @@
 //!   `bench primitive --auto-threads`).
 //! - `GpuStarter`: the argument of `AutoBackend::from_starter` (a stand-in
 //!   GPU for tests and benchmarks).
+//! - `LearnedFactor`: what `AutoBackend::learned` reports.
 //! - `Decision`, `Plan`, `SplitPoint`: what `AutoBackend::decide` returns and
 //!   `run_plan` takes (the forced-split sweep, tests).
 //! - `CostModel` and its parts (`OpModel`, `CpuCost`, `GpuCost`,
@@ -41,6 +44,7 @@ mod golden;
 #[cfg(test)]
 mod h100;
 mod inspect;
+mod learn;
 pub(crate) mod model;
 #[cfg(test)]
 mod overhead;
@@ -51,6 +55,7 @@ pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter, Placeme
 pub use decide::{Decision, Plan, SplitPoint};
 pub use defaults::shipped;
 pub use file::{default_path, load, write, ModelSource};
+pub use learn::LearnedFactor;
 pub use model::{
     CostModel, CpuCost, GpuCost, Identity, LinearCost, LinkCost, OpModel, FORMAT_VERSION,
 };

@@ -166,6 +166,31 @@ pub struct Decision {
     pub split_cpu_threads: usize,
 }
 
+/// Learned factors (observed ÷ predicted time, `auto/learn`) by which the
+/// model's predictions of each side are scaled for one job; 1 where
+/// nothing has been learned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Corrections {
+    /// The whole job on the CPU, on the GPU.
+    pub cpu: f64,
+    pub gpu: f64,
+    /// The CPU and GPU parts of a split: run together, they slow each
+    /// other (host memory, cores) in ways whole jobs do not show.
+    pub cpu_part: f64,
+    pub gpu_part: f64,
+}
+
+impl Corrections {
+    /// The model as it stands: every prediction multiplied by exactly 1,
+    /// so decisions are the uncorrected ones bit for bit.
+    pub(crate) const NONE: Corrections = Corrections {
+        cpu: 1.0,
+        gpu: 1.0,
+        cpu_part: 1.0,
+        gpu_part: 1.0,
+    };
+}
+
 /// Ops whose segments the auto backend may cut inside: CTR modes, which
 /// carry no state across blocks.
 pub(crate) fn cuttable(op: OpKind) -> bool {
@@ -420,9 +445,9 @@ impl OpCosts {
 
 /// One part of a split: what the GPU takes.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct GpuPart {
-    pub(super) bytes: u64,
-    pub(super) segments: usize,
+pub(crate) struct GpuPart {
+    pub(crate) bytes: u64,
+    pub(crate) segments: usize,
 }
 
 /// A split priced: its finish and the threads its CPU part runs on.
@@ -460,19 +485,35 @@ pub(super) fn split_threads(
     (threads - reserve, (staging - absorbed).max(0.0))
 }
 
-/// Predicted finish of a split: both parts run at once. The CPU part's
-/// longest segment is taken to be the job's (it may be less).
-fn split_finish(
+/// A split's parts priced apart, each scaled by its learned factor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SplitParts {
+    /// The GPU part's time.
+    pub gpu_ns: f64,
+    /// The CPU part's time, and the GPU part's staging copies that spill
+    /// onto its cores.
+    pub cpu_ns: f64,
+    pub spill_ns: f64,
+    /// Threads the CPU part runs on.
+    pub cpu_threads: usize,
+}
+
+/// The two parts of a split giving the GPU `gpu` (and, `cut_inside`, the
+/// CPU the rest of a segment cut inside). The CPU part's longest segment
+/// is taken to be the job's (it may be less).
+fn split_parts(
     c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
     gpu: GpuPart,
     cut_inside: bool,
-) -> SplitPrice {
+    fix: &Corrections,
+) -> SplitParts {
     let cpu_bytes = stats.bytes - gpu.bytes.min(stats.bytes);
     let cpu_segments = stats.segments - gpu.segments.min(stats.segments) + usize::from(cut_inside);
     let largest = stats.largest.min(gpu.bytes);
-    let g = gpu_time(c, gpu.bytes, gpu.segments, largest, stats.mem).unwrap_or(f64::INFINITY);
+    let g = gpu_time(c, gpu.bytes, gpu.segments, largest, stats.mem).unwrap_or(f64::INFINITY)
+        * fix.gpu_part;
     let (threads, spill) = split_threads(c, stats, sides, gpu, g);
     let cpu = cpu_time(
         c,
@@ -480,12 +521,51 @@ fn split_finish(
         cpu_segments,
         stats.largest.min(cpu_bytes),
         threads,
-    );
-    let spill = c.cpu.map_or(0.0, |m| spill / m.speedup_at(threads));
-    SplitPrice {
-        finish_ns: (sides.gpu_queued_ns + g).max(sides.cpu_queued_ns + cpu + spill)
-            + SPLIT_OVERHEAD_NS,
+    ) * fix.cpu_part;
+    let spill = c.cpu.map_or(0.0, |m| spill / m.speedup_at(threads)) * fix.cpu_part;
+    SplitParts {
+        gpu_ns: g,
+        cpu_ns: cpu,
+        spill_ns: spill,
         cpu_threads: threads,
+    }
+}
+
+/// As the decision priced them, the parts of a split that gave the GPU
+/// `gpu`: what the auto backend compares each part's time with.
+pub(crate) fn split_part_times(
+    c: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    gpu: GpuPart,
+    cut_inside: bool,
+    fix: &Corrections,
+) -> SplitParts {
+    split_parts(
+        &c.rsa_sized(stats.largest),
+        stats,
+        sides,
+        gpu,
+        cut_inside,
+        fix,
+    )
+}
+
+/// Predicted finish of a split: both parts run at once.
+fn split_finish(
+    c: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    gpu: GpuPart,
+    cut_inside: bool,
+    fix: &Corrections,
+) -> SplitPrice {
+    let p = split_parts(c, stats, sides, gpu, cut_inside, fix);
+    SplitPrice {
+        finish_ns: (sides.gpu_queued_ns + p.gpu_ns)
+            .max(sides.cpu_queued_ns + p.cpu_ns + p.spill_ns)
+            + SPLIT_OVERHEAD_NS,
+        cpu_threads: p.cpu_threads,
     }
 }
 
@@ -514,8 +594,20 @@ pub(crate) enum Sketch {
 }
 
 /// The single backends' finish times and the best whole-job candidate,
-/// priced from the totals alone: O(1) in the number of segments.
+/// priced from the totals alone: O(1) in the number of segments. The
+/// model's own (the auto backend sketches with its corrections).
+#[cfg(test)]
 pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, Decision) {
+    sketch_corrected(c, stats, sides, &Corrections::NONE)
+}
+
+/// As [`sketch`], each side's predictions scaled by `fix`.
+pub(crate) fn sketch_corrected(
+    c: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    fix: &Corrections,
+) -> (Sketch, Decision) {
     let sized = c.rsa_sized(stats.largest);
     let c = &sized;
     let op = c.op;
@@ -526,10 +618,10 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
             stats.segments,
             stats.largest,
             sides.cpu_threads,
-        );
+        ) * fix.cpu;
     let gpu_finish = if sides.gpu && stats.segments > 0 {
         gpu_time(c, stats.bytes, stats.segments, stats.largest, stats.mem)
-            .map(|t| sides.gpu_queued_ns + t)
+            .map(|t| sides.gpu_queued_ns + t * fix.gpu)
     } else {
         None
     };
@@ -563,10 +655,12 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
     // Neither side runs a share of the job in less than that share of the
     // whole job's time, so no split finishes before the two sides' times
     // combined in parallel: where that does not beat the better backend by
-    // the margin, pricing the shares (~2 µs) is skipped.
+    // the margin, pricing the shares (~2 µs) is skipped. Each side is
+    // priced here with its factor for split parts in place of the whole
+    // job's.
     let (cpu_alone, gpu_alone) = (
-        cpu_finish - sides.cpu_queued_ns,
-        gpu_finish - sides.gpu_queued_ns,
+        (cpu_finish - sides.cpu_queued_ns) * (fix.cpu_part / fix.cpu),
+        (gpu_finish - sides.gpu_queued_ns) * (fix.gpu_part / fix.gpu),
     );
     let ideal = cpu_alone * gpu_alone / (cpu_alone + gpu_alone) + SPLIT_OVERHEAD_NS;
     if ideal >= best.1.plan_finish_ns * (1.0 - margin_for(stats)) {
@@ -594,11 +688,11 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
             }
         }
     };
-    let price = |f: f64| split_finish(c, stats, sides, part(f), cuttable(op)).finish_ns;
+    let price = |f: f64| split_finish(c, stats, sides, part(f), cuttable(op), fix).finish_ns;
     let mut shares: Vec<f64> = (1..SHARE_GRID)
         .map(|k| k as f64 / SHARE_GRID as f64)
         .collect();
-    shares.push(balance_point(c, stats, sides, cpu_finish, gpu_finish));
+    shares.push(balance_point(c, stats, sides, cpu_finish, gpu_finish, fix));
     let (f, finish) = shares
         .into_iter()
         .filter(|f| *f > 0.0 && *f < 1.0)
@@ -621,18 +715,21 @@ pub(crate) fn sketch(c: &OpCosts, stats: &JobStats, sides: &Sides) -> (Sketch, D
 
 /// The GPU's share of the bytes at which both sides would finish together
 /// if each were linear in its share:
-///   Qg + Fg + f·Vg = Qc + Fc + (1 − f)·Vc.
+///   Qg + Fg + f·Vg = Qc + Fc + (1 − f)·Vc,
+/// each side priced with its factor for split parts (the finishes given
+/// carry the whole job's).
 fn balance_point(
     c: &OpCosts,
     stats: &JobStats,
     sides: &Sides,
     cpu_finish: f64,
     gpu_finish: f64,
+    fix: &Corrections,
 ) -> f64 {
-    let fixed_g = gpu_time(c, 0, 1, 0, stats.mem).unwrap_or(0.0);
-    let fixed_c = cpu_time(c, 0, 1, 0, sides.cpu_threads);
-    let var_g = (gpu_finish - sides.gpu_queued_ns - fixed_g).max(0.0);
-    let var_c = (cpu_finish - sides.cpu_queued_ns - fixed_c).max(0.0);
+    let fixed_g = gpu_time(c, 0, 1, 0, stats.mem).unwrap_or(0.0) * fix.gpu_part;
+    let fixed_c = cpu_time(c, 0, 1, 0, sides.cpu_threads) * fix.cpu_part;
+    let var_g = ((gpu_finish - sides.gpu_queued_ns) * (fix.gpu_part / fix.gpu) - fixed_g).max(0.0);
+    let var_c = ((cpu_finish - sides.cpu_queued_ns) * (fix.cpu_part / fix.cpu) - fixed_c).max(0.0);
     if var_g + var_c <= 0.0 {
         return 0.5;
     }
@@ -686,17 +783,29 @@ pub(crate) fn decide_stats<I: Iterator<Item = u64>>(
     sides: &Sides,
     lengths: impl FnOnce() -> I,
 ) -> Decision {
+    decide_corrected(c, stats, sides, &Corrections::NONE, lengths)
+}
+
+/// As [`decide_stats`], each side's predictions (whole jobs and split
+/// parts, so the split point too) scaled by `fix`.
+pub(crate) fn decide_corrected<I: Iterator<Item = u64>>(
+    c: &OpCosts,
+    stats: &JobStats,
+    sides: &Sides,
+    fix: &Corrections,
+    lengths: impl FnOnce() -> I,
+) -> Decision {
     let sized = c.rsa_sized(stats.largest);
     let c = &sized;
     let op = c.op;
-    let (sketch, best) = sketch(c, stats, sides);
+    let (sketch, best) = sketch_corrected(c, stats, sides, fix);
     let gpu_bytes = match sketch {
         Sketch::Cpu | Sketch::Gpu => return best,
         Sketch::Split { gpu_bytes, .. } => gpu_bytes,
     };
     let split = cut_points(op, lengths(), stats.segments, gpu_bytes)
         .into_iter()
-        .map(|(p, g)| (p, split_finish(c, stats, sides, g, p.offset > 0)))
+        .map(|(p, g)| (p, split_finish(c, stats, sides, g, p.offset > 0, fix)))
         .min_by(|a, b| a.1.finish_ns.total_cmp(&b.1.finish_ns));
     match split {
         Some((p, price)) if price.finish_ns < best.plan_finish_ns * (1.0 - margin_for(stats)) => {

@@ -237,7 +237,7 @@ fn brute_force(m: &CostModel, op: OpKind, lengths: &[u64], sides: &Sides) -> f64
                 bytes: lengths[..k].iter().sum(),
                 segments: k,
             };
-            split_finish(&c, &stats, sides, g, false).finish_ns
+            split_finish(&c, &stats, sides, g, false, &Corrections::NONE).finish_ns
         })
         .fold(single, f64::min)
 }
