@@ -1,7 +1,9 @@
 //! `gvault bench rsa`: RSA private-key operations per second against batch
 //! size (seed 004 §5.2, issue 24) for 1024, 2048 and 4096-bit keys: one
 //! CPU core, all cores, `openssl speed -multi <cores>` (when openssl is
-//! installed), the GPU end to end (blinding, copies, kernel, checks), the
+//! installed), the GPU end to end (blinding, copies, kernel, checks), with
+//! one batch and with two in flight at once (`gpu-x2`: one batch's host work
+//! overlaps the other's kernel, as with two service clients), the
 //! GPU kernel alone, and the auto backend; then seed 004's batch ordering
 //! (0, 1 and 2-pass) over many keys with uneven group sizes (the seed's
 //! "mixed" requests). Every GPU result is checked with the public exponent
@@ -68,6 +70,9 @@ struct Row {
     cpu_all_ops: Option<f64>,
     openssl_all_ops: Option<f64>,
     gpu_ops: Option<f64>,
+    /// Two batches in flight at once (two callers, as two service clients):
+    /// one batch's host work overlaps the other's kernel.
+    gpu_2_ops: Option<f64>,
     gpu_kernel_ops: Option<f64>,
     auto_ops: Option<f64>,
 }
@@ -180,6 +185,18 @@ fn run_batch(g: &GpuBackend, items: &[RsaItem<'_>], options: RsaOptions) -> Resu
     Ok(())
 }
 
+/// The same batch from two threads at once; both must succeed.
+fn two_in_flight(g: &GpuBackend, items: &[RsaItem<'_>]) -> Result<(), String> {
+    std::thread::scope(|s| {
+        let other = s.spawn(|| run_batch(g, items, RsaOptions::default()));
+        let mine = run_batch(g, items, RsaOptions::default());
+        let theirs = other
+            .join()
+            .unwrap_or_else(|_| Err("the second RSA caller panicked".into()));
+        mine.and(theirs)
+    })
+}
+
 /// `openssl speed -multi <cores> -seconds <s> rsa<bits>`: sign/s, when
 /// openssl is installed and its output parses.
 fn openssl_speed(bits: usize, cores: usize, seconds: u32) -> Option<f64> {
@@ -278,6 +295,9 @@ pub fn run(args: RsaArgs) -> Result<(), String> {
                 }
                 row.gpu_ops = rate(batch, prev.gpu_ops, max, min_time, || {
                     run_batch(g, &items, RsaOptions::default())
+                })?;
+                row.gpu_2_ops = rate(2 * batch, prev.gpu_2_ops, max, min_time, || {
+                    two_in_flight(g, &items)
                 })?;
                 if prev.gpu_kernel_ops.is_none_or(|p| batch as f64 / p <= max) {
                     let t = g
@@ -570,17 +590,26 @@ fn print_row(r: &Row) {
     let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.0}"));
     if r.batch == 1 {
         println!(
-            "RSA-{} ops/s  {:>6} {:>9} {:>9} {:>11} {:>9} {:>11} {:>9}",
-            r.bits, "batch", "cpu-1", "cpu-all", "openssl-all", "gpu", "gpu-kernel", "auto"
+            "RSA-{} ops/s  {:>6} {:>9} {:>9} {:>11} {:>9} {:>9} {:>11} {:>9}",
+            r.bits,
+            "batch",
+            "cpu-1",
+            "cpu-all",
+            "openssl-all",
+            "gpu",
+            "gpu-x2",
+            "gpu-kernel",
+            "auto"
         );
     }
     println!(
-        "             {:>6} {:>9} {:>9} {:>11} {:>9} {:>11} {:>9}",
+        "             {:>6} {:>9} {:>9} {:>11} {:>9} {:>9} {:>11} {:>9}",
         r.batch,
         f(r.cpu_1_ops),
         f(r.cpu_all_ops),
         f(r.openssl_all_ops),
         f(r.gpu_ops),
+        f(r.gpu_2_ops),
         f(r.gpu_kernel_ops),
         f(r.auto_ops)
     );
