@@ -1,11 +1,20 @@
-//! The background thread: flushes immutable memtables to level-0 tables
-//! (oldest first, advancing the replay pointer; value-log files the pointer
-//! passed are then collected if they are known garbage, `gc::Scope::Known`),
-//! then runs compactions, then, every few flushes, a value-log GC pass.
+//! The background threads. One flushes immutable memtables to level-0
+//! tables (oldest first, advancing the replay pointer) and runs every
+//! value-log GC pass: after each flush over the files it let go
+//! (`gc::Scope::Known`), after a compaction that may have found values dead,
+//! and a full pass every few flushes. The other runs compactions. Apart, a
+//! flush never waits behind a long compaction, so writers stall only when
+//! flushing itself falls behind (RocksDB keeps flushes and compactions in
+//! separate pools); GC stays on one thread, so two background passes never
+//! make each other skip a busy file. The compaction lock and the manifest
+//! order the two threads as they order a `compact_range` on a caller's
+//! thread and the background.
 //! A failure is recorded as the store's background error, which turns
 //! later writes into errors instead of silently losing data.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use crate::compaction::{self, OutputWriter};
 use crate::db::DbInner;
@@ -15,14 +24,45 @@ use crate::iterator::InternalIterator;
 use crate::memtable::MemTableIterator;
 use crate::version::VersionEdit;
 
-enum Work {
-    Flush,
-    Compact,
-    CollectGarbage,
+/// Starts the flush thread and the compaction thread. If the second cannot
+/// start, the first is stopped before the error returns.
+pub fn start(inner: &Arc<DbInner>) -> std::io::Result<Vec<JoinHandle<()>>> {
+    let compacted = Arc::new(AtomicBool::new(false));
+    let (i, c) = (inner.clone(), compacted.clone());
+    let flusher = std::thread::Builder::new()
+        .name("gvault-store-flush".into())
+        .spawn(move || run_flushes(i, c))?;
+    let i = inner.clone();
+    match std::thread::Builder::new()
+        .name("gvault-store-compact".into())
+        .spawn(move || run_compactions(i, compacted))
+    {
+        Ok(compactor) => Ok(vec![flusher, compactor]),
+        Err(e) => {
+            inner.lock_state().shutting_down = true;
+            inner.signal_background();
+            let _ = flusher.join();
+            Err(e)
+        }
+    }
 }
 
-pub fn run(inner: Arc<DbInner>) {
+enum Work {
+    Flush,
+    /// What a compaction left dead.
+    CollectKnown,
+    /// Every file, every `vlog_gc_every_flushes` flushes.
+    CollectAll,
+}
+
+/// Flushes and GC passes until shutdown; `compacted` is set (under the
+/// state lock) by the compaction thread after each compaction.
+fn run_flushes(inner: Arc<DbInner>, compacted: Arc<AtomicBool>) {
     let every = inner.opts.vlog_gc_every_flushes;
+    let known = Scope::Known {
+        rewrite: every > 0,
+        discard_ratio: inner.opts.vlog_gc_discard_ratio,
+    };
     let mut flushes_since_gc = 0usize;
     loop {
         let work = {
@@ -33,38 +73,28 @@ pub fn run(inner: Arc<DbInner>) {
                 }
                 if st.bg_error.is_none() {
                     if !st.imm.is_empty() {
+                        st.flushing = true;
                         break Work::Flush;
                     }
-                    if compaction::needs_compaction(&inner, &st.current) {
-                        break Work::Compact;
+                    if compacted.swap(false, Ordering::Relaxed) {
+                        break Work::CollectKnown;
                     }
                     if every > 0 && flushes_since_gc >= every {
-                        break Work::CollectGarbage;
+                        break Work::CollectAll;
                     }
                 }
                 inner.wait_for_background(&mut st);
             }
         };
         let res = match work {
-            Work::Flush => {
+            Work::Flush => flush_oldest(&inner).and_then(|()| {
                 flushes_since_gc += 1;
-                flush_oldest(&inner).and_then(|()| {
-                    let scope = Scope::Known {
-                        rewrite: every > 0,
-                        discard_ratio: inner.opts.vlog_gc_discard_ratio,
-                    };
-                    gc::collect(&inner, false, scope).map(|_| ())
-                })
-            }
-            Work::Compact => compaction::compact_once(&inner).and_then(|_| {
-                // The compaction may have found values dead.
-                let scope = Scope::Known {
-                    rewrite: every > 0,
-                    discard_ratio: inner.opts.vlog_gc_discard_ratio,
-                };
-                gc::collect(&inner, false, scope).map(|_| ())
+                // Writers waiting for room go on before the GC pass.
+                inner.signal_background();
+                gc::collect(&inner, false, known).map(|_| ())
             }),
-            Work::CollectGarbage => {
+            Work::CollectKnown => gc::collect(&inner, false, known).map(|_| ()),
+            Work::CollectAll => {
                 flushes_since_gc = 0;
                 let scope = Scope::All {
                     discard_ratio: inner.opts.vlog_gc_discard_ratio,
@@ -74,6 +104,35 @@ pub fn run(inner: Arc<DbInner>) {
         };
         if let Err(e) = res {
             inner.set_bg_error(&e);
+        }
+        inner.lock_state().flushing = false;
+        inner.signal_background();
+    }
+}
+
+/// Compactions while any is due, until shutdown.
+fn run_compactions(inner: Arc<DbInner>, compacted: Arc<AtomicBool>) {
+    loop {
+        {
+            let mut st = inner.lock_state();
+            loop {
+                if st.shutting_down {
+                    return;
+                }
+                if st.bg_error.is_none() && compaction::needs_compaction(&inner, &st.current) {
+                    break;
+                }
+                inner.wait_for_background(&mut st);
+            }
+        }
+        match compaction::compact_once(&inner) {
+            Ok(_) => {
+                // The flush thread collects what the compaction left dead;
+                // set under the state lock so its wait cannot miss it.
+                let _st = inner.lock_state();
+                compacted.store(true, Ordering::Relaxed);
+            }
+            Err(e) => inner.set_bg_error(&e),
         }
         inner.signal_background();
     }

@@ -36,7 +36,7 @@
 //!    sequence order), by GC while it rewrites values and drops a file, by
 //!    re-encryption while it installs a re-sealed file, and whenever a new
 //!    value-log file is started. A leader waits for flushes (`bg_cv`)
-//!    holding it, so the background thread never waits for it: its GC
+//!    holding it, so the background threads never wait for it: their GC
 //!    takes it with `try_lock` and skips the file when it is busy.
 //! 7. `manifest` (I/O): serialises manifest edits and rewrites
 //!    (`log_and_apply`); callers hold whatever keeps the edit valid (the
@@ -53,7 +53,7 @@
 //! 12. The codec's key-set writer (crypto.rs; not ranked), then the pinned
 //!     data keys (`codec::KeyPins`): taken when a new file is sealed, under
 //!     any of the above.
-//! 13. The background thread's handle (`Store::bg`), alone at close.
+//! 13. The background threads' handles (`Store::bg`), alone at close.
 //!
 //! `ArcSwap` writers: the read view (under `state`), each table-cache shard
 //! (under its writer), the value log's open files (under its writer) and
@@ -121,6 +121,9 @@ pub(crate) struct State {
     pub obsolete_logs: Vec<(u64, u64)>,
     pub bg_error: Option<Error>,
     pub shutting_down: bool,
+    /// The flush thread is flushing a memtable or collecting the value-log
+    /// files that flush freed: `Store::flush` returns only once it is done.
+    pub flushing: bool,
     pub compact_pointer: Vec<Vec<u8>>,
 }
 
@@ -229,7 +232,8 @@ thread_local! {
 /// Handle to an open store. Share it between threads through an `Arc`.
 pub struct Store {
     pub(crate) inner: Arc<DbInner>,
-    bg: RankedMutex<Option<JoinHandle<()>>>,
+    /// The background threads (none when read-only), joined at close.
+    bg: RankedMutex<Vec<JoinHandle<()>>>,
 }
 
 /// A consistent read view at one sequence number; released on drop.
@@ -314,6 +318,7 @@ impl DbInner {
             obsolete_logs: Vec::new(),
             bg_error: None,
             shutting_down: false,
+            flushing: false,
             compact_pointer: vec![Vec::new(); crate::version::NUM_LEVELS],
         };
         DbInner {
@@ -910,18 +915,15 @@ impl Store {
         if opts.read_only {
             return Ok(Store {
                 inner: Arc::new(crate::readonly::open(dir.as_ref(), opts)?),
-                bg: RankedMutex::new(Rank::BackgroundThread, None),
+                bg: RankedMutex::new(Rank::BackgroundThread, Vec::new()),
             });
         }
         let inner = Arc::new(crate::recovery::open(dir.as_ref(), opts)?);
-        let bg_inner = inner.clone();
-        let handle = std::thread::Builder::new()
-            .name("gvault-store-bg".into())
-            .spawn(move || crate::background::run(bg_inner))
-            .ctx(|| "starting the background thread".to_string())?;
+        let handles = crate::background::start(&inner)
+            .ctx(|| "starting the background threads".to_string())?;
         let store = Store {
             inner,
-            bg: RankedMutex::new(Rank::BackgroundThread, Some(handle)),
+            bg: RankedMutex::new(Rank::BackgroundThread, handles),
         };
         store.settle_level0();
         Ok(store)
@@ -1034,7 +1036,8 @@ impl Store {
     }
 
     /// Writes the active memtable to a table and waits until every
-    /// memtable is flushed.
+    /// memtable is flushed (and the value-log files the flushes freed are
+    /// collected).
     pub fn flush(&self) -> Result<()> {
         self.inner.check_mutable("flushing")?;
         {
@@ -1053,7 +1056,7 @@ impl Store {
             if let Some(e) = &st.bg_error {
                 return Err(e.clone());
             }
-            if st.imm.is_empty() {
+            if st.imm.is_empty() && !st.flushing {
                 return Ok(());
             }
             if st.shutting_down {
@@ -1188,7 +1191,7 @@ impl Store {
             st.shutting_down = true;
             self.inner.bg_cv.notify_all();
         }
-        if let Some(h) = self.bg.lock().take() {
+        for h in std::mem::take(&mut *self.bg.lock()) {
             let _ = h.join();
         }
         self.inner.delete_obsolete_files();

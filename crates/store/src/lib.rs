@@ -16,10 +16,11 @@
 //!   commit): CRC32C over the block's context and payload, or AES-256-GCM
 //!   in an encrypted store, behind the same trait.
 //! - **Flush and compaction** (`background`, `compaction`): a full
-//!   memtable becomes immutable; the background thread writes it as a
+//!   memtable becomes immutable; the flush thread writes it as a
 //!   level-0 table (`table_builder`: data blocks, `bloom` filter,
 //!   index, footer) and moves the replay pointer past it in one
-//!   `manifest` edit. Leveled compaction merges tables down.
+//!   `manifest` edit. Leveled compaction, on a thread of its own, merges
+//!   tables down.
 //! - **State** (`version`, `manifest`): the live files form a
 //!   `version::Version`; each change is a `version::VersionEdit`
 //!   appended to the manifest; the `CURRENT` pointer file names the

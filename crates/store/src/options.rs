@@ -64,7 +64,7 @@ pub struct Options {
     /// Value-log GC rewrites a file once at least this fraction of its
     /// value bytes is garbage.
     pub vlog_gc_discard_ratio: f64,
-    /// The background thread runs a value-log GC pass after this many
+    /// The flush thread runs a full value-log GC pass after this many
     /// flushes (0: only when `Store::gc_value_log` is called).
     pub vlog_gc_every_flushes: usize,
     pub fs: Arc<dyn FileSystem>,

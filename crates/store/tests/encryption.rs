@@ -503,7 +503,7 @@ fn a_key_sealing_a_table_not_yet_installed_is_never_retired() {
     let base = fast_passes();
     let opts = Options {
         seal_observer: Some(Arc::new(move |_, _| {
-            if std::thread::current().name() != Some("gvault-store-bg") {
+            if std::thread::current().name() != Some("gvault-store-flush") {
                 return;
             }
             let Some((paused, resume)) = g.lock().unwrap().take() else {
