@@ -182,7 +182,7 @@ fn render(v: &serde_json::Value) -> String {
     if b["name"] == "auto" {
         let _ = writeln!(
             out,
-            "\nbackend: auto, {} CPU threads, GPU {}; jobs cpu {} / gpu {} / split {}; GB cpu {:.3} / gpu {:.3}",
+            "\nbackend: auto, {} CPU threads, GPU {}; jobs cpu {} / gpu {} / split {} ({} explored); GB cpu {:.3} / gpu {:.3}; {} learned factors",
             n(&b["cpu_threads"]),
             match (b["gpu"].as_bool(), b["gpu_started"].as_bool()) {
                 (Some(true), Some(true)) => "in use",
@@ -192,8 +192,10 @@ fn render(v: &serde_json::Value) -> String {
             n(&b["jobs"]["cpu"]),
             n(&b["jobs"]["gpu"]),
             n(&b["jobs"]["split"]),
+            n(&b["jobs"]["explored"]),
             gb(n(&b["bytes"]["cpu"])),
-            gb(n(&b["bytes"]["gpu"]))
+            gb(n(&b["bytes"]["gpu"])),
+            b["learned"].as_array().map_or(0, Vec::len)
         );
     } else {
         let _ = writeln!(out, "\nbackend: {}", b["name"].as_str().unwrap_or("?"));

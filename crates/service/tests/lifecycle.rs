@@ -259,3 +259,31 @@ fn shutdown_finishes_the_running_job_and_fails_queued_ones_clearly() {
         assert!(e.to_string().contains("shutting down"), "{e}");
     }
 }
+
+/// `gvault serve` runs the auto backend: its status says where jobs ran,
+/// how many were explored (`GVAULT_AUTO_LEARN`) and what it has learned.
+#[test]
+fn status_reports_the_auto_backends_placements_and_learning() {
+    let d = TestDaemon::start_auto();
+    let svc = ServiceBackend::connect(&d.socket).unwrap();
+    let data = vec![5u8; 1 << 20];
+    let want = sha(CpuBackend::shared().as_ref(), &data).unwrap();
+    for _ in 0..4 {
+        assert_eq!(sha(&svc, &data).unwrap(), want);
+    }
+    let st = d.status();
+    let b = &st["backend"];
+    assert_eq!(b["name"], "auto", "{st}");
+    let jobs = &b["jobs"];
+    let placed = jobs["cpu"].as_u64().unwrap() + jobs["gpu"].as_u64().unwrap();
+    assert!(placed >= 4, "{st}");
+    assert!(jobs["explored"].as_u64().is_some(), "{st}");
+    for f in b["learned"].as_array().expect("learned[]") {
+        assert!(f["factor"].as_f64().unwrap() > 0.0, "{st}");
+        assert!(f["observations"].as_u64().unwrap() > 0, "{st}");
+        assert!(
+            ["cpu", "gpu"].contains(&f["side"].as_str().unwrap()),
+            "{st}"
+        );
+    }
+}

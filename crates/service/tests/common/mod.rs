@@ -55,7 +55,28 @@ impl TestDaemon {
         let mut config = ServeConfig::new(socket.clone());
         config.workers = 4;
         tune(&mut config);
-        let daemon = Daemon::bind(config, backend, None).unwrap();
+        Self::start_daemon(dir, socket, config, backend, None)
+    }
+
+    /// A daemon on the auto backend (CPU only where there is no GPU), as
+    /// `gvault serve` runs by default: its status reports placements.
+    pub fn start_auto() -> TestDaemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("gvault.sock");
+        let mut config = ServeConfig::new(socket.clone());
+        config.workers = 4;
+        let auto = Arc::new(gvault_accel::AutoBackend::new());
+        Self::start_daemon(dir, socket, config, auto.clone(), Some(auto))
+    }
+
+    fn start_daemon(
+        dir: tempfile::TempDir,
+        socket: PathBuf,
+        config: ServeConfig,
+        backend: Arc<dyn Backend>,
+        auto: Option<Arc<gvault_accel::AutoBackend>>,
+    ) -> TestDaemon {
+        let daemon = Daemon::bind(config, backend, auto).unwrap();
         let handle = daemon.handle();
         let thread = Some(std::thread::spawn(move || daemon.run()));
         TestDaemon {
