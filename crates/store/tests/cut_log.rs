@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{capturing, value_for, Mode};
+use common::{capturing, value_for, vlog_files as logs, Mode};
 use gvault_store::{block_extents_with, Error, Store, WriteBatch, WriteOptions};
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -16,16 +16,6 @@ fn copy_dir(from: &Path, to: &Path) {
         let e = e.unwrap();
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
-}
-
-fn logs(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "vlog"))
-        .collect();
-    v.sort();
-    v
 }
 
 /// Imports records in batches, as `gvault import` does, and closes.

@@ -7,9 +7,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use common::{small_options, value_for, Mode};
+use common::{small_options, value_for, vlog_files as logs, Mode};
 use gvault_store::{block_extents_with, DbIterator, Options, ReadOptions, Store};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -168,17 +167,6 @@ fn moves_after_read_ahead(mode: Mode) {
     it.status().unwrap();
 }
 both_modes!(seek_and_prev_after_read_ahead, moves_after_read_ahead);
-
-/// Every value-log file of the store, oldest first.
-fn logs(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut l: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "vlog"))
-        .collect();
-    l.sort();
-    l
-}
 
 /// A store of 120 values of 20 KB, one per key, written in key order so
 /// that their frames follow the keys in one value-log file; returns that

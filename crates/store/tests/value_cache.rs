@@ -8,9 +8,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{value_for, Mode};
+use common::{value_for, vlog_files as logs, Mode};
 use gvault_store::{Error, Options, ReadOptions, Store, WriteBatch};
 
 fn options(mode: Mode, cache: usize) -> Options {
@@ -20,17 +20,6 @@ fn options(mode: Mode, cache: usize) -> Options {
         read_ahead: Some(true),
         ..Options::default()
     }
-}
-
-/// The value-log files of the store.
-fn logs(dir: &Path) -> Vec<PathBuf> {
-    let mut l: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "vlog"))
-        .collect();
-    l.sort();
-    l
 }
 
 /// Flips a byte in the middle of the largest value-log file: inside the

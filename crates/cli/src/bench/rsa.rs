@@ -477,20 +477,24 @@ fn record_launches(
         });
         Ok(output)
     };
-    let mut times = RsaHostTimes::default();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(HOST_ONLY_SEED);
-    let results = rsa_batch::run_timed(
-        items,
-        RsaOptions::default(),
-        &mut exec,
-        &mut rng,
-        &mut times,
-    )
-    .map_err(|e| e.to_string())?;
-    for r in results {
-        r.map_err(|e| e.to_string())?;
-    }
+    seeded_run(items, &mut exec, &mut RsaHostTimes::default())?;
     Ok(recorded)
+}
+
+/// One batch with the host-only mode's seeded blinding, its phases timed
+/// into `times`; every result must pass the public-exponent check.
+fn seeded_run(
+    items: &[RsaItem<'_>],
+    exec: &mut dyn FnMut(&Launch) -> Result<Vec<u32>, String>,
+    times: &mut RsaHostTimes,
+) -> Result<(), String> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(HOST_ONLY_SEED);
+    let results = rsa_batch::run_timed(items, RsaOptions::default(), exec, &mut rng, times)
+        .map_err(|e| e.to_string())?;
+    for r in results {
+        r.map_err(|e| format!("host-only run: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The host phases of `items` on the current rayon pool, the launches
@@ -513,18 +517,7 @@ fn host_phases(
             Ok(r.output.clone())
         };
         let mut times = RsaHostTimes::default();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(HOST_ONLY_SEED);
-        let results = rsa_batch::run_timed(
-            items,
-            RsaOptions::default(),
-            &mut exec,
-            &mut rng,
-            &mut times,
-        )
-        .map_err(|e| e.to_string())?;
-        for r in results {
-            r.map_err(|e| format!("host-only replay: {e}"))?;
-        }
+        seeded_run(items, &mut exec, &mut times)?;
         runs.push(times);
     }
     let per_msg = |f: fn(&RsaHostTimes) -> Duration| {

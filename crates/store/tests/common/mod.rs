@@ -30,6 +30,17 @@ pub fn capturing(mut opts: Options) -> (Options, Arc<Mutex<Vec<String>>>) {
     (opts, warnings)
 }
 
+/// The store's value-log files, in file-number order.
+pub fn vlog_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "vlog"))
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn value_for(key: u64, version: u64, len: usize) -> Vec<u8> {
     let mut v = format!("{key}:{version}:").into_bytes();
     let mut x = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version;
