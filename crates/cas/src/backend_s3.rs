@@ -54,7 +54,8 @@ pub struct S3Options {
     /// One request's time limit (a whole part or object must arrive in it).
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
-    /// Retries of one request (5xx, 429, timeouts, dropped connections).
+    /// Retries of one request (5xx, 429, timeouts, dropped connections),
+    /// at most; `retry_timeout` usually ends them first.
     pub max_retries: usize,
     /// No retry starts after this long since the first attempt.
     pub retry_timeout: Duration,
@@ -73,7 +74,7 @@ impl Default for S3Options {
             connections: 8,
             request_timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
-            max_retries: 20,
+            max_retries: 100,
             retry_timeout: Duration::from_secs(180),
             multipart_threshold: 32 << 20,
             part_size: 8 << 20,
@@ -227,9 +228,10 @@ impl S3Backend {
         let store = b
             .with_client_options(client)
             .with_retry(RetryConfig {
-                // Waits grow about 1.5× per retry from 0.2 s (decorrelated
-                // jitter), so that 20 retries ride out a server restart of
-                // a minute, while `retry_timeout` bounds the whole.
+                // Waits grow about 1.5× per retry from 0.2 s on average
+                // (decorrelated jitter: some stay short, so 20 retries
+                // may pass in 15 s); `retry_timeout` is what bounds the
+                // whole, and `max_retries` only backs it up.
                 backoff: BackoffConfig {
                     init_backoff: Duration::from_millis(200),
                     max_backoff: Duration::from_secs(15),
