@@ -12,7 +12,6 @@
 //! A failure is recorded as the store's background error, which turns
 //! later writes into errors instead of silently losing data.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -27,15 +26,14 @@ use crate::version::VersionEdit;
 /// Starts the flush thread and the compaction thread. If the second cannot
 /// start, the first is stopped before the error returns.
 pub fn start(inner: &Arc<DbInner>) -> std::io::Result<Vec<JoinHandle<()>>> {
-    let compacted = Arc::new(AtomicBool::new(false));
-    let (i, c) = (inner.clone(), compacted.clone());
+    let i = inner.clone();
     let flusher = std::thread::Builder::new()
         .name("gvault-store-flush".into())
-        .spawn(move || run_flushes(i, c))?;
+        .spawn(move || run_flushes(i))?;
     let i = inner.clone();
     match std::thread::Builder::new()
         .name("gvault-store-compact".into())
-        .spawn(move || run_compactions(i, compacted))
+        .spawn(move || run_compactions(i))
     {
         Ok(compactor) => Ok(vec![flusher, compactor]),
         Err(e) => {
@@ -55,9 +53,8 @@ enum Work {
     CollectAll,
 }
 
-/// Flushes and GC passes until shutdown; `compacted` is set (under the
-/// state lock) by the compaction thread after each compaction.
-fn run_flushes(inner: Arc<DbInner>, compacted: Arc<AtomicBool>) {
+/// Flushes and GC passes until shutdown.
+fn run_flushes(inner: Arc<DbInner>) {
     let every = inner.opts.vlog_gc_every_flushes;
     let known = Scope::Known {
         rewrite: every > 0,
@@ -76,7 +73,7 @@ fn run_flushes(inner: Arc<DbInner>, compacted: Arc<AtomicBool>) {
                         st.flushing = true;
                         break Work::Flush;
                     }
-                    if compacted.swap(false, Ordering::Relaxed) {
+                    if std::mem::take(&mut st.compacted) {
                         break Work::CollectKnown;
                     }
                     if every > 0 && flushes_since_gc >= every {
@@ -111,7 +108,7 @@ fn run_flushes(inner: Arc<DbInner>, compacted: Arc<AtomicBool>) {
 }
 
 /// Compactions while any is due, until shutdown.
-fn run_compactions(inner: Arc<DbInner>, compacted: Arc<AtomicBool>) {
+fn run_compactions(inner: Arc<DbInner>) {
     loop {
         {
             let mut st = inner.lock_state();
@@ -126,12 +123,8 @@ fn run_compactions(inner: Arc<DbInner>, compacted: Arc<AtomicBool>) {
             }
         }
         match compaction::compact_once(&inner) {
-            Ok(_) => {
-                // The flush thread collects what the compaction left dead;
-                // set under the state lock so its wait cannot miss it.
-                let _st = inner.lock_state();
-                compacted.store(true, Ordering::Relaxed);
-            }
+            // The flush thread collects what the compaction left dead.
+            Ok(_) => inner.lock_state().compacted = true,
             Err(e) => inner.set_bg_error(&e),
         }
         inner.signal_background();

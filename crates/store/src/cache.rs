@@ -112,21 +112,29 @@ impl BlockCache {
         }
     }
 
-    /// Whether a value of `len` bytes would be kept: callers skip building
-    /// the entry for one that would not.
-    pub fn takes_value(&self, len: usize) -> bool {
+    /// Whether a value of `len` bytes (key and value) would be kept.
+    fn takes_value(&self, len: usize) -> bool {
         len + 64 <= self.capacity / VALUE_SHARE
     }
 
-    pub fn insert_value(&self, file: u64, offset: u64, key: &[u8], value: &[u8]) {
+    /// Caches the value of the value-log frame at `offset` of file `file`;
+    /// the entry, or `None` for a value too large to keep.
+    pub fn insert_value(
+        &self,
+        file: u64,
+        offset: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> Option<Arc<CachedValue>> {
         if !self.takes_value(key.len() + value.len()) {
-            return;
+            return None;
         }
-        let v = CachedValue {
+        let v = Arc::new(CachedValue {
             key: key.into(),
             value: value.into(),
-        };
-        self.inner.insert((file, offset), Entry::Value(Arc::new(v)));
+        });
+        self.inner.insert((file, offset), Entry::Value(v.clone()));
+        Some(v)
     }
 
     pub fn used_bytes(&self) -> usize {

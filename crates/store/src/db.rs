@@ -124,6 +124,9 @@ pub(crate) struct State {
     /// The flush thread is flushing a memtable or collecting the value-log
     /// files that flush freed: `Store::flush` returns only once it is done.
     pub flushing: bool,
+    /// A compaction finished since the flush thread last collected what
+    /// compactions left dead.
+    pub compacted: bool,
     pub compact_pointer: Vec<Vec<u8>>,
 }
 
@@ -319,6 +322,7 @@ impl DbInner {
             bg_error: None,
             shutting_down: false,
             flushing: false,
+            compacted: false,
             compact_pointer: vec![Vec::new(); crate::version::NUM_LEVELS],
         };
         DbInner {
@@ -791,18 +795,15 @@ impl DbInner {
         let Some(hit) = self.get_entry_in(&view, key, seq)? else {
             return Ok(None);
         };
-        let pinned = match (hit.value_type, hit.at) {
-            (ValueType::Deletion, _) => return Ok(None),
-            (ValueType::Inline, HitAt::Block(b, i)) => Pinned::InBlock(b, i),
-            (ValueType::Inline, HitAt::Mem(e)) => Pinned::Owned(e.value().value().to_vec()),
-            (ValueType::Pointer, at) => {
-                let stored = match &at {
-                    HitAt::Mem(e) => e.value().value(),
-                    HitAt::Block(b, i) => b.value(*i),
-                };
-                self.vlog
-                    .read_pinned(&self.decode_pointer(key, stored)?, key)?
-            }
+        let pinned = match hit.value_type {
+            ValueType::Deletion => return Ok(None),
+            ValueType::Pointer => self
+                .vlog
+                .read_pinned(&self.decode_pointer(key, hit.stored())?, key)?,
+            ValueType::Inline => match hit.at {
+                HitAt::Block(b, i) => Pinned::InBlock(b, i),
+                HitAt::Mem(e) => Pinned::Owned(e.value().value().to_vec()),
+            },
         };
         Ok(Some(PinnedValue::new(pinned)))
     }

@@ -25,6 +25,14 @@ pub struct MemRecord {
 }
 
 impl MemRecord {
+    /// No key, no value: a seek key or iterator copy before first use.
+    const fn empty() -> Self {
+        MemRecord {
+            data: Vec::new(),
+            key_len: 0,
+        }
+    }
+
     fn new(user_key: &[u8], seq: u64, t: ValueType, value: &[u8]) -> Self {
         let mut data = Vec::with_capacity(user_key.len() + 8 + value.len());
         internal_key_into(&mut data, user_key, seq, t as u8);
@@ -83,9 +91,8 @@ pub type MemEntry<'a> = crossbeam_skiplist::set::Entry<'a, MemRecord>;
 
 thread_local! {
     /// The seek key of this thread's lookups, reused: a get allocates none.
-    static SEEK_KEY: std::cell::RefCell<MemRecord> = const {
-        std::cell::RefCell::new(MemRecord { data: Vec::new(), key_len: 0 })
-    };
+    static SEEK_KEY: std::cell::RefCell<MemRecord> =
+        const { std::cell::RefCell::new(MemRecord::empty()) };
 }
 
 #[derive(Default)]
@@ -139,10 +146,7 @@ impl MemTableIterator {
     pub fn new(mem: Arc<MemTable>) -> Self {
         MemTableIterator {
             mem,
-            current: MemRecord {
-                data: Vec::new(),
-                key_len: 0,
-            },
+            current: MemRecord::empty(),
             valid: false,
         }
     }

@@ -111,11 +111,7 @@ impl ValueLog {
             buf.extend_from_slice(&hit.value);
             return Ok(());
         }
-        buf.resize(FRAME_HEADER_LEN + ptr.frame.len as usize, 0);
-        let ctx = self.fetch_into(ptr, buf)?;
-        let opened = self.codec.open_in_place(&ctx, &mut buf[FRAME_HEADER_LEN..]);
-        let value = self.value_range(ptr, key, buf, opened)?;
-        self.keep(ptr, key, &buf[value.clone()]);
+        let (value, _) = self.read_frame(ptr, key, buf)?;
         // Move the value to the front of the buffer and drop the rest.
         let len = value.len();
         buf.copy_within(value, 0);
@@ -124,12 +120,37 @@ impl ValueLog {
     }
 
     /// [`Self::read`], the value shared with the cache where it is kept
-    /// there (no copy on a hit).
+    /// there: no copy on a hit, and on a miss the entry just cached.
     pub fn read_pinned(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Pinned> {
         if let Some(hit) = self.cached(ptr, key)? {
             return Ok(Pinned::Cached(hit));
         }
-        self.read(ptr, key).map(Pinned::Owned)
+        let mut buf = Vec::new();
+        let (value, kept) = self.read_frame(ptr, key, &mut buf)?;
+        if let Some(kept) = kept {
+            return Ok(Pinned::Cached(kept));
+        }
+        let len = value.len();
+        buf.copy_within(value, 0);
+        buf.truncate(len);
+        Ok(Pinned::Owned(buf))
+    }
+
+    /// Reads the frame `ptr` names into `buf` (empty), opens and checks it
+    /// there and caches its value; where in `buf` the value lies, and the
+    /// cache entry made for it (none where the cache does not take it).
+    fn read_frame(
+        &self,
+        ptr: &ValuePointer,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> Result<(Range<usize>, Option<Arc<CachedValue>>)> {
+        buf.resize(FRAME_HEADER_LEN + ptr.frame.len as usize, 0);
+        let ctx = self.fetch_into(ptr, buf)?;
+        let opened = self.codec.open_in_place(&ctx, &mut buf[FRAME_HEADER_LEN..]);
+        let value = self.value_range(ptr, key, buf, opened)?;
+        let kept = self.keep(ptr, key, &buf[value.clone()]);
+        Ok((value, kept))
     }
 
     /// Reads many values at once (the read-ahead worker of an iterator)
@@ -262,11 +283,11 @@ impl ValueLog {
         }
     }
 
-    /// Caches a value just read and checked.
-    fn keep(&self, ptr: &ValuePointer, key: &[u8], value: &[u8]) {
-        if let Some(cache) = &self.cache {
-            cache.insert_value(ptr.file, ptr.frame.offset, key, value);
-        }
+    /// Caches a value just read and checked; the entry, if the cache took
+    /// it.
+    fn keep(&self, ptr: &ValuePointer, key: &[u8], value: &[u8]) -> Option<Arc<CachedValue>> {
+        let cache = self.cache.as_ref()?;
+        cache.insert_value(ptr.file, ptr.frame.offset, key, value)
     }
 
     fn corrupt(&self, ptr: &ValuePointer, why: &str) -> Error {

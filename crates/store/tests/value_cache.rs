@@ -40,14 +40,21 @@ fn is_corruption(r: Result<Option<Vec<u8>>, Error>) -> bool {
     matches!(r, Err(Error::Corruption { .. }))
 }
 
-fn cached_until_reopened(mode: Mode) {
+/// A store with a block cache of `cache` bytes holding one 64 KiB value
+/// under "big", read once, then damaged on disk.
+fn read_then_damaged(mode: Mode, cache: usize) -> (tempfile::TempDir, Store, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(dir.path(), options(mode, 8 << 20)).unwrap();
+    let s = Store::open(dir.path(), options(mode, cache)).unwrap();
     let v = value_for(1, 0, 64 << 10);
     s.put(b"big", &v).unwrap();
     s.flush().unwrap();
     assert_eq!(s.get(b"big").unwrap().as_ref(), Some(&v));
     damage_the_value(dir.path());
+    (dir, s, v)
+}
+
+fn cached_until_reopened(mode: Mode) {
+    let (dir, s, v) = read_then_damaged(mode, 8 << 20);
     // Served from the cache: neither the get nor a scan reads the file.
     assert_eq!(s.get(b"big").unwrap().as_ref(), Some(&v));
     let scanned: Vec<_> = s
@@ -68,14 +75,8 @@ both_modes!(
 );
 
 fn too_large_is_not_kept(mode: Mode) {
-    let dir = tempfile::tempdir().unwrap();
     // 512 KiB of cache keeps values up to a sixteenth of it.
-    let s = Store::open(dir.path(), options(mode, 512 << 10)).unwrap();
-    let v = value_for(2, 0, 64 << 10);
-    s.put(b"big", &v).unwrap();
-    s.flush().unwrap();
-    assert_eq!(s.get(b"big").unwrap().as_ref(), Some(&v));
-    damage_the_value(dir.path());
+    let (_dir, s, _) = read_then_damaged(mode, 512 << 10);
     assert!(is_corruption(s.get(b"big")));
     s.close().unwrap();
 }
