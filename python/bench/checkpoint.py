@@ -6,12 +6,19 @@ same run, to the same directory. Prints one JSON object.
 
     python3 python/bench/checkpoint.py --gib 20 --dir /mnt/nvme/bench
     python3 python/bench/checkpoint.py --gib 1 --device cpu      # no GPU
+    python3 python/bench/checkpoint.py --gib 16 --gpus 1,2       # per GPU count
 
 Each figure is GB/s of checkpoint (tensor bytes / wall seconds), with
 what bounds it: a first save and a load move every byte over the
 host-device link (bound: the link, measured here with a pinned copy); a
 second save moves only the changed chunks (bound: one pass of the fused
-chunk + id job over device memory).
+chunk + id job over device memory). Every save also writes the new packs
+to the repository: its directory's write rate (16 MiB files written and
+fsynced, as packs are, by 1 to 16 threads) is measured in the same run.
+
+With --gpus, the GPU path runs once per GPU count N: layer i's tensors on
+GPU i mod N (as a model split across GPUs), saved from and loaded back to
+their GPUs; the CPU path and the baselines run once, on one GPU.
 """
 
 import argparse
@@ -19,6 +26,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 
 import torch
@@ -55,7 +63,8 @@ def nbytes(state):
 
 def sync():
     if torch.cuda.is_available():
-        torch.cuda.synchronize()
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
 
 
 def timed(fn):
@@ -78,6 +87,43 @@ def change(state, fraction, seed=1):
     return out, changed
 
 
+def spread(state, n):
+    """The state with layer i's tensors on GPU i mod n (the rest on GPU 0)."""
+    if n <= 1:
+        return state
+    out = {}
+    for k, v in state.items():
+        parts = k.split(".")
+        layer = int(parts[2]) if len(parts) > 2 and parts[1] == "layers" else 0
+        out[k] = v.to(f"cuda:{layer % n}")
+    return out
+
+
+def write_gbps(directory, threads=1, total=1 << 30, piece=16 << 20):
+    """Write rate of `directory`: `threads` writers, each writing files of
+    one `piece` (fsynced, as packs are) until `total` bytes are written."""
+    buf = os.urandom(piece)
+    count = max(1, total // piece)
+
+    def writer(k):
+        for i in range(k, count, threads):
+            f = os.path.join(directory, f"write-rate-{i}.tmp")
+            with open(f, "wb") as h:
+                h.write(buf)
+                h.flush()
+                os.fsync(h.fileno())
+    t = time.perf_counter()
+    ts = [threading.Thread(target=writer, args=(k,)) for k in range(threads)]
+    for x in ts:
+        x.start()
+    for x in ts:
+        x.join()
+    dt = time.perf_counter() - t
+    for i in range(count):
+        os.remove(os.path.join(directory, f"write-rate-{i}.tmp"))
+    return round(count * piece / dt / 1e9, 3)
+
+
 def link_gbps(device):
     if not str(device).startswith("cuda"):
         return None
@@ -95,6 +141,9 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--skip", default="", help="comma list of: gvault-cpu,torch,safetensors")
     ap.add_argument("--out", default=None, help="also write the JSON to this file")
+    ap.add_argument("--gpus", default="1", help="comma list of GPU counts for the GPU path")
+    ap.add_argument("--workers", default=str(ck.WORKERS_PER_GPU),
+                    help="comma list of worker threads a GPU for the GPU path")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     base = a.dir or tempfile.mkdtemp(prefix="gvault-bench-")
@@ -104,13 +153,24 @@ def main():
     state2, changed = change(state, 0.05)
     res = {"device": a.device, "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else None,
            "checkpoint_bytes": size, "tensors": len(state), "changed_bytes": changed,
-           "link_d2h_gbps": link_gbps(a.device), "runs": {}}
+           "link_d2h_gbps": link_gbps(a.device), "repo_write_gbps": write_gbps(base),
+           "repo_write_gbps_parallel": {n: write_gbps(base, n, 4 << 30) for n in (4, 8, 16)}, "runs": {}}
+    counts = [int(n) for n in a.gpus.split(",") if n]
+    if a.device.startswith("cuda"):
+        res["gpus_visible"] = torch.cuda.device_count()
+        counts = [n for n in counts if n <= torch.cuda.device_count()]
 
     def gb(t):
         return round(size / t / 1e9, 3)
 
-    paths = ["auto"] + ([] if "gvault-cpu" in skip else ["cpu"])
-    for path in paths:
+    workers = [int(w) for w in a.workers.split(",") if w]
+    runs = [("auto", n, w) for n in (counts or [1]) for w in workers]
+    runs += [] if "gvault-cpu" in skip else [("cpu", 1, workers[0])]
+    for path, n, w in runs:
+        ck.WORKERS_PER_GPU = w
+        label = f"gvault-{path}" + (f"-{n}gpu" if path == "auto" and len(counts) > 1 else "")
+        label += f"-{w}w" if path == "auto" and len(workers) > 1 else ""
+        s1_state, s2_state = spread(state, n), spread(state2, n)
         d = os.path.join(base, f"repo-{path}")
         shutil.rmtree(d, ignore_errors=True)
         for f in (d + ".key",):
@@ -118,22 +178,25 @@ def main():
                 os.remove(f)
         repo = gvault.Repository.init(d, accel="auto")
         ck.reset_link_stats()
-        t1, s1 = timed(lambda: ck.save(repo, "bench", state, path=path))
+        t1, s1 = timed(lambda: ck.save(repo, "bench", s1_state, path=path))
         l1 = ck.link_stats()
         ck.reset_link_stats()
-        t2, s2 = timed(lambda: ck.save(repo, "bench", state2, path=path))
+        t2, s2 = timed(lambda: ck.save(repo, "bench", s2_state, path=path))
         l2 = ck.link_stats()
         ck.reset_link_stats()
-        t3, out = timed(lambda: ck.load(repo, "bench", device=a.device, path=path))
+        # Each tensor back where it was saved from (a.device for one GPU).
+        where = None if n > 1 else a.device
+        t3, out = timed(lambda: ck.load(repo, "bench", device=where, path=path))
         l3 = ck.link_stats()
-        ok = all(torch.equal(out[k], state2[k]) for k in state2)
-        res["runs"][f"gvault-{path}"] = {
+        ok = all(out[k].device == s2_state[k].device and torch.equal(out[k], s2_state[k]) for k in s2_state)
+        res["runs"][label] = {"gpus": n if path == "auto" else 0, "workers_per_gpu": w,
             "save_gbps": gb(t1), "save2_gbps": gb(t2), "load_gbps": gb(t3),
             "save_s": t1, "save2_s": t2, "load_s": t3, "bytes_added_2": s2["bytes_added"],
             "link_save": l1, "link_save2": l2, "link_load": l3, "round_trip_ok": ok,
             "packs_on_device": s1["packs_sealed_on_device"],
         }
-        del out
+        del out, s1_state, s2_state
+        shutil.rmtree(d, ignore_errors=True)
     if "torch" not in skip:
         f = os.path.join(base, "torch.pt")
         t1, _ = timed(lambda: torch.save(state, f))

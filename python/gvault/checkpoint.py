@@ -18,9 +18,12 @@ CUDA tensors take the GPU-resident path: chunk boundaries and chunk ids
 are computed on the device, the ids looked up, only new chunks sealed
 (AES-256-GCM) on the device, and only their ciphertext copied to the host.
 `load` reverses it: ciphertext goes to the device, is opened there and
-every chunk re-hashed against its id. `path="cpu"` moves tensors through
-host memory instead; both paths write the same packs. `link_stats()`
-counts the bytes the package copies between host and device.
+every chunk re-hashed against its id. Each GPU handles its own tensors,
+all GPUs at once: packs hold chunks of one place (host memory or one
+GPU). `path="cpu"` moves tensors through host memory instead; both paths
+write the same chunks, and for tensors on one GPU the same packs.
+`link_stats()` counts the bytes the package copies between host and
+device.
 
 Non-contiguous views are saved as their logical contents; `load` returns
 contiguous tensors. Without `ml_dtypes`, numpy bfloat16 / float8 arrays
@@ -30,6 +33,7 @@ load as uint16 / uint8 arrays of the same bits.
 import base64
 import ctypes
 import json
+import queue
 import sys
 import threading
 import warnings
@@ -368,38 +372,138 @@ def _device_source(leaves, seg, length, device):
     return buf, buf.device.index
 
 
-class _DeviceBuffers:
-    """Per-device scratch (bounded: SCRATCH_BYTES) and one pinned host buffer."""
+#: Worker threads a GPU: while one seals or opens, others copy and do the
+#: host's part (reading or writing packs).
+WORKERS_PER_GPU = 4
 
-    def __init__(self):
-        self.scratch = {}
-        self.pinned = None
 
-    def get(self, device):
+class _Worker:
+    """One worker's stream, device scratch and page-locked host buffer."""
+
+    def __init__(self, device):
         torch = _torch()
-        if device not in self.scratch:
-            self.scratch[device] = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, device=f"cuda:{device}")
-        if self.pinned is None:
-            self.pinned = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, pin_memory=True)
-        return self.scratch[device], self.pinned
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device)
+        self.scratch = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, device=f"cuda:{device}")
+        self.pinned = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, pin_memory=True)
+
+    def run(self, copies):
+        """Runs `copies` (a function issuing copies) on this worker's
+        stream and waits for them."""
+        torch = _torch()
+        with torch.cuda.stream(self.stream):
+            copies()
+        self.stream.synchronize()
 
 
-def _run_device_plans(saver, plans, u8s, bufs):
-    """Copies each plan's chunks into device scratch, seals them there,
-    copies only the ciphertext back and writes the pack."""
-    torch = _torch()
-    for pid, device, length, copies in plans:
-        scratch, pinned = bufs.get(device)
+class _GpuWorkers:
+    """Runs `fn(worker, item)` for items submitted per GPU, on
+    WORKERS_PER_GPU threads a GPU, so every GPU works at once and each
+    overlaps its device work with the host's. The first error stops the
+    rest; `join` raises it."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.queues = {}
+        self.threads = []
+        self.error = None
+        self.lock = threading.Lock()
+
+    def submit(self, device, item):
+        if self.error is not None:
+            raise self.error
+        q = self.queues.get(device)
+        if q is None:
+            q = self.queues[device] = queue.Queue(maxsize=2 * WORKERS_PER_GPU)
+            for _ in range(WORKERS_PER_GPU):
+                t = threading.Thread(target=self._run, args=(device, q), daemon=True,
+                                     name=f"gvault-ckpt-gpu{device}")
+                t.start()
+                self.threads.append(t)
+        q.put(item)
+
+    def _run(self, device, q):
+        w = None
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue  # drain, so that submit never blocks for good
+            try:
+                if w is None:
+                    w = _Worker(device)
+                self.fn(w, item)
+            except BaseException as e:  # noqa: B036 - handed to the caller
+                with self.lock:
+                    if self.error is None:
+                        self.error = e
+
+    def join(self):
+        """Waits for every item; raises the first error."""
+        for q in self.queues.values():
+            for _ in range(WORKERS_PER_GPU):
+                q.put(None)
+        for t in self.threads:
+            t.join()
+        self.queues, self.threads = {}, []
+        if self.error is not None:
+            raise self.error
+
+    def close(self):
+        """Stops after the items in flight, raising nothing (error paths)."""
+        try:
+            self.join()
+        except BaseException:  # noqa: B036 - the caller's error wins
+            pass
+
+
+def _seal_plan(saver, u8s, w, plan):
+    """Copies a plan's chunks into the worker's device scratch, seals them
+    there, copies only the ciphertext back and writes the pack."""
+    pid, device, length, copies = plan
+
+    def gather():
         for seg, off, n, soff in copies:
-            src = u8s[seg]
-            if src.device.type != "cuda":
-                _count("h2d", n)
-            scratch[soff:soff + n].copy_(src[off:off + n])
-        torch.cuda.synchronize(device)
-        saver.seal_device(pid, device, scratch.data_ptr(), scratch.numel())
-        pinned[:length].copy_(scratch[:length])
-        _count("d2h", length)
-        saver.finish_device(pid, pinned.data_ptr(), length)
+            w.scratch[soff:soff + n].copy_(u8s[seg][off:off + n], non_blocking=True)
+    w.run(gather)
+    saver.seal_device(pid, device, w.scratch.data_ptr(), w.scratch.numel())
+    w.run(lambda: w.pinned[:length].copy_(w.scratch[:length], non_blocking=True))
+    _count("d2h", length)
+    saver.finish_device(pid, w.pinned.data_ptr(), length)
+
+
+def _chunk_by_device(saver, batch):
+    """Chunks a batch of device sources, each GPU's runs on a thread of
+    its own (all GPUs at once); the results in batch order."""
+    runs = []
+    for src in batch:
+        if runs and runs[-1][0][1] == src[1]:
+            runs[-1].append(src)
+        else:
+            runs.append([src])
+    out = [None] * len(runs)
+    by_dev = {}
+    for i, r in enumerate(runs):
+        by_dev.setdefault(r[0][1], []).append(i)
+    if len(by_dev) == 1:
+        return [saver.chunk(r) for r in runs]
+    errors = []
+
+    def work(idx):
+        try:
+            for i in idx:
+                out[i] = saver.chunk(runs[i])
+        except BaseException as e:  # noqa: B036 - re-raised below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(idx,)) for idx in by_dev.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
 
 
 def save(repo, name, state, *, path="auto"):
@@ -408,7 +512,7 @@ def save(repo, name, state, *, path="auto"):
     bytes_added (to the repository), chunk and pack counts.
 
     path: "auto" seals CUDA tensors on their GPU; "cpu" copies them to the
-    host first. Both write the same packs."""
+    host first. Both write the same chunks."""
     if path not in ("auto", "cpu"):
         raise _errors.InvalidArgument('path must be "auto" or "cpu"')
     leaves = []
@@ -425,17 +529,20 @@ def save(repo, name, state, *, path="auto"):
         # jobs (on their own streams) read them.
         _sync_devices()
     saver = repo._saver()
-    bufs = _DeviceBuffers()
     keep = [manifest]
     m = _Host(len(manifest))
     ctypes.memmove(m.ptr, manifest, len(manifest)) if manifest else None
     keep.append(m)
     u8s = [None]  # per saver segment: a flat uint8 torch tensor, for device plans
+    workers = _GpuWorkers(lambda w, plan: _seal_plan(saver, u8s, w, plan))
+    gpus = {leaf.obj.device.index for leaf in leaves if leaf.on_cuda()} if any(on_gpu) else set()
+    batch_cap = (1 << 30) * max(1, len(gpus))
     try:
         # The manifest first, in a pack of its own.
         plans = saver.add([("host", 0, m.ptr, len(manifest))])
         plans += saver.flush()
-        _run_device_plans(saver, plans, u8s, bufs)
+        for plan in plans:
+            workers.submit(plan[1], plan)
         i = 0
         while i < len(segs):
             j, batch = i, []
@@ -452,15 +559,23 @@ def save(repo, name, state, *, path="auto"):
                     u8s.append(_host_u8(obj, lens[j]) if torch is not None else None)
                     batch.append(("host", 0, ptr, lens[j]))
                 j += 1
-                if sum(b[3] for b in batch) >= 1 << 30:
+                if sum(b[3] for b in batch) >= batch_cap:
                     break
             if on_gpu[i]:
                 _sync_devices()
-            _run_device_plans(saver, saver.add(batch), u8s, bufs)
+                chunked = _chunk_by_device(saver, batch)
+            else:
+                chunked = [saver.chunk(batch)]
+            for c in chunked:
+                for plan in saver.add_chunked(c):
+                    workers.submit(plan[1], plan)
             i = j
-        _run_device_plans(saver, saver.flush(), u8s, bufs)
+        for plan in saver.flush():
+            workers.submit(plan[1], plan)
+        workers.join()
         snap, stats = saver.commit(name)
     except BaseException:
+        workers.close()
         saver.abort()
         raise
     stats["snapshot"] = snap
@@ -583,30 +698,42 @@ def load(repo, name, device=None, *, snapshot=None, path="auto"):
             b = np.empty(n, dtype=np.uint8)
             host_jobs.append((s, b.__array_interface__["data"][0], n))
         bufs[s] = b
-    if host_jobs:
-        reader.read_host(host_jobs)
-    dbufs = _DeviceBuffers()
-    for s, n in enumerate(lens):
-        if seg_dev[s] == "cpu":
-            continue
-        dev = torch.device(seg_dev[s])
-        out = torch.empty(n, dtype=torch.uint8, device=dev)
-        scratch, pinned = dbufs.get(dev.index)
-        for start, end in reader.groups(s, SCRATCH_BYTES):
-            g = reader.fetch(s, start, end, pinned.data_ptr(), pinned.numel())
-            k = g.layout_len
-            scratch[:k].copy_(pinned[:k])
-            _count("h2d", k)
-            torch.cuda.synchronize(dev)
-            g.open_device(dev.index, scratch.data_ptr(), scratch.numel())
-            for soff, off, ln in g.copies():
-                out[off:off + ln].copy_(scratch[soff:soff + ln])
-            torch.cuda.synchronize(dev)
-        bufs[s] = out
+    workers = _GpuWorkers(lambda w, item: _open_group(reader, w, *item))
+    try:
+        for s, n in enumerate(lens):
+            if seg_dev[s] == "cpu":
+                continue
+            dev = torch.device(seg_dev[s])
+            bufs[s] = torch.empty(n, dtype=torch.uint8, device=dev)
+            for start, end in reader.groups(s, SCRATCH_BYTES):
+                workers.submit(dev.index, (s, start, end, bufs[s]))
+        if host_jobs:
+            reader.read_host(host_jobs)
+        workers.join()
+    except BaseException:
+        workers.close()
+        raise
     values = []
     for i, t in enumerate(tensors):
         values.append(_make(t, bufs[t["segment"]], len(by_seg[t["segment"]]) > 1, targets[i]))
     return _decode(man["tree"], values)
+
+
+def _open_group(reader, w, seg, start, end, out):
+    """Fetches a group of a segment's chunks (ciphertext) into the worker's
+    page-locked buffer, copies it to the device, opens and re-hashes it
+    there, and copies the plaintext into the segment's tensor `out`."""
+    g = reader.fetch(seg, start, end, w.pinned.data_ptr(), w.pinned.numel())
+    k = g.layout_len
+    w.run(lambda: w.scratch[:k].copy_(w.pinned[:k], non_blocking=True))
+    _count("h2d", k)
+    g.open_device(w.device, w.scratch.data_ptr(), w.scratch.numel())
+    copies = g.copies()
+
+    def scatter():
+        for soff, off, ln in copies:
+            out[off:off + ln].copy_(w.scratch[soff:soff + ln], non_blocking=True)
+    w.run(scatter)
 
 
 def _torch_view(u8, dtype, shape):

@@ -3,16 +3,14 @@
 //! - [`store`]: `gvault.Store`, a gvault-store opened from Python.
 //! - [`repo`]: `gvault.Repository`, a gvault-cas repository (init, backup,
 //!   restore, snapshots, check), and the checkpoint primitives that
-//!   `gvault/checkpoint.py` drives.
-//! - [`ckpt`]: checkpoints in a repository, host and GPU-resident paths
-//!   (docs/repository.md §11).
+//!   `gvault/checkpoint.py` drives (the engine is
+//!   `gvault_cas::checkpoint`; docs/repository.md §11).
 //!
 //! Every call that touches disk or the accelerator releases the GIL.
 //! Errors become the exception classes of `gvault/_errors.py`.
 
 use pyo3::prelude::*;
 
-mod ckpt;
 mod errors;
 mod repo;
 mod store;
@@ -24,9 +22,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::ScanIter>()?;
     m.add_class::<repo::Repository>()?;
     m.add_class::<repo::Saver>()?;
+    m.add_class::<repo::Chunked>()?;
     m.add_class::<repo::Reader>()?;
     m.add_class::<repo::SealedGroup>()?;
     m.add("PACK_TARGET", gvault_cas::pack::PACK_TARGET)?;
-    m.add("SCRATCH_BYTES", ckpt::SCRATCH_BYTES)?;
+    m.add("SCRATCH_BYTES", gvault_cas::checkpoint::SCRATCH_BYTES)?;
     Ok(())
 }

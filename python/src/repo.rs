@@ -19,9 +19,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use rayon::prelude::*;
 
-use crate::ckpt::{self, Plan, Source};
 use crate::errors::{invalid, raise, StoreResult};
 use crate::store::encryption;
+use gvault_cas::accel_jobs::IdChunk;
+use gvault_cas::checkpoint::{self as ckpt, Plan, Source};
 
 fn accel_of(name: &str) -> PyResult<AccelBackend> {
     match name {
@@ -386,7 +387,10 @@ type DevicePlan = (u64, u32, u64, Vec<(usize, u64, u32, u64)>);
 /// A plan, and once sealed on the device its pack id and tags.
 type HeldPlan = (Plan, Option<([u8; 32], Vec<[u8; 16]>)>);
 
-/// One checkpoint being saved (private to gvault.checkpoint).
+/// One checkpoint being saved (private to gvault.checkpoint). Its methods
+/// may be called from several threads: chunking, device sealing and pack
+/// assembly run without the saver's lock, so each GPU works at once;
+/// `add_chunked` calls must come in segment order.
 #[pyclass(module = "gvault")]
 pub struct Saver {
     inner: Mutex<Option<ckpt::Saver>>,
@@ -394,71 +398,86 @@ pub struct Saver {
     next: Mutex<u64>,
 }
 
+/// Segments and, per segment, its chunks.
+type SegmentChunks = (Vec<Source>, Vec<Vec<IdChunk>>);
+
+/// Segments chunked and ided, not yet added to their saver.
+#[pyclass(module = "gvault")]
+pub struct Chunked {
+    inner: Mutex<Option<SegmentChunks>>,
+}
+
+fn poisoned() -> PyErr {
+    raise("Closed", "saver poisoned".into())
+}
+
 impl Saver {
-    fn with<T>(&self, f: impl FnOnce(&mut ckpt::Saver) -> PyResult<T>) -> PyResult<T> {
-        let mut g = self
-            .inner
-            .lock()
-            .map_err(|_| raise("Closed", "saver poisoned".into()))?;
-        let s = g
-            .as_mut()
-            .ok_or_else(|| invalid("this checkpoint save has ended"))?;
-        f(s)
+    /// Runs `f` on the saver under its lock, taken with the GIL released:
+    /// a thread that held the lock while waiting for the GIL, and one
+    /// holding the GIL while waiting for the lock, would wait forever.
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut ckpt::Saver) -> gvault_cas::Result<T> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut g = self
+                .inner
+                .lock()
+                .map_err(|_| gvault_cas::Error::Accel("checkpoint saver poisoned".into()))?;
+            let s = g.as_mut().ok_or_else(|| {
+                gvault_cas::Error::InvalidArgument("this checkpoint save has ended".into())
+            })?;
+            f(s)
+        })
+        .py()
     }
 
-    /// Seals host-only plans here; returns the ones that need a device.
+    fn repo(&self, py: Python<'_>) -> PyResult<Arc<gvault_cas::Repository>> {
+        self.with(py, |s| Ok(s.repo.clone()))
+    }
+
+    /// Seals host plans here; returns the ones that need a device.
     fn route(&self, py: Python<'_>, plans: Vec<Plan>) -> PyResult<Vec<DevicePlan>> {
         let mut out = Vec::new();
         for plan in plans {
-            let on_host = self.with(|s| Ok(s.plan_on_host(&plan)))?;
-            if on_host {
-                self.with(|s| {
-                    py.detach(|| {
-                        let p = s.seal_host(&plan)?;
-                        s.put(p, false)
-                    })
-                    .py()
+            let Some(device) = plan.device else {
+                self.with(py, |s| {
+                    let p = s.seal_host(&plan)?;
+                    s.put(p, false)
                 })?;
                 continue;
-            }
-            let (device, copies) = self.with(|s| {
-                let device = plan
-                    .blobs
-                    .iter()
-                    .find_map(|b| match s.sources[b.seg] {
-                        Source::Device(d) => Some(d.device()),
-                        Source::Host { .. } => None,
-                    })
-                    .unwrap_or(0);
-                let copies = plan
-                    .blobs
-                    .iter()
-                    .map(|b| (b.seg, b.offset, b.len, b.scratch))
-                    .collect::<Vec<_>>();
-                Ok((device, copies))
-            })?;
+            };
+            let copies = plan
+                .blobs
+                .iter()
+                .map(|b| (b.seg, b.offset, b.len, b.scratch))
+                .collect::<Vec<_>>();
             let id = {
-                let mut n = self
-                    .next
-                    .lock()
-                    .map_err(|_| raise("Closed", "saver poisoned".into()))?;
+                let mut n = self.next.lock().map_err(|_| poisoned())?;
                 *n += 1;
                 *n
             };
             let len = plan.scratch_len;
             self.plans
                 .lock()
-                .map_err(|_| raise("Closed", "saver poisoned".into()))?
+                .map_err(|_| poisoned())?
                 .insert(id, (plan, None));
             out.push((id, device, len, copies));
         }
         Ok(out)
     }
 
+    /// Drops the saver (its repository lock with it); the save has ended.
+    fn end(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.lock().map(|mut g| *g = None).map_err(|_| ()))
+            .map_err(|()| poisoned())
+    }
+
     fn plan(&self, id: u64) -> PyResult<HeldPlan> {
         self.plans
             .lock()
-            .map_err(|_| raise("Closed", "saver poisoned".into()))?
+            .map_err(|_| poisoned())?
             .get(&id)
             .cloned()
             .ok_or_else(|| invalid(format!("no pack plan {id}")))
@@ -467,50 +486,71 @@ impl Saver {
 
 #[pymethods]
 impl Saver {
-    /// Adds segments `(kind, device, address, length)` in order: chunks and
-    /// ids them (on the device for "cuda"), seals the packs that fill up
-    /// from host memory, and returns the plans that need a device.
+    /// Chunks and ids segments `(kind, device, address, length)` (on the
+    /// device for "cuda") without registering them: `add_chunked` does,
+    /// in order. Safe to call from several threads at once.
+    fn chunk(&self, py: Python<'_>, sources: Vec<(String, u32, u64, u64)>) -> PyResult<Chunked> {
+        let srcs = sources
+            .into_iter()
+            .map(source)
+            .collect::<PyResult<Vec<_>>>()?;
+        let repo = self.repo(py)?;
+        let mut chunks = Vec::with_capacity(srcs.len());
+        // Runs of host and device sources, each chunked by its backend.
+        let mut start = 0;
+        while start < srcs.len() {
+            let host = srcs[start].device().is_none();
+            let mut end = start + 1;
+            while end < srcs.len() && srcs[end].device().is_none() == host {
+                end += 1;
+            }
+            let run = &srcs[start..end];
+            let found = py
+                .detach(|| {
+                    let backend = if host {
+                        repo.accel.clone()
+                    } else {
+                        device_backend()
+                    };
+                    ckpt::chunk_sources(&repo, &*backend, run)
+                })
+                .py()?;
+            chunks.extend(found);
+            start = end;
+        }
+        Ok(Chunked {
+            inner: Mutex::new(Some((srcs, chunks))),
+        })
+    }
+
+    /// Registers chunked segments after those added before: seals the
+    /// host packs that fill up and returns the plans that need a device.
+    fn add_chunked(&self, py: Python<'_>, chunked: &Chunked) -> PyResult<Vec<DevicePlan>> {
+        let (srcs, chunks) = chunked
+            .inner
+            .lock()
+            .map_err(|_| poisoned())?
+            .take()
+            .ok_or_else(|| invalid("these segments were added already"))?;
+        let ready = self.with(py, |s| s.add(srcs, chunks))?;
+        self.route(py, ready)
+    }
+
+    /// `chunk` then `add_chunked`.
     fn add(
         &self,
         py: Python<'_>,
         sources: Vec<(String, u32, u64, u64)>,
     ) -> PyResult<Vec<DevicePlan>> {
-        let srcs = sources
-            .into_iter()
-            .map(source)
-            .collect::<PyResult<Vec<_>>>()?;
-        let mut ready = Vec::new();
-        // Runs of host and device sources, each chunked by its backend.
-        let mut start = 0;
-        while start < srcs.len() {
-            let host = matches!(srcs[start], Source::Host { .. });
-            let mut end = start + 1;
-            while end < srcs.len() && matches!(srcs[end], Source::Host { .. }) == host {
-                end += 1;
-            }
-            let run = srcs[start..end].to_vec();
-            let plans = self.with(|s| {
-                py.detach(|| {
-                    let backend = if host {
-                        s.repo.accel.clone()
-                    } else {
-                        device_backend()
-                    };
-                    let chunks = ckpt::chunk_sources(&s.repo, &*backend, &run)?;
-                    s.add(run, chunks)
-                })
-                .py()
-            })?;
-            ready.extend(plans);
-            start = end;
-        }
-        self.route(py, ready)
+        let chunked = self.chunk(py, sources)?;
+        self.add_chunked(py, &chunked)
     }
 
-    /// Ends the current pack: seals it (host) or returns its plan.
+    /// Ends the current packs: seals the host one and returns the plans
+    /// that need a device.
     fn flush(&self, py: Python<'_>) -> PyResult<Vec<DevicePlan>> {
-        let rest = self.with(|s| Ok(s.take_rest()))?;
-        self.route(py, rest.into_iter().collect())
+        let rest = self.with(py, |s| Ok(s.take_rest()))?;
+        self.route(py, rest)
     }
 
     /// Seals plan `id` in the device scratch at `ptr` (which holds its
@@ -524,18 +564,13 @@ impl Saver {
         len: u64,
     ) -> PyResult<()> {
         let (plan, _) = self.plan(id)?;
+        let repo = self.repo(py)?;
         // SAFETY: the package passes its live scratch allocation.
         let scratch = unsafe { DeviceSlice::new(device, ptr, len as usize) };
-        let sealed = self.with(|s| {
-            py.detach(|| s.seal_device(&plan, &*device_backend(), scratch))
-                .py()
-        })?;
-        if let Some(e) = self
-            .plans
-            .lock()
-            .map_err(|_| raise("Closed", "saver poisoned".into()))?
-            .get_mut(&id)
-        {
+        let sealed = py
+            .detach(|| ckpt::seal_device(&repo, &plan, &*device_backend(), scratch))
+            .py()?;
+        if let Some(e) = self.plans.lock().map_err(|_| poisoned())?.get_mut(&id) {
             e.1 = Some(sealed);
         }
         Ok(())
@@ -549,43 +584,30 @@ impl Saver {
         if len < plan.scratch_len {
             return Err(invalid("host copy shorter than the plan"));
         }
-        self.with(|s| {
-            py.detach(|| {
+        let repo = self.repo(py)?;
+        let p = py
+            .detach(|| {
                 // SAFETY: the package passes a live host buffer of `len` bytes.
                 let host = unsafe { std::slice::from_raw_parts(ptr as *const u8, len as usize) };
-                let p = s.finish_device(&plan, pack_id, &tags, host)?;
-                s.put(p, true)
+                ckpt::finish_device(&repo, &plan, pack_id, &tags, host)
             })
-            .py()
-        })?;
-        self.plans
-            .lock()
-            .map_err(|_| raise("Closed", "saver poisoned".into()))?
-            .remove(&id);
+            .py()?;
+        self.with(py, |s| s.put(p, true))?;
+        self.plans.lock().map_err(|_| poisoned())?.remove(&id);
         Ok(())
     }
 
     /// Writes the index file and the snapshot; returns (snapshot id,
     /// stats). The save ends here.
     fn commit<'py>(&self, py: Python<'py>, name: &str) -> PyResult<(String, Bound<'py, PyDict>)> {
-        if !self
-            .plans
-            .lock()
-            .map_err(|_| raise("Closed", "saver poisoned".into()))?
-            .is_empty()
-        {
+        if !self.plans.lock().map_err(|_| poisoned())?.is_empty() {
             return Err(invalid("commit with device plans not yet written"));
         }
-        let mut g = self
-            .inner
-            .lock()
-            .map_err(|_| raise("Closed", "saver poisoned".into()))?;
-        let s = g
-            .as_mut()
-            .ok_or_else(|| invalid("this checkpoint save has ended"))?;
-        let snap = py.detach(|| s.commit(name)).py()?;
-        let st = s.stats.clone();
-        *g = None;
+        let (snap, st) = self.with(py, |s| {
+            let snap = s.commit(name)?;
+            Ok((snap, s.stats.clone()))
+        })?;
+        self.end(py)?;
         let d = summary_dict(
             py,
             &[
@@ -604,13 +626,8 @@ impl Saver {
 
     /// Abandons the save (its lock is released; packs written stay for
     /// the next backup to adopt or prune to remove).
-    fn abort(&self) -> PyResult<()> {
-        let mut g = self
-            .inner
-            .lock()
-            .map_err(|_| raise("Closed", "saver poisoned".into()))?;
-        *g = None;
-        Ok(())
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.end(py)
     }
 }
 

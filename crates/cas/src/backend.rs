@@ -6,6 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, Result};
@@ -39,6 +40,26 @@ pub trait Backend: Send + Sync {
     fn get(&self, kind: Kind, name: &str) -> Result<Vec<u8>>;
     /// `len` bytes from `offset`; an object too short is an error.
     fn get_range(&self, kind: Kind, name: &str, offset: u64, len: usize) -> Result<Vec<u8>>;
+    /// `buf.len()` bytes from `offset` into `buf` (no allocation where the
+    /// backend can read in place); an object too short is an error.
+    fn get_range_into(&self, kind: Kind, name: &str, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let b = self.get_range(kind, name, offset, buf.len())?;
+        if b.len() != buf.len() {
+            return Err(crate::Error::Io {
+                context: format!(
+                    "reading {} bytes at {offset} of {}/{name}",
+                    buf.len(),
+                    kind.dir()
+                ),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the backend returned {} bytes", b.len()),
+                ),
+            });
+        }
+        buf.copy_from_slice(&b);
+        Ok(())
+    }
     fn size(&self, kind: Kind, name: &str) -> Result<u64>;
     /// Names of the objects of `kind`, sorted.
     fn list(&self, kind: Kind) -> Result<Vec<String>>;
@@ -161,6 +182,13 @@ impl Backend for LocalDir {
             .ctx(|| format!("reading {len} bytes at {offset} of {}", p.display()))?;
         Ok(buf)
     }
+    fn get_range_into(&self, kind: Kind, name: &str, offset: u64, buf: &mut [u8]) -> Result<()> {
+        valid_name(name)?;
+        let p = self.path(kind, name);
+        File::open(&p)
+            .and_then(|f| f.read_exact_at(buf, offset))
+            .ctx(|| format!("reading {} bytes at {offset} of {}", buf.len(), p.display()))
+    }
     fn size(&self, kind: Kind, name: &str) -> Result<u64> {
         valid_name(name)?;
         let p = self.path(kind, name);
@@ -224,6 +252,10 @@ mod tests {
         assert_eq!(b.get(Kind::Pack, "ab").unwrap(), b"hello world");
         assert_eq!(b.get_range(Kind::Pack, "ab", 6, 5).unwrap(), b"world");
         assert!(b.get_range(Kind::Pack, "ab", 8, 5).is_err());
+        let mut five = [0u8; 5];
+        b.get_range_into(Kind::Pack, "ab", 6, &mut five).unwrap();
+        assert_eq!(&five, b"world");
+        assert!(b.get_range_into(Kind::Pack, "ab", 8, &mut five).is_err());
         assert_eq!(b.list(Kind::Pack).unwrap(), vec!["aa", "ab"]);
         assert!(b.list(Kind::Index).unwrap().is_empty());
         b.delete(Kind::Pack, "aa").unwrap();

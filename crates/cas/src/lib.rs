@@ -11,6 +11,8 @@
 //! - [`pack`], [`index`], [`snapshot`]: the objects; [`lock`]: locks.
 //! - [`backup`], [`restore`], [`maintenance`]: the operations.
 //! - [`accel_jobs`]: every call into gvault-accel (chunk + id, seal, open).
+//! - [`checkpoint`]: tensor checkpoints as snapshots, sealed on the host or
+//!   on the GPU that holds them (the engine behind `gvault.checkpoint`).
 //!
 //! docs/repository.md pins every byte.
 
@@ -19,6 +21,7 @@ pub mod backend;
 pub mod backend_cache;
 pub mod backend_s3;
 pub mod backup;
+pub mod checkpoint;
 mod coding;
 pub mod error;
 pub mod extsort;

@@ -8,32 +8,37 @@
 //! Chunks are stored uncompressed, so a chunk sealed on a GPU and one
 //! sealed on the CPU are the same bytes.
 //!
-//! Saving: `Saver` chunks each segment and ids its chunks (one fused
-//! accel job; on the GPU for device memory), looks the ids up, and plans
-//! packs of the new chunks. A plan is sealed on the host (`seal_host`), or
-//! on the device (`seal_device`) after the caller copied its chunks into a
-//! device scratch buffer at the plan's offsets; then only ciphertext comes
-//! back (`finish_device`). Both give the same pack for the same pack id.
-//! Loading: `Reader` reads segments on the host, every chunk checked
-//! against its id, or fetches a group of chunks' ciphertext for the caller
-//! to copy to the device, where `open_device` opens and re-hashes it.
+//! Saving: `chunk_sources` chunks segments and ids their chunks (one fused
+//! accel job; on the GPU for device memory; callers run one a GPU at
+//! once), `Saver::add` looks the ids up and plans packs of the new
+//! chunks, one plan a place (host memory or one GPU), so each GPU seals
+//! its own. A plan is sealed on the host (`Saver::seal_host`), or on its
+//! device (`seal_device`) after the caller copied its chunks into a device
+//! scratch buffer at the plan's offsets; then only ciphertext comes back
+//! (`finish_device`). Both give the same pack for the same pack id.
+//! `seal_device` and `finish_device` need only the repository, so several
+//! run at once; `Saver::put` hands packs to writer threads.
+//! Loading: `read_segment` reads a segment on the host, every chunk
+//! checked against its id; or `fetch` reads a group of chunks' ciphertext
+//! for the caller to copy to the device, where `open_device` opens and
+//! re-hashes it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::accel_jobs::{self, CipherItem, IdChunk, TAG_LEN};
+use crate::backend::Kind;
+use crate::index::{self, Location};
+use crate::lock::Lock;
+use crate::pack::{self, SealedBlob, SealedPack, FLAG_ZSTD, PACK_TARGET};
+use crate::repo::ObjectKind;
+use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot};
+use crate::{Chunker, Error, Repository, Result};
 use gvault_accel::{
     Backend, Data, DataMut, DeviceSlice, Digest, DigestAlgo, Job, Nonce96, OpenSegment, Output,
     SealSegment, Tag,
 };
-use gvault_cas::accel_jobs::{self, CipherItem, IdChunk, TAG_LEN};
-use gvault_cas::backend::Kind;
-use gvault_cas::index::{self, Location};
-use gvault_cas::lock::Lock;
-use gvault_cas::pack::{self, SealedBlob, SealedPack, FLAG_ZSTD, PACK_TARGET};
-use gvault_cas::repo::ObjectKind;
-use gvault_cas::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot};
-use gvault_cas::{Chunker, Error, Repository, Result};
 
 /// The directory every checkpoint snapshot names.
 pub const ROOT: &str = "gvault-checkpoints";
@@ -77,6 +82,13 @@ pub enum Source {
 }
 
 impl Source {
+    /// The GPU holding the bytes; None for host memory.
+    pub fn device(&self) -> Option<u32> {
+        match self {
+            Source::Host { .. } => None,
+            Source::Device(d) => Some(d.device()),
+        }
+    }
     fn len(&self) -> u64 {
         match self {
             Source::Host { len, .. } => *len as u64,
@@ -236,9 +248,11 @@ pub struct PlanBlob {
     pub scratch: u64,
 }
 
-/// New chunks that make one pack.
+/// New chunks that make one pack, all from one place: host memory
+/// (`device` None) or one GPU, whose chunks it seals.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
+    pub device: Option<u32>,
     pub blobs: Vec<PlanBlob>,
     /// Scratch bytes the plan needs (aligned layout).
     pub scratch_len: u64,
@@ -281,7 +295,9 @@ pub struct Saver {
     pub sources: Vec<Source>,
     pub seg_chunks: Vec<Vec<ChunkRef>>,
     session: HashSet<[u8; 32]>,
-    cur: Plan,
+    /// The plan being filled for each place (host, or a GPU): packs hold
+    /// chunks of one place, so each GPU seals its own.
+    cur: BTreeMap<Option<u32>, Plan>,
     pending: Vec<Location>,
     pack_sizes: HashMap<[u8; 32], u64>,
     writers: Option<Writers>,
@@ -297,7 +313,7 @@ impl Saver {
             sources: Vec::new(),
             seg_chunks: Vec::new(),
             session: HashSet::new(),
-            cur: Plan::default(),
+            cur: BTreeMap::new(),
             pending: Vec::new(),
             pack_sizes: HashMap::new(),
             writers: None,
@@ -331,9 +347,14 @@ impl Saver {
                 self.session.insert(c.id);
                 self.stats.chunks_new += 1;
                 self.stats.bytes_new += c.len as u64;
-                self.cur.push(seg, c);
-                if self.cur.bytes >= PACK_TARGET as u64 {
-                    ready.push(std::mem::take(&mut self.cur));
+                let place = src.device();
+                let plan = self.cur.entry(place).or_insert_with(|| Plan {
+                    device: place,
+                    ..Plan::default()
+                });
+                plan.push(seg, c);
+                if plan.bytes >= PACK_TARGET as u64 {
+                    ready.extend(self.cur.remove(&place));
                 }
             }
             self.seg_chunks.push(refs);
@@ -341,22 +362,18 @@ impl Saver {
         Ok(ready)
     }
 
-    /// The last, partly filled plan.
-    pub fn take_rest(&mut self) -> Option<Plan> {
-        (!self.cur.blobs.is_empty()).then(|| std::mem::take(&mut self.cur))
-    }
-
-    /// Whether every chunk of `plan` comes from host memory.
-    pub fn plan_on_host(&self, plan: &Plan) -> bool {
-        plan.blobs
-            .iter()
-            .all(|b| matches!(self.sources[b.seg], Source::Host { .. }))
+    /// The last, partly filled plans (one a place at most).
+    pub fn take_rest(&mut self) -> Vec<Plan> {
+        std::mem::take(&mut self.cur)
+            .into_values()
+            .filter(|p| !p.blobs.is_empty())
+            .collect()
     }
 
     /// Seals `plan` on the host (the repository's accelerator) and lays
     /// out its pack.
     pub fn seal_host(&self, plan: &Plan) -> Result<SealedPack> {
-        let pack_id = gvault_cas::repo::new_id();
+        let pack_id = crate::repo::new_id();
         let key = self.repo.keys.object_key(ObjectKind::Pack, &pack_id);
         let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(plan.blobs.len());
         for b in &plan.blobs {
@@ -397,94 +414,6 @@ impl Saver {
         pack::assemble(&self.repo, pack_id, &blobs)
     }
 
-    /// Seals `plan` in place in `scratch` (device memory holding the
-    /// plan's chunks at their scratch offsets); returns the pack id and
-    /// the tags. Nothing leaves the device.
-    pub fn seal_device(
-        &self,
-        plan: &Plan,
-        backend: &dyn Backend,
-        scratch: DeviceSlice,
-    ) -> Result<([u8; 32], Vec<[u8; 16]>)> {
-        if (scratch.len() as u64) < plan.scratch_len || !scratch.ptr().is_multiple_of(ALIGN) {
-            return Err(Error::InvalidArgument(format!(
-                "device scratch of {} bytes at {:#x}: the plan needs {} bytes, 16-byte aligned",
-                scratch.len(),
-                scratch.ptr(),
-                plan.scratch_len
-            )));
-        }
-        let pack_id = gvault_cas::repo::new_id();
-        let key = self.repo.keys.object_key(ObjectKind::Pack, &pack_id);
-        let aads: Vec<Vec<u8>> = plan
-            .blobs
-            .iter()
-            .map(|b| pack::blob_aad(&b.id, b.len, 0))
-            .collect();
-        let mut segments = Vec::with_capacity(plan.blobs.len());
-        for (i, (b, aad)) in plan.blobs.iter().zip(&aads).enumerate() {
-            segments.push(SealSegment {
-                nonce: Nonce96::try_from_slice(&pack::blob_nonce(i as u32))
-                    .map_err(|e| Error::Accel(e.to_string()))?,
-                aad,
-                // SAFETY: inside the scratch allocation (checked above).
-                data: DataMut::Device(unsafe {
-                    DeviceSlice::new(scratch.device(), scratch.ptr() + b.scratch, b.len as usize)
-                }),
-            });
-        }
-        let mut job = Job::Seal {
-            key: &key,
-            segments,
-        };
-        let r = backend
-            .run(&mut job)
-            .map_err(|e| Error::Accel(format!("device seal failed: {e}")))?;
-        if r.len() != plan.blobs.len() {
-            return Err(Error::Accel("device seal lost segments".into()));
-        }
-        let tags = r
-            .into_iter()
-            .map(|r| match r {
-                Ok(o) => o
-                    .tag()
-                    .map(|t| *t.as_bytes())
-                    .ok_or_else(|| Error::Accel(format!("seal returned {o:?}"))),
-                Err(e) => Err(Error::Accel(format!("device sealing: {e}"))),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok((pack_id, tags))
-    }
-
-    /// Lays out the pack of a plan sealed on the device from its
-    /// ciphertext, copied back to `host` (the scratch layout).
-    pub fn finish_device(
-        &self,
-        plan: &Plan,
-        pack_id: [u8; 32],
-        tags: &[[u8; 16]],
-        host: &[u8],
-    ) -> Result<SealedPack> {
-        if (host.len() as u64) < plan.scratch_len || tags.len() != plan.blobs.len() {
-            return Err(Error::InvalidArgument(
-                "ciphertext shorter than the plan or tags missing".into(),
-            ));
-        }
-        let blobs: Vec<SealedBlob<'_>> = plan
-            .blobs
-            .iter()
-            .zip(tags)
-            .map(|(b, t)| SealedBlob {
-                id: b.id,
-                raw_len: b.len,
-                flags: 0,
-                ciphertext: &host[b.scratch as usize..(b.scratch + b.len as u64) as usize],
-                tag: *t,
-            })
-            .collect();
-        pack::assemble(&self.repo, pack_id, &blobs)
-    }
-
     /// Hands a pack to the writer threads (sealing goes on while packs
     /// are written and synced); its chunks are indexed at commit, once
     /// every pack is durable.
@@ -507,7 +436,7 @@ impl Saver {
     fn written(&mut self, done: Vec<Written>) -> Result<()> {
         for r in done {
             let (name, size, entries) = r?;
-            let id = gvault_cas::repo::parse_id(&name)
+            let id = crate::repo::parse_id(&name)
                 .ok_or_else(|| Error::Accel("pack name is not an id".into()))?;
             self.pack_sizes.insert(id, size);
             self.stats.bytes_added += size;
@@ -527,7 +456,7 @@ impl Saver {
     /// manifest); returns the snapshot's name. Every plan must have been
     /// sealed and put.
     pub fn commit(&mut self, name: &str) -> Result<String> {
-        if !self.cur.blobs.is_empty() {
+        if self.cur.values().any(|p| !p.blobs.is_empty()) {
             return Err(Error::InvalidArgument(
                 "commit with chunks not yet sealed".into(),
             ));
@@ -593,7 +522,7 @@ impl Saver {
         }
         let snap = Snapshot {
             time_ns: now,
-            hostname: gvault_cas::lock::hostname().into_bytes(),
+            hostname: crate::lock::hostname().into_bytes(),
             paths: vec![root],
             parent: None,
             entries,
@@ -604,10 +533,111 @@ impl Saver {
     }
 }
 
-/// Packs being written: at most `WRITE_QUEUE` wait for `WRITE_THREADS`
-/// threads (bounding memory to a few packs).
-const WRITE_THREADS: usize = 3;
-const WRITE_QUEUE: usize = 2;
+/// Seals `plan` in place in `scratch` (device memory holding the
+/// plan's chunks at their scratch offsets); returns the pack id and
+/// the tags. Nothing leaves the device.
+pub fn seal_device(
+    repo: &Repository,
+    plan: &Plan,
+    backend: &dyn Backend,
+    scratch: DeviceSlice,
+) -> Result<([u8; 32], Vec<[u8; 16]>)> {
+    if plan.device != Some(scratch.device()) {
+        return Err(Error::InvalidArgument(format!(
+            "a plan of chunks on {:?} sealed in scratch on device {}",
+            plan.device,
+            scratch.device()
+        )));
+    }
+    if (scratch.len() as u64) < plan.scratch_len || !scratch.ptr().is_multiple_of(ALIGN) {
+        return Err(Error::InvalidArgument(format!(
+            "device scratch of {} bytes at {:#x}: the plan needs {} bytes, 16-byte aligned",
+            scratch.len(),
+            scratch.ptr(),
+            plan.scratch_len
+        )));
+    }
+    let pack_id = crate::repo::new_id();
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let aads: Vec<Vec<u8>> = plan
+        .blobs
+        .iter()
+        .map(|b| pack::blob_aad(&b.id, b.len, 0))
+        .collect();
+    let mut segments = Vec::with_capacity(plan.blobs.len());
+    for (i, (b, aad)) in plan.blobs.iter().zip(&aads).enumerate() {
+        segments.push(SealSegment {
+            nonce: Nonce96::try_from_slice(&pack::blob_nonce(i as u32))
+                .map_err(|e| Error::Accel(e.to_string()))?,
+            aad,
+            // SAFETY: inside the scratch allocation (checked above).
+            data: DataMut::Device(unsafe {
+                DeviceSlice::new(scratch.device(), scratch.ptr() + b.scratch, b.len as usize)
+            }),
+        });
+    }
+    let mut job = Job::Seal {
+        key: &key,
+        segments,
+    };
+    let r = backend
+        .run(&mut job)
+        .map_err(|e| Error::Accel(format!("device seal failed: {e}")))?;
+    if r.len() != plan.blobs.len() {
+        return Err(Error::Accel("device seal lost segments".into()));
+    }
+    let tags = r
+        .into_iter()
+        .map(|r| match r {
+            Ok(o) => o
+                .tag()
+                .map(|t| *t.as_bytes())
+                .ok_or_else(|| Error::Accel(format!("seal returned {o:?}"))),
+            Err(e) => Err(Error::Accel(format!("device sealing: {e}"))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((pack_id, tags))
+}
+
+/// Lays out the pack of a plan sealed on the device from its
+/// ciphertext, copied back to `host` (the scratch layout).
+pub fn finish_device(
+    repo: &Repository,
+    plan: &Plan,
+    pack_id: [u8; 32],
+    tags: &[[u8; 16]],
+    host: &[u8],
+) -> Result<SealedPack> {
+    if (host.len() as u64) < plan.scratch_len || tags.len() != plan.blobs.len() {
+        return Err(Error::InvalidArgument(
+            "ciphertext shorter than the plan or tags missing".into(),
+        ));
+    }
+    let blobs: Vec<SealedBlob<'_>> = plan
+        .blobs
+        .iter()
+        .zip(tags)
+        .map(|(b, t)| SealedBlob {
+            id: b.id,
+            raw_len: b.len,
+            flags: 0,
+            ciphertext: &host[b.scratch as usize..(b.scratch + b.len as u64) as usize],
+            tag: *t,
+        })
+        .collect();
+    pack::assemble(repo, pack_id, &blobs)
+}
+
+/// Packs being written: at most `WRITE_QUEUE` wait for the writer
+/// threads (bounding memory to a few dozen packs).
+const WRITE_QUEUE: usize = 8;
+
+/// Writer threads: half the cores, 3 to 16 (several GPUs seal faster
+/// than one thread writes), and at least what the backend serves at once.
+fn write_threads(backend: &dyn crate::Backend) -> usize {
+    let cores = std::thread::available_parallelism().map_or(4, |n| n.get());
+    (cores / 2).clamp(3, 16).max(backend.parallelism())
+}
 
 type Written = Result<(String, u64, Vec<pack::BlobEntry>)>;
 
@@ -620,11 +650,11 @@ struct Writers {
 }
 
 impl Writers {
-    fn new(backend: Arc<dyn gvault_cas::Backend>) -> Writers {
+    fn new(backend: Arc<dyn crate::Backend>) -> Writers {
         let (tx, work) = std::sync::mpsc::sync_channel::<SealedPack>(WRITE_QUEUE);
         let (done, rx) = std::sync::mpsc::channel::<Written>();
         let work = Arc::new(std::sync::Mutex::new(work));
-        let threads = (0..WRITE_THREADS)
+        let threads = (0..write_threads(&*backend))
             .map(|_| {
                 let (work, done, backend) = (work.clone(), done.clone(), backend.clone());
                 std::thread::spawn(move || loop {
@@ -757,7 +787,7 @@ pub fn open(repo: &Repository, snap_name: &str) -> Result<Opened> {
         return Err(bad("has no manifest"));
     }
     let mut manifest = Vec::new();
-    gvault_cas::restore::read_chunks(repo, &files[0], &mut |_, d| {
+    crate::restore::read_chunks(repo, &files[0], &mut |_, d| {
         manifest.extend_from_slice(d);
         Ok(())
     })?;
@@ -778,7 +808,7 @@ pub fn read_segment(repo: &Repository, chunks: &[ChunkRef], out: &mut [u8]) -> R
         )));
     }
     let mut pos = 0usize;
-    gvault_cas::restore::read_chunks(repo, chunks, &mut |_, d| {
+    crate::restore::read_chunks(repo, chunks, &mut |_, d| {
         out[pos..pos + d.len()].copy_from_slice(d);
         pos += d.len();
         Ok(())
@@ -786,6 +816,7 @@ pub fn read_segment(repo: &Repository, chunks: &[ChunkRef], out: &mut [u8]) -> R
 }
 
 /// A run of a segment's chunks, fetched for opening on the device.
+#[derive(Debug)]
 pub struct Fetched {
     /// Per chunk: its place in the host/scratch layout, its offset in the
     /// segment, its length, and how it is to be opened.
@@ -793,6 +824,7 @@ pub struct Fetched {
     pub layout_len: u64,
 }
 
+#[derive(Debug)]
 pub struct FetchedChunk {
     pub scratch: u64,
     pub seg_offset: u64,
@@ -803,9 +835,11 @@ pub struct FetchedChunk {
     pub sealed: Option<(Location, [u8; 16])>,
 }
 
-/// Chunk ranges of a segment whose aligned layout fits `cap` bytes (a
-/// chunk larger than `cap` gets a range of its own).
+/// Chunk ranges of a segment whose aligned layout, and the tag that
+/// `fetch` reads past the last chunk, fit `cap` bytes (a chunk larger
+/// than that gets a range of its own).
 pub fn groups(chunks: &[ChunkRef], cap: u64) -> Vec<(usize, usize)> {
+    let cap = cap.saturating_sub(TAG_LEN as u64);
     let mut out = Vec::new();
     let mut start = 0;
     while start < chunks.len() {
@@ -823,7 +857,9 @@ pub fn groups(chunks: &[ChunkRef], cap: u64) -> Vec<(usize, usize)> {
 
 /// Fetches the ciphertext of `chunks` into `host` at aligned offsets (the
 /// layout the caller copies to the device as is). `first_offset` is the
-/// segment offset of the first chunk.
+/// segment offset of the first chunk. Each chunk's ciphertext and tag are
+/// read straight into place; the tag, kept aside, is overwritten by the
+/// next chunk, so `host` needs `TAG_LEN` bytes past the layout.
 pub fn fetch(
     repo: &Repository,
     chunks: &[ChunkRef],
@@ -836,10 +872,11 @@ pub fn fetch(
     for c in chunks {
         let at = align(used);
         let end = at + c.len as u64;
-        if end > host.len() as u64 {
+        if end + TAG_LEN as u64 > host.len() as u64 {
             return Err(Error::InvalidArgument(format!(
-                "host buffer of {} bytes is too small for the group ({end} bytes)",
-                host.len()
+                "host buffer of {} bytes is too small for the group ({} bytes)",
+                host.len(),
+                end + TAG_LEN as u64
             )));
         }
         let what = || format!("chunk {}", hex::encode(c.id));
@@ -852,14 +889,12 @@ pub fn fetch(
             return Err(Error::corrupt(what(), "length differs from the snapshot"));
         }
         let name = loc.pack_name();
-        let sealed =
+        if b.flags & FLAG_ZSTD == 0 && b.sealed_len as usize == c.len as usize + TAG_LEN {
+            let with_tag = &mut host[at as usize..end as usize + TAG_LEN];
             repo.backend
-                .get_range(Kind::Pack, &name, b.offset as u64, b.sealed_len as usize)?;
-        let dst = &mut host[at as usize..end as usize];
-        if b.flags & FLAG_ZSTD == 0 && sealed.len() == c.len as usize + TAG_LEN {
-            dst.copy_from_slice(&sealed[..c.len as usize]);
+                .get_range_into(Kind::Pack, &name, b.offset as u64, with_tag)?;
             let mut tag = [0u8; 16];
-            tag.copy_from_slice(&sealed[c.len as usize..]);
+            tag.copy_from_slice(&with_tag[c.len as usize..]);
             items.push(FetchedChunk {
                 scratch: at,
                 seg_offset: seg_off,
@@ -870,6 +905,13 @@ pub fn fetch(
         } else {
             // Stored compressed (by a file backup that had the same chunk):
             // opened and checked here.
+            let sealed = repo.backend.get_range(
+                Kind::Pack,
+                &name,
+                b.offset as u64,
+                b.sealed_len as usize,
+            )?;
+            let dst = &mut host[at as usize..end as usize];
             let opened = pack::open_blobs(repo, &name, &[(loc.ordinal, b)], vec![sealed])?;
             let plain = opened
                 .into_iter()
@@ -991,7 +1033,7 @@ pub fn open_device(
 pub fn reseal_on_host(repo: &Repository, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     let bytes = repo.backend.get(Kind::Pack, name)?;
     let entries = pack::read_header(repo, name, Some(&bytes))?;
-    let pack_id = gvault_cas::repo::parse_id(name)
+    let pack_id = crate::repo::parse_id(name)
         .ok_or_else(|| Error::corrupt(format!("pack {name}"), "bad name"))?;
     let blobs: Vec<(u32, pack::BlobEntry)> = entries
         .iter()
