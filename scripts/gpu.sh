@@ -122,11 +122,14 @@
 #              (--accel gpu, seed 004's setting), each saved as JSON.
 #                      -> service.txt, service*.json, service.png, service-zc.png
 #   multi      Several GPUs of one host (issue 28; an x2/x4 kind): the accel spread
-#              test, the service's GPU tests, then `bench service --accel gpu` (every
+#              test, the service's GPU tests, `bench primitive --every-gpu` (one GPU
+#              against every GPU at once, end to end and device-resident) over
+#              MULTI_PRIM_OPS [aes256gcm-seal,blake3,sha256,fastcdc-blake3] at
+#              MULTI_PRIM_SIZES [1M,64M], then `bench service --accel gpu` (every
 #              job on a GPU, spread by queue depth) with 64 clients on the first GPU
 #              only and on every GPU (CUDA_VISIBLE_DEVICES), MULTI_OPS
 #              [sha256,aes256gcm-seal,fastcdc-blake3,rsa-private] at MULTI_SIZES
-#              [64K,1M].
+#              [64K,1M]; MULTI_SERVICE=0 skips the service part.
 #                                                  -> multi.txt, multi-*.json
 #   seeds      The seeds' measurements at their shapes (docs/seeds.md says which
 #              table or figure each reproduces). SEEDS [000 000-lsm 001 002 003]:
@@ -589,6 +592,10 @@ phase_multi() {
   all=$(seq -s, 0 $((n - 1)))
   echo "== $n GPUs: $all" | tee -a "$OUT/$f"
   run $f "$B/gpu-tests" --include-ignored concurrent_jobs_spread_over_every_gpu --test-threads=1 --nocapture
+  run $f "$B/gvault" bench primitive --every-gpu --no-single-core --total 1G \
+    --ops "${MULTI_PRIM_OPS:-aes256gcm-seal,blake3,sha256,fastcdc-blake3}" \
+    --sizes "${MULTI_PRIM_SIZES:-1M,64M}" --save "$OUT/multi-primitive.json"
+  [ "${MULTI_SERVICE:-1}" = 0 ] && return
   run $f "$B/service-gpu-tests" --include-ignored a_gpu_daemon --test-threads=1
   for v in 0 "$all"; do
     run $f env CUDA_VISIBLE_DEVICES="$v" "$B/gvault" bench service --accel gpu --shared-key \

@@ -178,22 +178,33 @@ def main():
                 os.remove(f)
         repo = gvault.Repository.init(d, accel="auto")
         ck.reset_link_stats()
+        traces = []
+        ck._trace = {}
         t1, s1 = timed(lambda: ck.save(repo, "bench", s1_state, path=path))
         l1 = ck.link_stats()
         ck.reset_link_stats()
+        traces.append(ck._trace)
+        ck._trace = {}
         t2, s2 = timed(lambda: ck.save(repo, "bench", s2_state, path=path))
         l2 = ck.link_stats()
         ck.reset_link_stats()
+        traces.append(ck._trace)
+        ck._trace = {}
         # Each tensor back where it was saved from (a.device for one GPU).
         where = None if n > 1 else a.device
         t3, out = timed(lambda: ck.load(repo, "bench", device=where, path=path))
         l3 = ck.link_stats()
+        traces.append(ck._trace)
+        ck._trace = None
         ok = all(out[k].device == s2_state[k].device and torch.equal(out[k], s2_state[k]) for k in s2_state)
         res["runs"][label] = {"gpus": n if path == "auto" else 0, "workers_per_gpu": w,
             "save_gbps": gb(t1), "save2_gbps": gb(t2), "load_gbps": gb(t3),
             "save_s": t1, "save2_s": t2, "load_s": t3, "bytes_added_2": s2["bytes_added"],
             "link_save": l1, "link_save2": l2, "link_load": l3, "round_trip_ok": ok,
             "packs_on_device": s1["packs_sealed_on_device"],
+            # Seconds in each phase, summed over threads (phases overlap).
+            "phase_s": {k: {p: round(v, 3) for p, v in tr.items()}
+                        for k, tr in zip(("save", "save2", "load"), traces)},
         }
         del out, s1_state, s2_state
         shutil.rmtree(d, ignore_errors=True)

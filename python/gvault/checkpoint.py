@@ -36,6 +36,7 @@ import json
 import queue
 import sys
 import threading
+import time
 import warnings
 
 from . import _errors
@@ -60,6 +61,19 @@ _SIZES = {
 _RAW = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 _link_lock = threading.Lock()
+#: The benchmark sets a dict here to collect the seconds spent in each
+#: phase, summed over threads (save: chunk, add, gather, seal, d2h, write;
+#: load: fetch, h2d, open, scatter).
+_trace = None
+
+
+def _timed(phase, t0):
+    """Adds the time since `t0` to `phase` when tracing; returns now."""
+    t = time.perf_counter()
+    if _trace is not None:
+        with _link_lock:
+            _trace[phase] = _trace.get(phase, 0.0) + t - t0
+    return t
 _link = {"d2h_bytes": 0, "h2d_bytes": 0, "d2h_copies": 0, "h2d_copies": 0}
 
 
@@ -466,11 +480,16 @@ def _seal_plan(saver, u8s, w, plan):
     def gather():
         for seg, off, n, soff in copies:
             w.scratch[soff:soff + n].copy_(u8s[seg][off:off + n], non_blocking=True)
+    t = time.perf_counter()
     w.run(gather)
+    t = _timed("gather", t)
     saver.seal_device(pid, device, w.scratch.data_ptr(), w.scratch.numel())
+    t = _timed("seal", t)
     w.run(lambda: w.pinned[:length].copy_(w.scratch[:length], non_blocking=True))
     _count("d2h", length)
+    t = _timed("d2h", t)
     saver.finish_device(pid, w.pinned.data_ptr(), length)
+    _timed("write", t)
 
 
 def _chunk_by_device(saver, batch):
@@ -561,19 +580,25 @@ def save(repo, name, state, *, path="auto"):
                 j += 1
                 if sum(b[3] for b in batch) >= batch_cap:
                     break
+            t = time.perf_counter()
             if on_gpu[i]:
                 _sync_devices()
                 chunked = _chunk_by_device(saver, batch)
             else:
                 chunked = [saver.chunk(batch)]
+            t = _timed("chunk", t)
             for c in chunked:
                 for plan in saver.add_chunked(c):
                     workers.submit(plan[1], plan)
+            _timed("add", t)
             i = j
         for plan in saver.flush():
             workers.submit(plan[1], plan)
+        t = time.perf_counter()
         workers.join()
+        t = _timed("join", t)
         snap, stats = saver.commit(name)
+        _timed("commit", t)
     except BaseException:
         workers.close()
         saver.abort()
@@ -723,17 +748,22 @@ def _open_group(reader, w, seg, start, end, out):
     """Fetches a group of a segment's chunks (ciphertext) into the worker's
     page-locked buffer, copies it to the device, opens and re-hashes it
     there, and copies the plaintext into the segment's tensor `out`."""
+    t = time.perf_counter()
     g = reader.fetch(seg, start, end, w.pinned.data_ptr(), w.pinned.numel())
     k = g.layout_len
+    t = _timed("fetch", t)
     w.run(lambda: w.scratch[:k].copy_(w.pinned[:k], non_blocking=True))
     _count("h2d", k)
+    t = _timed("h2d", t)
     g.open_device(w.device, w.scratch.data_ptr(), w.scratch.numel())
     copies = g.copies()
+    t = _timed("open", t)
 
     def scatter():
         for soff, off, ln in copies:
             out[off:off + ln].copy_(w.scratch[soff:soff + ln], non_blocking=True)
     w.run(scatter)
+    _timed("scatter", t)
 
 
 def _torch_view(u8, dtype, shape):

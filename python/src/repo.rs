@@ -577,7 +577,7 @@ impl Saver {
     }
 
     /// Writes the pack of plan `id` from its ciphertext, copied to host
-    /// memory at `ptr` (`len` bytes, the scratch layout).
+    /// memory at `ptr` (`len` bytes, the scratch layout), in this thread.
     fn finish_device(&self, py: Python<'_>, id: u64, ptr: u64, len: u64) -> PyResult<()> {
         let (plan, sealed) = self.plan(id)?;
         let (pack_id, tags) = sealed.ok_or_else(|| invalid(format!("plan {id} is not sealed")))?;
@@ -589,10 +589,10 @@ impl Saver {
             .detach(|| {
                 // SAFETY: the package passes a live host buffer of `len` bytes.
                 let host = unsafe { std::slice::from_raw_parts(ptr as *const u8, len as usize) };
-                ckpt::finish_device(&repo, &plan, pack_id, &tags, host)
+                ckpt::write_device_pack(&repo, &plan, pack_id, &tags, host)
             })
             .py()?;
-        self.with(py, |s| s.put(p, true))?;
+        self.with(py, |s| s.written_pack(p))?;
         self.plans.lock().map_err(|_| poisoned())?.remove(&id);
         Ok(())
     }

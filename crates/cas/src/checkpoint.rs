@@ -433,6 +433,13 @@ impl Saver {
         self.written(done)
     }
 
+    /// Records a pack the caller wrote ([`write_device_pack`]); it is
+    /// indexed at commit.
+    pub fn written_pack(&mut self, p: WrittenPack) -> Result<()> {
+        self.stats.packs_sealed_on_device += 1;
+        self.written(vec![Ok((p.name, p.size, p.entries))])
+    }
+
     fn written(&mut self, done: Vec<Written>) -> Result<()> {
         for r in done {
             let (name, size, entries) = r?;
@@ -599,15 +606,24 @@ pub fn seal_device(
     Ok((pack_id, tags))
 }
 
-/// Lays out the pack of a plan sealed on the device from its
-/// ciphertext, copied back to `host` (the scratch layout).
-pub fn finish_device(
+/// A pack written to the repository, not yet indexed.
+pub struct WrittenPack {
+    pub name: String,
+    pub size: u64,
+    pub entries: Vec<pack::BlobEntry>,
+}
+
+/// Writes the pack of a plan sealed on the device from its ciphertext,
+/// copied back to `host` (the scratch layout), straight from there (no
+/// copy into a pack buffer); the caller records it with
+/// [`Saver::written_pack`].
+pub fn write_device_pack(
     repo: &Repository,
     plan: &Plan,
     pack_id: [u8; 32],
     tags: &[[u8; 16]],
     host: &[u8],
-) -> Result<SealedPack> {
+) -> Result<WrittenPack> {
     if (host.len() as u64) < plan.scratch_len || tags.len() != plan.blobs.len() {
         return Err(Error::InvalidArgument(
             "ciphertext shorter than the plan or tags missing".into(),
@@ -625,7 +641,20 @@ pub fn finish_device(
             tag: *t,
         })
         .collect();
-    pack::assemble(repo, pack_id, &blobs)
+    let (entries, trailer) = pack::layout(repo, &pack_id, &blobs)?;
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * blobs.len() + 1);
+    for b in &blobs {
+        parts.push(b.ciphertext);
+        parts.push(&b.tag);
+    }
+    parts.push(&trailer);
+    let name = hex::encode(pack_id);
+    repo.backend.put_parts(Kind::Pack, &name, &parts)?;
+    Ok(WrittenPack {
+        size: pack::pack_len(&entries, &trailer) as u64,
+        name,
+        entries,
+    })
 }
 
 /// Packs being written: at most `WRITE_QUEUE` wait for the writer

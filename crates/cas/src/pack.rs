@@ -146,10 +146,21 @@ fn finish(
     mut body: Vec<u8>,
     entries: Vec<BlobEntry>,
 ) -> Result<SealedPack> {
-    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    body.extend_from_slice(&trailer(repo, &pack_id, &entries)?);
+    Ok(SealedPack {
+        name: hex::encode(pack_id),
+        bytes: body,
+        entries,
+    })
+}
+
+/// What follows a pack's sealed blobs: the sealed header, its length and
+/// the magic.
+fn trailer(repo: &Repository, pack_id: &[u8; 32], entries: &[BlobEntry]) -> Result<Vec<u8>> {
+    let key = repo.keys.object_key(ObjectKind::Pack, pack_id);
     let mut header = Vec::with_capacity(4 + entries.len() * ENTRY_LEN);
     put_u32(&mut header, entries.len() as u32);
-    for e in &entries {
+    for e in entries {
         header.extend_from_slice(&e.id);
         put_u32(&mut header, e.offset);
         put_u32(&mut header, e.sealed_len);
@@ -160,17 +171,14 @@ fn finish(
         repo.accel(),
         &key,
         HEADER_NONCE,
-        &header_aad(&pack_id),
+        &header_aad(pack_id),
         header,
     )?;
-    body.extend_from_slice(&sealed);
-    put_u32(&mut body, sealed.len() as u32);
-    body.extend_from_slice(&PACK_MAGIC);
-    Ok(SealedPack {
-        name: hex::encode(pack_id),
-        bytes: body,
-        entries,
-    })
+    let mut out = Vec::with_capacity(sealed.len() + TRAILER_LEN);
+    out.extend_from_slice(&sealed);
+    put_u32(&mut out, sealed.len() as u32);
+    out.extend_from_slice(&PACK_MAGIC);
+    Ok(out)
 }
 
 /// A blob sealed under its pack's key (nonce = its position, AAD =
@@ -192,23 +200,49 @@ pub fn assemble(
     pack_id: [u8; 32],
     blobs: &[SealedBlob<'_>],
 ) -> Result<SealedPack> {
-    let body_len: usize = blobs.iter().map(|b| b.ciphertext.len() + TAG_LEN).sum();
-    let mut body = Vec::with_capacity(body_len + blobs.len() * ENTRY_LEN + 64);
-    let mut entries = Vec::with_capacity(blobs.len());
+    let (entries, trailer) = layout(repo, &pack_id, blobs)?;
+    let mut bytes = Vec::with_capacity(pack_len(&entries, &trailer));
     for b in blobs {
-        let offset = u32::try_from(body.len())
-            .map_err(|_| Error::InvalidArgument("pack larger than 4 GiB".into()))?;
-        body.extend_from_slice(b.ciphertext);
-        body.extend_from_slice(&b.tag);
+        bytes.extend_from_slice(b.ciphertext);
+        bytes.extend_from_slice(&b.tag);
+    }
+    bytes.extend_from_slice(&trailer);
+    Ok(SealedPack {
+        name: hex::encode(pack_id),
+        bytes,
+        entries,
+    })
+}
+
+/// The entries of a pack of `blobs` and the bytes that follow them (the
+/// pack is each blob's ciphertext and tag in order, then the trailer):
+/// what [`assemble`] concatenates, for writers that write the pieces
+/// where they lie instead.
+pub fn layout(
+    repo: &Repository,
+    pack_id: &[u8; 32],
+    blobs: &[SealedBlob<'_>],
+) -> Result<(Vec<BlobEntry>, Vec<u8>)> {
+    let mut entries = Vec::with_capacity(blobs.len());
+    let mut offset = 0usize;
+    for b in blobs {
         entries.push(BlobEntry {
             id: b.id,
-            offset,
+            offset: u32::try_from(offset)
+                .map_err(|_| Error::InvalidArgument("pack larger than 4 GiB".into()))?,
             sealed_len: (b.ciphertext.len() + TAG_LEN) as u32,
             raw_len: b.raw_len,
             flags: b.flags,
         });
+        offset += b.ciphertext.len() + TAG_LEN;
     }
-    finish(repo, pack_id, body, entries)
+    let trailer = trailer(repo, pack_id, &entries)?;
+    Ok((entries, trailer))
+}
+
+/// A pack's length from its entries and trailer.
+pub fn pack_len(entries: &[BlobEntry], trailer: &[u8]) -> usize {
+    entries.iter().map(|e| e.sealed_len as usize).sum::<usize>() + trailer.len()
 }
 
 /// A pack ready to be written.

@@ -47,7 +47,7 @@ impl Bench for Harness {
         n: usize,
         min_time: Duration,
     ) -> Result<Duration, String> {
-        measure_device_resident(gpu, op, &self.keys, size, n, min_time)
+        measure_device_resident(gpu, 0, op, &self.keys, size, n, min_time, None)
     }
 
     fn repeat(

@@ -68,6 +68,14 @@ pub struct PrimitiveArgs {
     /// columns land on this host).
     #[arg(long)]
     control: bool,
+    /// Add columns for every GPU at once: `gpu-every` (one thread a GPU,
+    /// each running the cell's job end to end from its own pageable
+    /// buffers; jobs spread over the GPUs by queued bytes) and
+    /// `gpu-kernel-every` (each GPU its own device-resident job). Each is
+    /// the sum over threads of their rates, timed together; `every/one`
+    /// is `gpu-kernel-every` over `gpu-kernel`.
+    #[arg(long)]
+    every_gpu: bool,
     /// Also draw seed 000's throughput-vs-size figures (one panel per op,
     /// one line per column) into this PNG.
     #[arg(long, value_name = "FILE.png")]
@@ -378,8 +386,14 @@ pub fn run(args: PrimitiveArgs) -> Result<(), String> {
                         }
                     }
                 }
-                let t = measure_device_resident(g, op, keys, size, nseg, min_time)?;
+                let t = measure_device_resident(g, 0, op, keys, size, nseg, min_time, None)?;
                 results.insert("gpu-kernel".into(), gbps(bytes, t));
+                if args.every_gpu {
+                    let (end_to_end, kernel) =
+                        measure_every_gpu(g, op, keys, &bufs, size, nseg, min_time)?;
+                    results.insert("gpu-every".into(), end_to_end);
+                    results.insert("gpu-kernel-every".into(), kernel);
+                }
             }
             let row = Row {
                 auto_pinned_plan: auto_plan,
@@ -512,6 +526,15 @@ fn print_row(args: &PrimitiveArgs, row: &Row) {
             }
         }
     }
+    if let Some(e) = row.results.get("gpu-every") {
+        print!(" gpu-every {e:.3}");
+    }
+    if let Some(k) = row.results.get("gpu-kernel-every") {
+        print!(" gpu-kernel-every {k:.3}");
+        if let Some(one) = row.results.get("gpu-kernel") {
+            print!(" ({:.2}x every/one)", k / one);
+        }
+    }
     println!();
 }
 
@@ -601,20 +624,85 @@ pub(super) fn gpu_supports(op: OpKind) -> bool {
     !matches!(op, OpKind::RsaPrivate)
 }
 
-/// The same job with every segment in device memory: the kernel's rate
-/// with no byte crossing the link.
+/// Every GPU at once, one thread a GPU started together: (end to end from
+/// pageable buffers, device-resident), each the sum of the threads' GB/s.
+#[allow(clippy::too_many_arguments)]
+fn measure_every_gpu(
+    g: &gvault_accel::GpuBackend,
+    op: OpKind,
+    keys: &Keys,
+    bufs: &[Vec<u8>],
+    size: usize,
+    nseg: usize,
+    min_time: Duration,
+) -> Result<(f64, f64), String> {
+    let n = g.devices().len();
+    let bytes = (size * nseg) as u64;
+    let start = std::sync::Barrier::new(n);
+    let end_to_end: Vec<Result<Duration, String>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let mut mine = bufs.to_vec();
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    measure_dyn(g, op, keys, &mut mine, min_time)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a bench thread panicked".into()))
+            })
+            .collect()
+    });
+    let kernel: Vec<Result<Duration, String>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..n)
+            .map(|dev| {
+                let start = &start;
+                s.spawn(move || {
+                    measure_device_resident(g, dev, op, keys, size, nseg, min_time, Some(start))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a bench thread panicked".into()))
+            })
+            .collect()
+    });
+    let sum = |ts: Vec<Result<Duration, String>>| -> Result<f64, String> {
+        ts.into_iter()
+            .try_fold(0.0, |acc, t| Ok(acc + gbps(bytes, t?)))
+    };
+    Ok((sum(end_to_end)?, sum(kernel)?))
+}
+
+/// The same job with every segment in device `device`'s memory: the
+/// kernel's rate with no byte crossing the link. With `start`,
+/// the timed runs begin once every holder of it is ready.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn measure_device_resident(
     g: &gvault_accel::GpuBackend,
+    device: usize,
     op: OpKind,
     keys: &Keys,
     size: usize,
     nseg: usize,
     min_time: Duration,
+    start: Option<&std::sync::Barrier>,
 ) -> Result<Duration, String> {
     let stride = size.next_multiple_of(256);
     let alloc = g
-        .alloc_device(0, stride * nseg, &random(1 << 20))
+        .alloc_device(device, stride * nseg, &random(1 << 20))
         .map_err(|e| e.to_string())?;
+    if let Some(b) = start {
+        b.wait();
+    }
     let slices: Vec<_> = (0..nseg)
         .map(|i| alloc.slice(i * stride, size).expect("in bounds"))
         .collect();
