@@ -110,7 +110,8 @@
 #              paths against torch.save and safetensors). CKPT_GIB [20],
 #              CKPT_DIR [/tmp/gvault-ckpt], CKPT_SKIP [none], CKPT_GPUS [1; "1,2"
 #              runs the GPU path on 1 then 2 GPUs, tensors spread by layer],
-#              CKPT_WORKERS [4; worker threads a GPU, a comma list sweeps].
+#              CKPT_WORKERS [auto: half the cores over the GPUs, 4-16 a GPU;
+#              a comma list of counts sweeps].
 #                                                  -> python.txt, checkpoint.json
 #   service    The accelerator service (issue 23): the #[ignore]d tests of
 #              crates/service/tests/gpu.rs (a GPU daemon against the CPU for every
@@ -638,7 +639,7 @@ phase_python() {
   [ -n "$DRY" ] || { rm -rf "$d"; mkdir -p "$d"; }
   run $f watchdog "${CKPT_S:-400}" env PYTHONPATH="$site" PYTHONUNBUFFERED=1 \
     python3 -X faulthandler python/bench/checkpoint.py \
-    --gib "${CKPT_GIB:-20}" --dir "$d" ${CKPT_SKIP:+--skip "$CKPT_SKIP"} --gpus "${CKPT_GPUS:-1}" --workers "${CKPT_WORKERS:-4}" \
+    --gib "${CKPT_GIB:-20}" --dir "$d" ${CKPT_SKIP:+--skip "$CKPT_SKIP"} --gpus "${CKPT_GPUS:-1}" --workers "${CKPT_WORKERS:-auto}" \
     --out "$OUT/checkpoint.json"
   [ -n "$DRY" ] || rm -rf "$d"
 }

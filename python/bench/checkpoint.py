@@ -142,8 +142,8 @@ def main():
     ap.add_argument("--skip", default="", help="comma list of: gvault-cpu,torch,safetensors")
     ap.add_argument("--out", default=None, help="also write the JSON to this file")
     ap.add_argument("--gpus", default="1", help="comma list of GPU counts for the GPU path")
-    ap.add_argument("--workers", default=str(ck.WORKERS_PER_GPU),
-                    help="comma list of worker threads a GPU for the GPU path")
+    ap.add_argument("--workers", default="auto",
+                    help="comma list of worker threads a GPU for the GPU path (auto: the package's choice)")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     base = a.dir or tempfile.mkdtemp(prefix="gvault-bench-")
@@ -163,13 +163,13 @@ def main():
     def gb(t):
         return round(size / t / 1e9, 3)
 
-    workers = [int(w) for w in a.workers.split(",") if w]
+    workers = [None if w == "auto" else int(w) for w in a.workers.split(",") if w]
     runs = [("auto", n, w) for n in (counts or [1]) for w in workers]
     runs += [] if "gvault-cpu" in skip else [("cpu", 1, workers[0])]
     for path, n, w in runs:
         ck.WORKERS_PER_GPU = w
         label = f"gvault-{path}" + (f"-{n}gpu" if path == "auto" and len(counts) > 1 else "")
-        label += f"-{w}w" if path == "auto" and len(workers) > 1 else ""
+        label += f"-{w or 'auto'}w" if path == "auto" and len(workers) > 1 else ""
         s1_state, s2_state = spread(state, n), spread(state2, n)
         d = os.path.join(base, f"repo-{path}")
         shutil.rmtree(d, ignore_errors=True)
@@ -197,7 +197,8 @@ def main():
         traces.append(ck._trace)
         ck._trace = None
         ok = all(out[k].device == s2_state[k].device and torch.equal(out[k], s2_state[k]) for k in s2_state)
-        res["runs"][label] = {"gpus": n if path == "auto" else 0, "workers_per_gpu": w,
+        res["runs"][label] = {"gpus": n if path == "auto" else 0,
+                              "workers_per_gpu": ck._workers_per_gpu(n) if path == "auto" else None,
             "save_gbps": gb(t1), "save2_gbps": gb(t2), "load_gbps": gb(t3),
             "save_s": t1, "save2_s": t2, "load_s": t3, "bytes_added_2": s2["bytes_added"],
             "link_save": l1, "link_save2": l2, "link_load": l3, "round_trip_ok": ok,
@@ -206,7 +207,7 @@ def main():
             "phase_s": {k: {p: round(v, 3) for p, v in tr.items()}
                         for k, tr in zip(("save", "save2", "load"), traces)},
         }
-        del out, s1_state, s2_state
+        out = s1_state = s2_state = None  # free the GPU memory before the next run
         shutil.rmtree(d, ignore_errors=True)
     if "torch" not in skip:
         f = os.path.join(base, "torch.pt")

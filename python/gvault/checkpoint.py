@@ -33,6 +33,7 @@ load as uint16 / uint8 arrays of the same bits.
 import base64
 import ctypes
 import json
+import os
 import queue
 import sys
 import threading
@@ -386,38 +387,53 @@ def _device_source(leaves, seg, length, device):
     return buf, buf.device.index
 
 
-#: Worker threads a GPU: while one seals or opens, others copy and do the
-#: host's part (reading or writing packs).
-WORKERS_PER_GPU = 4
+#: Worker threads a GPU: while one seals or opens, others do the host's
+#: part (reading or writing packs, one copy through host memory each, the
+#: bound of a save or load). None: half the cores shared among the GPUs
+#: in use, 4 to 16 a GPU.
+WORKERS_PER_GPU = None
+
+
+def _workers_per_gpu(gpus):
+    if WORKERS_PER_GPU is not None:
+        return max(1, int(WORKERS_PER_GPU))
+    return max(4, min(16, (os.cpu_count() or 8) // (2 * max(1, gpus))))
 
 
 class _Worker:
-    """One worker's stream, device scratch and page-locked host buffer."""
+    """One worker's device scratch and page-locked host buffer. Its items
+    run in one native call each (copies, sealing or opening, pack I/O),
+    with the GIL released throughout."""
 
     def __init__(self, device):
         torch = _torch()
         self.device = device
-        self.stream = torch.cuda.Stream(device=device)
         self.scratch = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, device=f"cuda:{device}")
         self.pinned = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, pin_memory=True)
 
-    def run(self, copies):
-        """Runs `copies` (a function issuing copies) on this worker's
-        stream and waits for them."""
-        torch = _torch()
-        with torch.cuda.stream(self.stream):
-            copies()
-        self.stream.synchronize()
+    def scratch_arg(self):
+        return (self.device, self.scratch.data_ptr(), self.scratch.numel())
+
+    def pinned_arg(self):
+        return (self.pinned.data_ptr(), self.pinned.numel())
+
+
+def _add_steps(steps):
+    if _trace is not None:
+        with _link_lock:
+            for phase, sec in steps:
+                _trace[phase] = _trace.get(phase, 0.0) + sec
 
 
 class _GpuWorkers:
-    """Runs `fn(worker, item)` for items submitted per GPU, on
-    WORKERS_PER_GPU threads a GPU, so every GPU works at once and each
+    """Runs `fn(worker, item)` for items submitted per GPU, on a few
+    threads a GPU (`_workers_per_gpu`), so every GPU works at once and each
     overlaps its device work with the host's. The first error stops the
     rest; `join` raises it."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, gpus=1):
         self.fn = fn
+        self.per_gpu = _workers_per_gpu(gpus)
         self.queues = {}
         self.threads = []
         self.error = None
@@ -428,8 +444,8 @@ class _GpuWorkers:
             raise self.error
         q = self.queues.get(device)
         if q is None:
-            q = self.queues[device] = queue.Queue(maxsize=2 * WORKERS_PER_GPU)
-            for _ in range(WORKERS_PER_GPU):
+            q = self.queues[device] = queue.Queue(maxsize=2 * self.per_gpu)
+            for _ in range(self.per_gpu):
                 t = threading.Thread(target=self._run, args=(device, q), daemon=True,
                                      name=f"gvault-ckpt-gpu{device}")
                 t.start()
@@ -456,7 +472,7 @@ class _GpuWorkers:
     def join(self):
         """Waits for every item; raises the first error."""
         for q in self.queues.values():
-            for _ in range(WORKERS_PER_GPU):
+            for _ in range(self.per_gpu):
                 q.put(None)
         for t in self.threads:
             t.join()
@@ -472,24 +488,12 @@ class _GpuWorkers:
             pass
 
 
-def _seal_plan(saver, u8s, w, plan):
+def _seal_plan(saver, w, plan):
     """Copies a plan's chunks into the worker's device scratch, seals them
     there, copies only the ciphertext back and writes the pack."""
     pid, device, length, copies = plan
-
-    def gather():
-        for seg, off, n, soff in copies:
-            w.scratch[soff:soff + n].copy_(u8s[seg][off:off + n], non_blocking=True)
-    t = time.perf_counter()
-    w.run(gather)
-    t = _timed("gather", t)
-    saver.seal_device(pid, device, w.scratch.data_ptr(), w.scratch.numel())
-    t = _timed("seal", t)
-    w.run(lambda: w.pinned[:length].copy_(w.scratch[:length], non_blocking=True))
+    _add_steps(saver.seal_plan(pid, w.scratch_arg(), w.pinned_arg()))
     _count("d2h", length)
-    t = _timed("d2h", t)
-    saver.finish_device(pid, w.pinned.data_ptr(), length)
-    _timed("write", t)
 
 
 def _chunk_by_device(saver, batch):
@@ -541,7 +545,6 @@ def save(repo, name, state, *, path="auto"):
         "format": FORMAT, "version": VERSION, "tree": tree,
         "tensors": [leaf.manifest() for leaf in leaves], "segments": lens,
     }, sort_keys=True, separators=(",", ":")).encode()
-    torch = _torch()
     on_gpu = [path == "auto" and any(leaves[i].on_cuda() for i in s) for s in segs]
     if any(on_gpu):
         # Every kernel that produces the tensors is done before the device
@@ -552,9 +555,8 @@ def save(repo, name, state, *, path="auto"):
     m = _Host(len(manifest))
     ctypes.memmove(m.ptr, manifest, len(manifest)) if manifest else None
     keep.append(m)
-    u8s = [None]  # per saver segment: a flat uint8 torch tensor, for device plans
-    workers = _GpuWorkers(lambda w, plan: _seal_plan(saver, u8s, w, plan))
     gpus = {leaf.obj.device.index for leaf in leaves if leaf.on_cuda()} if any(on_gpu) else set()
+    workers = _GpuWorkers(lambda w, plan: _seal_plan(saver, w, plan), len(gpus))
     batch_cap = (1 << 30) * max(1, len(gpus))
     try:
         # The manifest first, in a pack of its own.
@@ -570,12 +572,10 @@ def save(repo, name, state, *, path="auto"):
                     first = next(leaves[k] for k in segs[j] if leaves[k].on_cuda())
                     u8, dev = _device_source(leaves, segs[j], lens[j], first.obj.device)
                     keep.append(u8)
-                    u8s.append(u8)
                     batch.append(("cuda", dev, u8.data_ptr(), lens[j]))
                 else:
                     obj, ptr = _host_source(leaves, segs[j], lens[j])
                     keep.append(obj)
-                    u8s.append(_host_u8(obj, lens[j]) if torch is not None else None)
                     batch.append(("host", 0, ptr, lens[j]))
                 j += 1
                 if sum(b[3] for b in batch) >= batch_cap:
@@ -606,15 +606,6 @@ def save(repo, name, state, *, path="auto"):
     stats["snapshot"] = snap
     stats["name"] = name
     return stats
-
-
-def _host_u8(obj, length):
-    """A flat uint8 torch view of a host segment (device plans that mix in
-    host chunks copy from it)."""
-    torch = _torch()
-    if isinstance(obj, _Host):
-        return torch.frombuffer(obj.buf, dtype=torch.uint8) if length else torch.empty(0, dtype=torch.uint8)
-    return _flat_u8(obj)
 
 
 def _target(leaf, device):
@@ -723,7 +714,8 @@ def load(repo, name, device=None, *, snapshot=None, path="auto"):
             b = np.empty(n, dtype=np.uint8)
             host_jobs.append((s, b.__array_interface__["data"][0], n))
         bufs[s] = b
-    workers = _GpuWorkers(lambda w, item: _open_group(reader, w, *item))
+    gpus = {d for d in seg_dev if d != "cpu"}
+    workers = _GpuWorkers(lambda w, item: _open_group(reader, w, *item), len(gpus))
     try:
         for s, n in enumerate(lens):
             if seg_dev[s] == "cpu":
@@ -748,22 +740,10 @@ def _open_group(reader, w, seg, start, end, out):
     """Fetches a group of a segment's chunks (ciphertext) into the worker's
     page-locked buffer, copies it to the device, opens and re-hashes it
     there, and copies the plaintext into the segment's tensor `out`."""
-    t = time.perf_counter()
-    g = reader.fetch(seg, start, end, w.pinned.data_ptr(), w.pinned.numel())
-    k = g.layout_len
-    t = _timed("fetch", t)
-    w.run(lambda: w.scratch[:k].copy_(w.pinned[:k], non_blocking=True))
-    _count("h2d", k)
-    t = _timed("h2d", t)
-    g.open_device(w.device, w.scratch.data_ptr(), w.scratch.numel())
-    copies = g.copies()
-    t = _timed("open", t)
-
-    def scatter():
-        for soff, off, ln in copies:
-            out[off:off + ln].copy_(w.scratch[soff:soff + ln], non_blocking=True)
-    w.run(scatter)
-    _timed("scatter", t)
+    moved, steps = reader.load_group(seg, start, end, w.pinned_arg(), w.scratch_arg(),
+                                     (out.device.index, out.data_ptr(), out.numel()))
+    _add_steps(steps)
+    _count("h2d", moved)
 
 
 def _torch_view(u8, dtype, shape):
@@ -784,11 +764,11 @@ def _sync_devices():
 
 
 def _make(t, buf, shared, target):
-    torch, np = _torch(), _np()
+    torch = _torch()
     lo, hi = t["offset"], t["offset"] + t["nbytes"]
     if torch is not None and isinstance(buf, torch.Tensor):
         if t["kind"] in ("numpy", "numpy_scalar"):
-            np = _import_numpy()
+            _import_numpy()
             a = buf[lo:hi].cpu().numpy().view(_numpy_dtype(t["dtype"])).reshape(t["shape"]).copy()
             return a[()] if t["kind"] == "numpy_scalar" else a
         x = _torch_view(buf[lo:hi], t["dtype"], t["shape"])

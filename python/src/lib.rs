@@ -24,7 +24,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<repo::Saver>()?;
     m.add_class::<repo::Chunked>()?;
     m.add_class::<repo::Reader>()?;
-    m.add_class::<repo::SealedGroup>()?;
     m.add("PACK_TARGET", gvault_cas::pack::PACK_TARGET)?;
     m.add("SCRATCH_BYTES", gvault_cas::checkpoint::SCRATCH_BYTES)?;
     Ok(())

@@ -553,48 +553,44 @@ impl Saver {
         self.route(py, rest)
     }
 
-    /// Seals plan `id` in the device scratch at `ptr` (which holds its
-    /// chunks at their scratch offsets).
-    fn seal_device(
+    /// Seals plan `id` on its GPU and writes its pack (see
+    /// `checkpoint::seal_plan_on_device`), in this thread, with the GIL
+    /// released: device scratch at `scratch` and page-locked host memory
+    /// at `pinned`, both the caller's. Returns seconds per step.
+    fn seal_plan(
         &self,
         py: Python<'_>,
         id: u64,
-        device: u32,
-        ptr: u64,
-        len: u64,
-    ) -> PyResult<()> {
+        scratch: (u32, u64, u64),
+        pinned: (u64, u64),
+    ) -> PyResult<Vec<(&'static str, f64)>> {
         let (plan, _) = self.plan(id)?;
-        let repo = self.repo(py)?;
+        let (repo, sources) = self.with(py, |s| Ok((s.repo.clone(), s.sources.clone())))?;
         // SAFETY: the package passes its live scratch allocation.
-        let scratch = unsafe { DeviceSlice::new(device, ptr, len as usize) };
-        let sealed = py
-            .detach(|| ckpt::seal_device(&repo, &plan, &*device_backend(), scratch))
-            .py()?;
-        if let Some(e) = self.plans.lock().map_err(|_| poisoned())?.get_mut(&id) {
-            e.1 = Some(sealed);
-        }
-        Ok(())
-    }
-
-    /// Writes the pack of plan `id` from its ciphertext, copied to host
-    /// memory at `ptr` (`len` bytes, the scratch layout), in this thread.
-    fn finish_device(&self, py: Python<'_>, id: u64, ptr: u64, len: u64) -> PyResult<()> {
-        let (plan, sealed) = self.plan(id)?;
-        let (pack_id, tags) = sealed.ok_or_else(|| invalid(format!("plan {id} is not sealed")))?;
-        if len < plan.scratch_len {
-            return Err(invalid("host copy shorter than the plan"));
-        }
-        let repo = self.repo(py)?;
-        let p = py
+        let dev_scratch = unsafe { DeviceSlice::new(scratch.0, scratch.1, scratch.2 as usize) };
+        let (written, steps) = py
             .detach(|| {
-                // SAFETY: the package passes a live host buffer of `len` bytes.
-                let host = unsafe { std::slice::from_raw_parts(ptr as *const u8, len as usize) };
-                ckpt::write_device_pack(&repo, &plan, pack_id, &tags, host)
+                // SAFETY: the package passes a live page-locked buffer of
+                // this length, used by this call alone, and keeps the
+                // segments' tensors alive for the save.
+                let host = unsafe {
+                    std::slice::from_raw_parts_mut(pinned.0 as *mut u8, pinned.1 as usize)
+                };
+                unsafe {
+                    ckpt::seal_plan_on_device(
+                        &repo,
+                        &*device_backend(),
+                        &plan,
+                        &sources,
+                        dev_scratch,
+                        host,
+                    )
+                }
             })
             .py()?;
-        self.with(py, |s| s.written_pack(p))?;
+        self.with(py, |s| s.written_pack(written))?;
         self.plans.lock().map_err(|_| poisoned())?.remove(&id);
-        Ok(())
+        Ok(steps.to_vec())
     }
 
     /// Writes the index file and the snapshot; returns (snapshot id,
@@ -696,18 +692,23 @@ impl Reader {
         Ok(ckpt::groups(chunks, cap))
     }
 
-    /// Fetches chunks [start, end) of segment `seg` into the host buffer
-    /// at `ptr` (ciphertext at aligned offsets); returns the group, whose
-    /// `layout_len` bytes the caller copies to the device.
-    fn fetch(
+    /// Loads chunks [start, end) of segment `seg` into the segment's
+    /// device memory `out` (see `checkpoint::load_group_on_device`), in
+    /// this thread, with the GIL released; `pinned` (page-locked host
+    /// memory) and `scratch` (device memory on `out`'s GPU) are the
+    /// caller's. Returns the bytes copied to the device and seconds per
+    /// step.
+    #[allow(clippy::too_many_arguments)]
+    fn load_group(
         &self,
         py: Python<'_>,
         seg: usize,
         start: usize,
         end: usize,
-        ptr: u64,
-        len: u64,
-    ) -> PyResult<SealedGroup> {
+        pinned: (u64, u64),
+        scratch: (u32, u64, u64),
+        out: (u32, u64, u64),
+    ) -> PyResult<(u64, Vec<(&'static str, f64)>)> {
         let chunks = self
             .opened
             .segments
@@ -718,49 +719,33 @@ impl Reader {
         }
         let first: u64 = chunks[..start].iter().map(|c| c.len as u64).sum();
         let repo = &self.repo;
-        let f = py
+        // SAFETY: the package passes live device allocations.
+        let (dev_scratch, dev_out) = unsafe {
+            (
+                DeviceSlice::new(scratch.0, scratch.1, scratch.2 as usize),
+                DeviceSlice::new(out.0, out.1, out.2 as usize),
+            )
+        };
+        let (moved, steps) = py
             .detach(|| {
-                // SAFETY: the package passes a live host buffer of `len` bytes.
-                let host = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len as usize) };
-                ckpt::fetch(repo, &chunks[start..end], first, host)
+                // SAFETY: a live page-locked buffer of this length, used by
+                // this call alone; each call writes its own chunks of `out`.
+                let host = unsafe {
+                    std::slice::from_raw_parts_mut(pinned.0 as *mut u8, pinned.1 as usize)
+                };
+                unsafe {
+                    ckpt::load_group_on_device(
+                        repo,
+                        &*device_backend(),
+                        &chunks[start..end],
+                        first,
+                        host,
+                        dev_scratch,
+                        dev_out,
+                    )
+                }
             })
             .py()?;
-        Ok(SealedGroup {
-            repo: self.repo.clone(),
-            f,
-        })
-    }
-}
-
-/// Ciphertext of a group of chunks on its way to the device.
-#[pyclass(module = "gvault")]
-pub struct SealedGroup {
-    repo: Arc<gvault_cas::Repository>,
-    f: ckpt::Fetched,
-}
-
-#[pymethods]
-impl SealedGroup {
-    #[getter]
-    fn layout_len(&self) -> u64 {
-        self.f.layout_len
-    }
-
-    /// (scratch offset, segment offset, length) of each chunk.
-    fn copies(&self) -> Vec<(u64, u64, u32)> {
-        self.f
-            .items
-            .iter()
-            .map(|c| (c.scratch, c.seg_offset, c.len))
-            .collect()
-    }
-
-    /// Opens the group in the device scratch at `ptr` (holding the
-    /// fetched layout) and re-hashes every chunk there.
-    fn open_device(&self, py: Python<'_>, device: u32, ptr: u64, len: u64) -> PyResult<()> {
-        // SAFETY: the package passes its live scratch allocation.
-        let scratch = unsafe { DeviceSlice::new(device, ptr, len as usize) };
-        py.detach(|| ckpt::open_device(&self.repo, &*device_backend(), &self.f, scratch))
-            .py()
+        Ok((moved, steps.to_vec()))
     }
 }

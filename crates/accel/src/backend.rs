@@ -53,6 +53,23 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// Copies bytes on GPU `device`'s copy engines (host to device, device
+    /// to host, device to device), in order, and waits for them: how callers
+    /// move device-resident job data around without a framework of their
+    /// own. `None` where no GPU is in use.
+    ///
+    /// # Safety
+    /// Every range is valid for its length (memory of that GPU, or host
+    /// memory), and nothing writes a destination or frees a range until
+    /// this returns.
+    unsafe fn copy_device(
+        &self,
+        _device: u32,
+        _copies: &[crate::gpu::DeviceCopy],
+    ) -> Option<Result<(), BackendError>> {
+        None
+    }
+
     /// Seals one block in place with AES-256-GCM and returns its tag: a
     /// one-segment seal job, which the CPU and auto backends run on the
     /// calling thread without a job's allocations (a store's block writes

@@ -564,6 +564,78 @@ fn concurrent_jobs_spread_over_every_gpu() {
     }
 }
 
+#[test]
+#[ignore = "needs an NVIDIA GPU: scripts/gpu.sh tests runs it with --include-ignored"]
+fn copy_device_moves_bytes_between_host_and_every_gpu() {
+    let Some(g) = gpu() else { return };
+    let len = (3 << 20) + 5;
+    let data = random_bytes(len, 77);
+    let mut pinned = g.alloc_pinned(len).unwrap();
+    pinned.copy_from_slice(&data);
+    let mut back = g.alloc_pinned(len).unwrap();
+    for d in g.devices() {
+        let dev = d.ordinal as u32;
+        // The allocations live until the end of the loop body.
+        let alloc_a = g.alloc_device(d.ordinal, len, &[0]).unwrap();
+        let alloc_b = g.alloc_device(d.ordinal, len + 7, &[0]).unwrap();
+        let a = alloc_a.slice(0, len).unwrap();
+        let b = alloc_b.slice(7, len).unwrap();
+        back.fill(0);
+        let copies = [
+            // host to device, device to device at an odd offset, in pieces
+            DeviceCopy {
+                dst: a.ptr(),
+                src: pinned.as_ptr() as u64,
+                len,
+            },
+            DeviceCopy {
+                dst: b.ptr(),
+                src: a.ptr(),
+                len: 1 << 20,
+            },
+            DeviceCopy {
+                dst: b.ptr() + (1 << 20),
+                src: a.ptr() + (1 << 20),
+                len: len - (1 << 20),
+            },
+            DeviceCopy {
+                dst: back.as_mut_ptr() as u64,
+                src: b.ptr(),
+                len,
+            },
+        ];
+        // SAFETY: every range lies in a live allocation of its length.
+        unsafe { g.copy_device(dev, &copies) }
+            .expect("a GPU")
+            .unwrap();
+        assert!(
+            back[..] == data[..],
+            "GPU {dev}: bytes differ after the round trip"
+        );
+        // Through the auto backend too (what the checkpoints use).
+        back.fill(0);
+        let auto = AutoBackend::new();
+        let down = [DeviceCopy {
+            dst: back.as_mut_ptr() as u64,
+            src: a.ptr(),
+            len,
+        }];
+        // SAFETY: as above.
+        unsafe { auto.copy_device(dev, &down) }
+            .expect("a GPU")
+            .unwrap();
+        assert!(back[..] == data[..], "GPU {dev}: auto's copy differs");
+    }
+    // A GPU that does not exist is an error, not a crash.
+    let none = [DeviceCopy {
+        dst: 0,
+        src: 0,
+        len: 0,
+    }];
+    // SAFETY: rejected before any copy.
+    assert!(unsafe { g.copy_device(99, &none) }.expect("a GPU").is_err());
+}
+
 /// The digests of `segments` by `b`.
 fn digests(b: &dyn Backend, algo: DigestAlgo, segments: &[Data]) -> Vec<Digest> {
     let mut job = Job::Digest {

@@ -36,8 +36,8 @@ use crate::repo::ObjectKind;
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot};
 use crate::{Chunker, Error, Repository, Result};
 use gvault_accel::{
-    Backend, Data, DataMut, DeviceSlice, Digest, DigestAlgo, Job, Nonce96, OpenSegment, Output,
-    SealSegment, Tag,
+    Backend, Data, DataMut, DeviceCopy, DeviceSlice, Digest, DigestAlgo, Job, Nonce96, OpenSegment,
+    Output, SealSegment, Tag,
 };
 
 /// The directory every checkpoint snapshot names.
@@ -655,6 +655,177 @@ pub fn write_device_pack(
         name,
         entries,
     })
+}
+
+/// Seconds spent in each step of one device item (the benchmark's trace).
+pub type StepSeconds = [(&'static str, f64); 4];
+
+fn device_copy(backend: &dyn Backend, device: u32, copies: &[DeviceCopy]) -> Result<()> {
+    // SAFETY: the callers build every range from live slices they checked
+    // against the plan or group (and the caller's promise that device
+    // slices and host buffers stay valid for the call).
+    match unsafe { backend.copy_device(device, copies) } {
+        Some(r) => r.map_err(|e| Error::Accel(format!("device copy failed: {e}"))),
+        None => Err(Error::Accel("no GPU to copy device memory with".into())),
+    }
+}
+
+/// Seals `plan` on its GPU and writes its pack, all without the GIL or a
+/// framework: the plan's chunks copied from their segments (`sources`,
+/// indexed by segment) into `scratch`, sealed there, only the ciphertext
+/// copied to `pinned` (page-locked host memory, at least the plan's
+/// scratch length), and the pack written from there.
+///
+/// # Safety
+/// `sources`' device slices, `scratch` and `pinned` are live for the call
+/// and nothing else uses `scratch` or `pinned` meanwhile.
+pub unsafe fn seal_plan_on_device(
+    repo: &Repository,
+    backend: &dyn Backend,
+    plan: &Plan,
+    sources: &[Source],
+    scratch: DeviceSlice,
+    pinned: &mut [u8],
+) -> Result<(WrittenPack, StepSeconds)> {
+    let Some(device) = plan.device else {
+        return Err(Error::InvalidArgument(
+            "a plan of host chunks has no device to seal on".into(),
+        ));
+    };
+    if scratch.device() != device
+        || (scratch.len() as u64) < plan.scratch_len
+        || (pinned.len() as u64) < plan.scratch_len
+    {
+        return Err(Error::InvalidArgument(format!(
+            "scratch of {} bytes on GPU {} and a host buffer of {} bytes for a plan of {} bytes on GPU {device}",
+            scratch.len(),
+            scratch.device(),
+            pinned.len(),
+            plan.scratch_len
+        )));
+    }
+    let mut gather = Vec::with_capacity(plan.blobs.len());
+    for b in &plan.blobs {
+        let src = match sources.get(b.seg) {
+            Some(Source::Device(d)) if d.device() == device => d,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "segment {} of a plan on GPU {device} is not in that GPU's memory",
+                    b.seg
+                )))
+            }
+        };
+        if b.offset + b.len as u64 > src.len() as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "a chunk runs past the end of segment {}",
+                b.seg
+            )));
+        }
+        gather.push(DeviceCopy {
+            dst: scratch.ptr() + b.scratch,
+            src: src.ptr() + b.offset,
+            len: b.len as usize,
+        });
+    }
+    let t = std::time::Instant::now();
+    device_copy(backend, device, &gather)?;
+    let gathered = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let (pack_id, tags) = seal_device(repo, plan, backend, scratch)?;
+    let sealed = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let back = DeviceCopy {
+        dst: pinned.as_mut_ptr() as u64,
+        src: scratch.ptr(),
+        len: plan.scratch_len as usize,
+    };
+    device_copy(backend, device, &[back])?;
+    let copied = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    let w = write_device_pack(repo, plan, pack_id, &tags, pinned)?;
+    let written = t.elapsed().as_secs_f64();
+    Ok((
+        w,
+        [
+            ("gather", gathered),
+            ("seal", sealed),
+            ("d2h", copied),
+            ("write", written),
+        ],
+    ))
+}
+
+/// Loads chunks `chunks` of a segment (the first at segment offset
+/// `first`) into `out`, the segment's device memory: their ciphertext
+/// fetched into `pinned` (page-locked host memory), copied to `scratch`
+/// on the same GPU, opened and re-hashed there, and each chunk copied
+/// into place. Returns the bytes that crossed the link.
+///
+/// # Safety
+/// `pinned`, `scratch` and `out` are live for the call and nothing else
+/// uses `pinned` or `scratch`, or the group's range of `out`, meanwhile.
+pub unsafe fn load_group_on_device(
+    repo: &Repository,
+    backend: &dyn Backend,
+    chunks: &[ChunkRef],
+    first: u64,
+    pinned: &mut [u8],
+    scratch: DeviceSlice,
+    out: DeviceSlice,
+) -> Result<(u64, StepSeconds)> {
+    let device = scratch.device();
+    if out.device() != device {
+        return Err(Error::InvalidArgument(format!(
+            "scratch on GPU {device} for a segment on GPU {}",
+            out.device()
+        )));
+    }
+    let t = std::time::Instant::now();
+    let f = fetch(repo, chunks, first, pinned)?;
+    let fetched = t.elapsed().as_secs_f64();
+    if f.layout_len > scratch.len() as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "device scratch of {} bytes for a group of {}",
+            scratch.len(),
+            f.layout_len
+        )));
+    }
+    let t = std::time::Instant::now();
+    let up = DeviceCopy {
+        dst: scratch.ptr(),
+        src: pinned.as_ptr() as u64,
+        len: f.layout_len as usize,
+    };
+    device_copy(backend, device, &[up])?;
+    let uploaded = t.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
+    open_device(repo, backend, &f, scratch)?;
+    let opened = t.elapsed().as_secs_f64();
+    let mut scatter = Vec::with_capacity(f.items.len());
+    for c in &f.items {
+        if c.seg_offset + c.len as u64 > out.len() as u64 {
+            return Err(Error::InvalidArgument(
+                "a chunk runs past the end of its segment's device memory".into(),
+            ));
+        }
+        scatter.push(DeviceCopy {
+            dst: out.ptr() + c.seg_offset,
+            src: scratch.ptr() + c.scratch,
+            len: c.len as usize,
+        });
+    }
+    let t = std::time::Instant::now();
+    device_copy(backend, device, &scatter)?;
+    let scattered = t.elapsed().as_secs_f64();
+    Ok((
+        f.layout_len,
+        [
+            ("fetch", fetched),
+            ("h2d", uploaded),
+            ("open", opened),
+            ("scatter", scattered),
+        ],
+    ))
 }
 
 /// Packs being written: at most `WRITE_QUEUE` wait for the writer

@@ -879,6 +879,16 @@ impl Backend for AutoBackend {
     }
 
     /// Starts the GPU side if it is not running, as `alloc_host` does.
+    unsafe fn copy_device(
+        &self,
+        device: u32,
+        copies: &[crate::gpu::DeviceCopy],
+    ) -> Option<Result<(), BackendError>> {
+        // SAFETY: the caller's contract is the GPU side's.
+        unsafe { self.gpu_side()?.backend.copy_device(device, copies) }
+    }
+
+    /// Starts the GPU side if it is not running, as `alloc_host` does.
     unsafe fn register_host(
         &self,
         ptr: *mut u8,

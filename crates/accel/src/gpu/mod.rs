@@ -49,6 +49,16 @@ use launch::{
 
 pub use runtime::{arch_name, Device, HostRegistration, PinnedBuffer};
 
+/// One copy of [`Backend::copy_device`]: `len` bytes from `src` to `dst`,
+/// each an address in CUDA's unified address space (a device pointer, or
+/// a host pointer, fastest when page-locked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCopy {
+    pub dst: u64,
+    pub src: u64,
+    pub len: usize,
+}
+
 pub struct GpuBackend {
     devices: Vec<Device>,
     /// Makes choosing a device and booking the job's bytes on it one step,
@@ -172,6 +182,22 @@ impl Backend for GpuBackend {
 
     fn alloc_host(&self, len: usize) -> Option<PinnedBuffer> {
         self.alloc_pinned(len).ok()
+    }
+
+    unsafe fn copy_device(
+        &self,
+        device: u32,
+        copies: &[DeviceCopy],
+    ) -> Option<Result<(), BackendError>> {
+        let Some(dev) = self.devices.iter().find(|d| d.ordinal == device as usize) else {
+            return Some(Err(BackendError::InvalidJob(format!("no GPU {device}"))));
+        };
+        // SAFETY: the trait's contract is Device::copy's.
+        Some(
+            unsafe { dev.copy(copies) }.map_err(|e| {
+                BackendError::Device(format!("GPU {} ({}): {e}", dev.ordinal, dev.name))
+            }),
+        )
     }
 
     fn run(&self, job: &mut Job<'_>) -> Result<Vec<SegmentResult>, BackendError> {

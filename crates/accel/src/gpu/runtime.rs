@@ -124,6 +124,8 @@ pub struct Device {
     pub(crate) outstanding: AtomicU64,
     /// Jobs placed on this device since it was opened.
     pub(crate) jobs: AtomicU64,
+    /// Idle streams for callers' copies (`copy`): one a concurrent caller.
+    copy_streams: Mutex<Vec<Arc<CudaStream>>>,
 }
 
 // SAFETY: CUfunction/CUmodule handles are immutable after load and valid in
@@ -240,7 +242,45 @@ impl Device {
             pool_stream,
             outstanding: AtomicU64::new(0),
             jobs: AtomicU64::new(0),
+            copy_streams: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Runs `copies` in order on a stream of their own and waits for them.
+    ///
+    /// # Safety
+    /// Every range is valid for its length (device memory of this device's
+    /// context, or host memory), and nothing else writes a destination or
+    /// frees a range until this returns.
+    pub(crate) unsafe fn copy(&self, copies: &[crate::gpu::DeviceCopy]) -> Result<(), DevError> {
+        self.bind()?;
+        let idle = self.copy_streams.lock().ok().and_then(|mut v| v.pop());
+        let stream = match idle {
+            Some(s) => s,
+            None => self
+                .ctx
+                .new_stream()
+                .map_err(|e| err("creating stream", e))?,
+        };
+        let done = (|| {
+            for c in copies.iter().filter(|c| c.len > 0) {
+                // SAFETY: the caller's contract; unified addressing lets the
+                // driver tell host from device addresses.
+                unsafe { sys::cuMemcpyAsync(c.dst, c.src, c.len, stream.cu_stream()) }
+                    .result()
+                    .map_err(|e| err("copy", e))?;
+            }
+            // SAFETY: the stream is live (held here).
+            unsafe { cu::stream::synchronize(stream.cu_stream()) }
+                .map_err(|e| err("stream synchronize", e))
+        })();
+        // A stream whose copy failed may hold a sticky error: not reused.
+        if done.is_ok() {
+            if let Ok(mut v) = self.copy_streams.lock() {
+                v.push(stream);
+            }
+        }
+        done
     }
 
     pub(crate) fn bind(&self) -> Result<(), DevError> {
