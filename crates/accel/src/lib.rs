@@ -27,6 +27,9 @@
 //!   [`AutoBackend::shared`] is the process's default backend.
 //! - [`PinnedBuffer`]: page-locked host memory from
 //!   [`Backend::alloc_host`], for callers that fill what a GPU will read.
+//! - [`DeviceCopy`]: copies between host and GPU memory on the GPU's copy
+//!   engines ([`Backend::copy_device`]), for callers that keep job data
+//!   on a device (the checkpoints).
 //! - [`auto`]: the cost model behind [`AutoBackend`] (`auto::CostModel`,
 //!   `auto::Decision`) and its calibration.
 //! - Diagnostics for `gvault doctor` and `gvault bench link`:
