@@ -573,6 +573,7 @@ fn copy_device_moves_bytes_between_host_and_every_gpu() {
     let mut pinned = g.alloc_pinned(len).unwrap();
     pinned.copy_from_slice(&data);
     let mut back = g.alloc_pinned(len).unwrap();
+    let auto = AutoBackend::new();
     for d in g.devices() {
         let dev = d.ordinal as u32;
         // The allocations live until the end of the loop body.
@@ -614,7 +615,6 @@ fn copy_device_moves_bytes_between_host_and_every_gpu() {
         );
         // Through the auto backend too (what the checkpoints use).
         back.fill(0);
-        let auto = AutoBackend::new();
         let down = [DeviceCopy {
             dst: back.as_mut_ptr() as u64,
             src: a.ptr(),
