@@ -52,7 +52,12 @@ pub fn chunk_digest(
         crc32c: false,
         segments: segments.iter().map(|s| Data::Host(s)).collect(),
     };
-    run(backend, &mut job)?
+    id_chunks(run(backend, &mut job)?)
+}
+
+/// The chunks and ids of each segment of a finished `Job::ChunkDigest`.
+pub fn id_chunks(results: Vec<gvault_accel::SegmentResult>) -> Result<Vec<Vec<IdChunk>>> {
+    results
         .into_iter()
         .map(|r| match r {
             Ok(Output::DigestedChunks(c)) => Ok(c

@@ -16,8 +16,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::sync_channel;
 use std::thread::Scope;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -31,6 +30,7 @@ use crate::lock::Lock;
 use crate::pack::{self, PackBuilder, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::{Chunker, Repository};
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
+use crate::work_queue::WorkQueue;
 
 const WINDOW: usize = 32 << 20;
 /// Windows a large file's stream holds at once: one being read, one being
@@ -90,82 +90,27 @@ fn pack_threads(repo: &Repository) -> usize {
     cpu.max(repo.backend.parallelism().min(8))
 }
 
-type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
-
 /// Seals and writes packs on background threads; results come back in any
 /// order, and a pack's chunks are indexed only once it is durable. At most
 /// `2 × pack_threads()` packs are held (queued or being sealed).
-struct Uploads {
-    tx: Option<SyncSender<PackBuilder>>,
-    rx: Receiver<Uploaded>,
-    in_flight: usize,
-}
+type Uploads = WorkQueue<PackBuilder, (String, u64, Vec<pack::BlobEntry>)>;
+type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
 
-impl Uploads {
-    fn new<'s, 'r: 's>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Uploads {
-        let threads = pack_threads(repo);
-        let (tx, work) = sync_channel::<PackBuilder>(threads);
-        let (done, rx) = std::sync::mpsc::channel::<Uploaded>();
-        let work = Arc::new(Mutex::new(work));
-        for _ in 0..threads {
-            let (work, done) = (work.clone(), done.clone());
-            scope.spawn(move || loop {
-                let next = match work.lock() {
-                    Ok(w) => w.recv(),
-                    Err(_) => return,
-                };
-                let Ok(p) = next else { return };
-                let r = p.seal(repo).and_then(|p| {
-                    repo.backend
-                        .put(Kind::Pack, &p.name, &p.bytes)
-                        .map(|()| (p.name, p.bytes.len() as u64, p.entries))
-                });
-                if done.send(r).is_err() {
-                    return;
-                }
-            });
-        }
-        Uploads {
-            tx: Some(tx),
-            rx,
-            in_flight: 0,
-        }
+fn start_uploads<'s, 'r: 's>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Uploads {
+    let threads = pack_threads(repo);
+    let (q, (work, done)) = Uploads::new(threads);
+    for _ in 0..threads {
+        let ends = (work.clone(), done.clone());
+        scope.spawn(move || {
+            crate::work_queue::serve(ends, |p: PackBuilder| {
+                let p = p.seal(repo)?;
+                repo.backend
+                    .put(Kind::Pack, &p.name, &p.bytes)
+                    .map(|()| (p.name, p.bytes.len() as u64, p.entries))
+            })
+        });
     }
-
-    fn send(&mut self, p: PackBuilder) -> Result<()> {
-        let tx = self
-            .tx
-            .as_ref()
-            .ok_or_else(|| Error::Accel("pack writers stopped".into()))?;
-        tx.send(p)
-            .map_err(|_| Error::Accel("pack writer threads ended".into()))?;
-        self.in_flight += 1;
-        Ok(())
-    }
-
-    /// Results ready now (`wait`: all of them).
-    fn collect(&mut self, wait: bool) -> Vec<Uploaded> {
-        let mut out = Vec::new();
-        while self.in_flight > 0 {
-            let r = if wait {
-                self.rx.recv().map_err(|_| ())
-            } else {
-                self.rx.try_recv().map_err(|_| ())
-            };
-            match r {
-                Ok(x) => {
-                    self.in_flight -= 1;
-                    out.push(x);
-                }
-                Err(()) if wait => {
-                    out.push(Err(Error::Accel("a pack writer thread ended".into())));
-                    self.in_flight = 0;
-                }
-                Err(()) => break,
-            }
-        }
-        out
-    }
+    q
 }
 
 /// A large file's read window: page-locked where the accel backend has a
@@ -223,7 +168,7 @@ impl<'r> Writer<'r> {
         Writer {
             repo,
             windows: Vec::new(),
-            uploads: Uploads::new(repo, scope),
+            uploads: start_uploads(repo, scope),
             packer: PackBuilder::default(),
             session: HashSet::new(),
             pending: Vec::new(),

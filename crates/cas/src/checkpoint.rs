@@ -34,6 +34,7 @@ use crate::lock::Lock;
 use crate::pack::{self, SealedBlob, SealedPack, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::ObjectKind;
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot};
+use crate::work_queue::WorkQueue;
 use crate::{Chunker, Error, Repository, Result};
 use gvault_accel::{
     Backend, Data, DataMut, DeviceCopy, DeviceSlice, Digest, DigestAlgo, Job, Nonce96, OpenSegment,
@@ -184,20 +185,7 @@ fn chunk_pieces(
             if r.len() != pieces.len() {
                 return Err(Error::Accel("chunk job lost segments".into()));
             }
-            r.into_iter()
-                .map(|r| match r {
-                    Ok(Output::DigestedChunks(c)) => Ok(c
-                        .iter()
-                        .map(|d| IdChunk {
-                            offset: d.span.offset,
-                            len: d.span.len,
-                            id: d.digest,
-                        })
-                        .collect()),
-                    Ok(o) => Err(Error::Accel(format!("chunk job returned {o:?}"))),
-                    Err(e) => Err(Error::Accel(format!("chunking: {e}"))),
-                })
-                .collect()
+            accel_jobs::id_chunks(r)
         }
         Chunker::Fixed { size } => {
             let size = size as u64;
@@ -373,45 +361,16 @@ impl Saver {
     /// Seals `plan` on the host (the repository's accelerator) and lays
     /// out its pack.
     pub fn seal_host(&self, plan: &Plan) -> Result<SealedPack> {
-        let pack_id = crate::repo::new_id();
-        let key = self.repo.keys.object_key(ObjectKind::Pack, &pack_id);
-        let mut bufs: Vec<Vec<u8>> = Vec::with_capacity(plan.blobs.len());
+        let mut blobs = Vec::with_capacity(plan.blobs.len());
         for b in &plan.blobs {
             // SAFETY: host sources stay valid for the save (caller's promise).
             let src = unsafe { self.sources[b.seg].host() }.ok_or_else(|| {
                 Error::InvalidArgument("a device chunk cannot be sealed on the host path".into())
             })?;
-            bufs.push(src[b.offset as usize..b.offset as usize + b.len as usize].to_vec());
+            let data = src[b.offset as usize..b.offset as usize + b.len as usize].to_vec();
+            blobs.push((b.id, data));
         }
-        let aads: Vec<Vec<u8>> = plan
-            .blobs
-            .iter()
-            .map(|b| pack::blob_aad(&b.id, b.len, 0))
-            .collect();
-        let items = bufs
-            .iter_mut()
-            .zip(&aads)
-            .enumerate()
-            .map(|(i, (data, aad))| CipherItem {
-                nonce: pack::blob_nonce(i as u32),
-                aad,
-                data,
-            })
-            .collect();
-        let tags = accel_jobs::seal(self.repo.accel(), &key, items)?;
-        let blobs: Vec<SealedBlob<'_>> = plan
-            .blobs
-            .iter()
-            .zip(bufs.iter().zip(&tags))
-            .map(|(b, (c, t))| SealedBlob {
-                id: b.id,
-                raw_len: b.len,
-                flags: 0,
-                ciphertext: c,
-                tag: *t,
-            })
-            .collect();
-        pack::assemble(&self.repo, pack_id, &blobs)
+        seal_pack_on_host(&self.repo, crate::repo::new_id(), blobs)
     }
 
     /// Hands a pack to the writer threads (sealing goes on while packs
@@ -604,6 +563,44 @@ pub fn seal_device(
         })
         .collect::<Result<Vec<_>>>()?;
     Ok((pack_id, tags))
+}
+
+/// Seals uncompressed blobs `(id, plaintext)` under pack `pack_id`'s key
+/// (nonce = position) on the repository's accelerator and lays out the
+/// pack: a host-sealed checkpoint pack.
+fn seal_pack_on_host(
+    repo: &Repository,
+    pack_id: [u8; 32],
+    mut blobs: Vec<([u8; 32], Vec<u8>)>,
+) -> Result<SealedPack> {
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let aads: Vec<Vec<u8>> = blobs
+        .iter()
+        .map(|(id, data)| pack::blob_aad(id, data.len() as u32, 0))
+        .collect();
+    let items = blobs
+        .iter_mut()
+        .zip(&aads)
+        .enumerate()
+        .map(|(i, ((_, data), aad))| CipherItem {
+            nonce: pack::blob_nonce(i as u32),
+            aad,
+            data,
+        })
+        .collect();
+    let tags = accel_jobs::seal(repo.accel(), &key, items)?;
+    let sealed: Vec<SealedBlob<'_>> = blobs
+        .iter()
+        .zip(&tags)
+        .map(|((id, c), t)| SealedBlob {
+            id: *id,
+            raw_len: c.len() as u32,
+            flags: 0,
+            ciphertext: c,
+            tag: *t,
+        })
+        .collect();
+    pack::assemble(repo, pack_id, &sealed)
 }
 
 /// A pack written to the repository, not yet indexed.
@@ -841,91 +838,43 @@ fn write_threads(backend: &dyn crate::Backend) -> usize {
 
 type Written = Result<(String, u64, Vec<pack::BlobEntry>)>;
 
+/// Packs written by background threads, results in any order.
 struct Writers {
-    tx: Option<std::sync::mpsc::SyncSender<SealedPack>>,
-    // In a mutex only so that a Saver is Sync (it is used behind &).
-    rx: std::sync::Mutex<std::sync::mpsc::Receiver<Written>>,
-    in_flight: usize,
+    queue: WorkQueue<SealedPack, (String, u64, Vec<pack::BlobEntry>)>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Writers {
     fn new(backend: Arc<dyn crate::Backend>) -> Writers {
-        let (tx, work) = std::sync::mpsc::sync_channel::<SealedPack>(WRITE_QUEUE);
-        let (done, rx) = std::sync::mpsc::channel::<Written>();
-        let work = Arc::new(std::sync::Mutex::new(work));
+        let (queue, (work, done)) = WorkQueue::new(WRITE_QUEUE);
         let threads = (0..write_threads(&*backend))
             .map(|_| {
-                let (work, done, backend) = (work.clone(), done.clone(), backend.clone());
-                std::thread::spawn(move || loop {
-                    let next = match work.lock() {
-                        Ok(w) => w.recv(),
-                        Err(_) => return,
-                    };
-                    let Ok(p) = next else { return };
-                    let r = backend
-                        .put(Kind::Pack, &p.name, &p.bytes)
-                        .map(|()| (p.name, p.bytes.len() as u64, p.entries));
-                    if done.send(r).is_err() {
-                        return;
-                    }
+                let (ends, backend) = ((work.clone(), done.clone()), backend.clone());
+                std::thread::spawn(move || {
+                    crate::work_queue::serve(ends, |p: SealedPack| {
+                        backend
+                            .put(Kind::Pack, &p.name, &p.bytes)
+                            .map(|()| (p.name, p.bytes.len() as u64, p.entries))
+                    })
                 })
             })
             .collect();
-        Writers {
-            tx: Some(tx),
-            rx: std::sync::Mutex::new(rx),
-            in_flight: 0,
-            threads,
-        }
+        Writers { queue, threads }
     }
 
     fn send(&mut self, p: SealedPack) -> Result<()> {
-        let tx = self
-            .tx
-            .as_ref()
-            .ok_or_else(|| Error::Accel("pack writers stopped".into()))?;
-        tx.send(p)
-            .map_err(|_| Error::Accel("pack writer threads ended".into()))?;
-        self.in_flight += 1;
-        Ok(())
+        self.queue.send(p)
     }
 
     /// Results ready now (`wait`: all of them).
     fn collect(&mut self, wait: bool) -> Vec<Written> {
-        let mut out = Vec::new();
-        let rx = match self.rx.get_mut() {
-            Ok(rx) => rx,
-            Err(_) => {
-                self.in_flight = 0;
-                return vec![Err(Error::Accel("pack writer results poisoned".into()))];
-            }
-        };
-        while self.in_flight > 0 {
-            let r = if wait {
-                rx.recv().map_err(|_| ())
-            } else {
-                rx.try_recv().map_err(|_| ())
-            };
-            match r {
-                Ok(x) => {
-                    self.in_flight -= 1;
-                    out.push(x);
-                }
-                Err(()) if wait => {
-                    out.push(Err(Error::Accel("a pack writer thread ended".into())));
-                    self.in_flight = 0;
-                }
-                Err(()) => break,
-            }
-        }
-        out
+        self.queue.collect(wait)
     }
 }
 
 impl Drop for Writers {
     fn drop(&mut self) {
-        self.tx = None;
+        self.queue.close();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -1245,7 +1194,6 @@ pub fn reseal_on_host(repo: &Repository, name: &str) -> Result<(Vec<u8>, Vec<u8>
         .map(|e| bytes[e.offset as usize..(e.offset + e.sealed_len) as usize].to_vec())
         .collect();
     let opened = pack::open_blobs(repo, name, &blobs, sealed)?;
-    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
     let mut plain = Vec::with_capacity(opened.len());
     for (r, e) in opened.into_iter().zip(&entries) {
         let p = r.map_err(|why| Error::corrupt(format!("pack {name}"), why))?;
@@ -1254,34 +1202,8 @@ pub fn reseal_on_host(repo: &Repository, name: &str) -> Result<(Vec<u8>, Vec<u8>
                 "pack holds compressed blobs (not a checkpoint pack)".into(),
             ));
         }
-        plain.push(p);
+        plain.push((e.id, p));
     }
-    let aads: Vec<Vec<u8>> = entries
-        .iter()
-        .map(|e| pack::blob_aad(&e.id, e.raw_len, e.flags))
-        .collect();
-    let items = plain
-        .iter_mut()
-        .zip(&aads)
-        .enumerate()
-        .map(|(i, (data, aad))| CipherItem {
-            nonce: pack::blob_nonce(i as u32),
-            aad,
-            data,
-        })
-        .collect();
-    let tags = accel_jobs::seal(repo.accel(), &key, items)?;
-    let blobs: Vec<SealedBlob<'_>> = entries
-        .iter()
-        .zip(plain.iter().zip(&tags))
-        .map(|(e, (c, t))| SealedBlob {
-            id: e.id,
-            raw_len: e.raw_len,
-            flags: e.flags,
-            ciphertext: c,
-            tag: *t,
-        })
-        .collect();
-    let again = pack::assemble(repo, pack_id, &blobs)?;
+    let again = seal_pack_on_host(repo, pack_id, plain)?;
     Ok((bytes, again.bytes))
 }

@@ -36,6 +36,7 @@ pub mod pack;
 pub mod repo;
 pub mod restore;
 pub mod snapshot;
+mod work_queue;
 
 pub use backend::{Backend, Kind, LocalDir};
 pub use backend_cache::{CacheStats, CachedBackend};

@@ -624,6 +624,18 @@ pub(super) fn gpu_supports(op: OpKind) -> bool {
     !matches!(op, OpKind::RsaPrivate)
 }
 
+/// `f(i)` for i in 0..n, each on a thread of its own, all at once.
+fn on_threads<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let threads: Vec<_> = (0..n).map(|i| s.spawn(move || f(i))).collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// Every GPU at once, one thread a GPU started together: (end to end from
 /// pageable buffers, device-resident), each the sum of the threads' GB/s.
 #[allow(clippy::too_many_arguments)]
@@ -639,41 +651,13 @@ fn measure_every_gpu(
     let n = g.devices().len();
     let bytes = (size * nseg) as u64;
     let start = std::sync::Barrier::new(n);
-    let end_to_end: Vec<Result<Duration, String>> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..n)
-            .map(|_| {
-                let mut mine = bufs.to_vec();
-                let start = &start;
-                s.spawn(move || {
-                    start.wait();
-                    measure_dyn(g, op, keys, &mut mine, min_time)
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err("a bench thread panicked".into()))
-            })
-            .collect()
+    let end_to_end = on_threads(n, |_| {
+        let mut mine = bufs.to_vec();
+        start.wait();
+        measure_dyn(g, op, keys, &mut mine, min_time)
     });
-    let kernel: Vec<Result<Duration, String>> = std::thread::scope(|s| {
-        let threads: Vec<_> = (0..n)
-            .map(|dev| {
-                let start = &start;
-                s.spawn(move || {
-                    measure_device_resident(g, dev, op, keys, size, nseg, min_time, Some(start))
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err("a bench thread panicked".into()))
-            })
-            .collect()
+    let kernel = on_threads(n, |dev| {
+        measure_device_resident(g, dev, op, keys, size, nseg, min_time, Some(&start))
     });
     let sum = |ts: Vec<Result<Duration, String>>| -> Result<f64, String> {
         ts.into_iter()
