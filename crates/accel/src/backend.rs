@@ -279,14 +279,23 @@ pub fn precheck(job: &Job<'_>) -> Vec<Option<SegmentErrorKind>> {
         | Job::ChunkDigest { segments, .. } => {
             segments.iter().map(|s| too_large(s.len())).collect()
         }
-        Job::RsaPrivate { key, segments } => segments
+        Job::RsaPrivate { key, segments } => {
+            segments.iter().map(|s| rsa_input_error(key, s)).collect()
+        }
+        Job::RsaPrivateKeys { items } => items
             .iter()
-            .map(|s| {
-                (s.len() != key.size()).then_some(SegmentErrorKind::InputLength {
-                    expected: key.size(),
-                    got: s.len(),
-                })
-            })
+            .map(|it| rsa_input_error(it.key, it.input))
             .collect(),
     }
+}
+
+/// An RSA input must be exactly the modulus length.
+pub(crate) fn rsa_input_error(
+    key: &crate::RsaPrivateKey,
+    input: &[u8],
+) -> Option<SegmentErrorKind> {
+    (input.len() != key.size()).then_some(SegmentErrorKind::InputLength {
+        expected: key.size(),
+        got: input.len(),
+    })
 }

@@ -11,6 +11,7 @@ use std::fmt;
 
 use crate::chunking::ChunkParams;
 use crate::error::SegmentError;
+use crate::rsa_batch::RsaItem;
 use crate::rsa_key::RsaPrivateKey;
 use crate::types::{Aes256Key, Blake3Key, BlowfishKey, CtrIv, Nonce96, Tag, TeaKey};
 
@@ -240,6 +241,11 @@ pub enum Job<'a> {
         key: &'a RsaPrivateKey,
         segments: Vec<&'a [u8]>,
     },
+    /// The RSA private-key operation under many keys in one job (the
+    /// requests of many clients, batched as seed 004's server does): each
+    /// item's input is exactly its key's modulus length, big-endian; one
+    /// result per item, in order.
+    RsaPrivateKeys { items: Vec<RsaItem<'a>> },
 }
 
 impl Job<'_> {
@@ -251,7 +257,7 @@ impl Job<'_> {
             Job::Digest { algo, .. } => algo.op(),
             Job::Chunk { .. } => OpKind::Chunk,
             Job::ChunkDigest { .. } => OpKind::ChunkDigest,
-            Job::RsaPrivate { .. } => OpKind::RsaPrivate,
+            Job::RsaPrivate { .. } | Job::RsaPrivateKeys { .. } => OpKind::RsaPrivate,
         }
     }
 
@@ -265,6 +271,7 @@ impl Job<'_> {
             | Job::Chunk { segments, .. }
             | Job::ChunkDigest { segments, .. } => segments.len(),
             Job::RsaPrivate { segments, .. } => segments.len(),
+            Job::RsaPrivateKeys { items } => items.len(),
         }
     }
 
@@ -283,6 +290,7 @@ impl Job<'_> {
             | Job::Chunk { segments, .. }
             | Job::ChunkDigest { segments, .. } => sum(&mut segments.iter().map(|s| s.len())),
             Job::RsaPrivate { segments, .. } => sum(&mut segments.iter().map(|s| s.len())),
+            Job::RsaPrivateKeys { items } => sum(&mut items.iter().map(|i| i.input.len())),
         }
     }
 }

@@ -170,6 +170,78 @@ fn many_keys_of_mixed_sizes_in_one_batch_under_every_sort() {
 }
 
 #[test]
+fn a_job_under_many_keys_matches_one_job_a_key_on_the_cpu_and_auto_backends() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let keys = [
+        generated(1024, 31),
+        generated(1024, 32),
+        common::rsa_key(2048),
+    ];
+    let mut src: Vec<(usize, Vec<u8>)> = Vec::new();
+    for round in 0..4 {
+        for (k, key) in keys.iter().enumerate() {
+            let mut b = vec![0u8; key.size()];
+            rng.fill_bytes(&mut b);
+            let c = BigUint::from_bytes_be(&b) % key.inner().n();
+            src.push((k, be(&c, key.size())));
+            if round == 2 && k == 1 {
+                src.push((k, vec![1u8; key.size() - 1])); // wrong length
+            }
+        }
+    }
+    let bad = src
+        .iter()
+        .position(|(k, m)| m.len() != keys[*k].size())
+        .unwrap();
+    let items: Vec<RsaItem<'_>> = src
+        .iter()
+        .map(|(k, m)| RsaItem {
+            key: &keys[*k],
+            input: m,
+        })
+        .collect();
+    let auto = gvault_accel::AutoBackend::new();
+    for backend in [&CpuBackend::new() as &dyn Backend, &auto] {
+        let out = backend
+            .run(&mut Job::RsaPrivateKeys {
+                items: items.clone(),
+            })
+            .unwrap();
+        assert_eq!(out.len(), items.len());
+        for (i, (k, m)) in src.iter().enumerate() {
+            if i == bad {
+                let e = out[i].as_ref().unwrap_err();
+                assert_eq!(e.index, i);
+                assert!(matches!(e.kind, SegmentErrorKind::InputLength { .. }));
+                continue;
+            }
+            assert_eq!(
+                ok_bytes(&out[i]),
+                reference(&keys[*k], m),
+                "{} item {i}",
+                backend.name()
+            );
+        }
+        // The same as one job a key.
+        for (k, key) in keys.iter().enumerate() {
+            let mine: Vec<usize> = (0..src.len()).filter(|&i| src[i].0 == k).collect();
+            let one = backend
+                .run(&mut Job::RsaPrivate {
+                    key,
+                    segments: mine.iter().map(|&i| &src[i].1[..]).collect(),
+                })
+                .unwrap();
+            for (j, &i) in mine.iter().enumerate() {
+                assert_eq!(one[j].is_ok(), out[i].is_ok());
+                if let (Ok(a), Ok(b)) = (&one[j], &out[i]) {
+                    assert_eq!(a, b);
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn sorting_groups_keys_and_puts_small_groups_first() {
     let keys: Vec<RsaPrivateKey> = (0..3).map(|s| generated(1024, 300 + s)).collect();
     // key 0: 3 messages, key 1: 1, key 2: 2, interleaved.

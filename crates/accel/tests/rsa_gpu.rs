@@ -179,6 +179,38 @@ fn job_api_on_the_gpu_equals_the_cpu_backend() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: scripts/gpu.sh rsa runs it with --include-ignored"]
+fn a_job_under_many_keys_on_the_gpu_equals_the_cpu_backend() {
+    let Some(g) = gpu() else { return };
+    // 1024, 2048 and 4096 bits in one job, with a key the kernels do not
+    // take (3072 bits: the CPU path) and a wrong-length input among them.
+    let keys = [
+        common::rsa_key(1024),
+        generated(2048, 801),
+        common::rsa_key(4096),
+        generated(3072, 802),
+    ];
+    let mut src: Vec<(usize, Vec<u8>)> = Vec::new();
+    for (k, key) in keys.iter().enumerate() {
+        for m in messages(key, 20, 900 + k as u64) {
+            src.push((k, m));
+        }
+    }
+    src.insert(7, (1, vec![3u8; keys[1].size() + 1]));
+    let items: Vec<RsaItem<'_>> = src
+        .iter()
+        .map(|(k, m)| RsaItem {
+            key: &keys[*k],
+            input: m,
+        })
+        .collect();
+    let mut job = Job::RsaPrivateKeys { items };
+    let want = CpuBackend::new().run(&mut job).unwrap();
+    assert!(want[7].is_err());
+    assert_eq!(g.run(&mut job).unwrap(), want);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: scripts/gpu.sh rsa runs it with --include-ignored"]
 fn many_keys_of_every_size_in_one_batch_under_every_sort() {
     let Some(g) = gpu() else { return };
     let mut keys: Vec<RsaPrivateKey> = (0..6).map(|s| generated(1024, 500 + s)).collect();

@@ -255,3 +255,98 @@ fn a_bound_on_jobs_per_op_makes_larger_batches_and_the_same_results() {
     assert_eq!(op["requests"], 800, "{st}");
     assert!(op["largest_batch"].as_u64().unwrap() > 1, "{op}");
 }
+
+#[test]
+fn rsa_requests_under_different_keys_share_jobs() {
+    let d = TestDaemon::start_with(|c| {
+        c.workers = 1;
+        c.batch.per_op = 1;
+    });
+    let keys: Vec<Arc<gvault_accel::RsaPrivateKey>> = (0..12u64)
+        .map(|s| {
+            let mut rng = StdRng::seed_from_u64(40 + s);
+            let k = rsa::RsaPrivateKey::new(&mut rng, 1024).unwrap();
+            Arc::new(gvault_accel::RsaPrivateKey::from_key(k).unwrap())
+        })
+        .collect();
+    let threads: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(t, key)| {
+            let (socket, key) = (d.socket.clone(), key.clone());
+            std::thread::spawn(move || {
+                let svc = ServiceBackend::connect(&socket).unwrap();
+                let mut rng = StdRng::seed_from_u64(t as u64);
+                let inputs: Vec<Vec<u8>> = (0..40)
+                    .map(|_| {
+                        let mut m = vec![0u8; key.size()];
+                        rng.fill_bytes(&mut m[1..]); // below the modulus
+                        m
+                    })
+                    .collect();
+                let job = |b: &dyn Backend, m: &[u8]| {
+                    b.run(&mut Job::RsaPrivate {
+                        key: &key,
+                        segments: vec![m],
+                    })
+                    .unwrap()
+                };
+                // Back to back (the checks after), so that requests meet.
+                let got: Vec<_> = inputs.iter().map(|m| job(&svc, m)).collect();
+                for (m, g) in inputs.iter().zip(got) {
+                    assert_eq!(g, job(CpuBackend::shared().as_ref(), m));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = d.status();
+    let op = st["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["op"] == "rsa-private")
+        .unwrap()
+        .clone();
+    assert_eq!(op["requests"], 12 * 40, "{op}");
+    // Requests of different clients, each under its own key, ran together.
+    assert!(op["largest_batch"].as_u64().unwrap() > 1, "{op}");
+}
+
+#[test]
+fn a_job_under_many_keys_through_the_service_equals_the_cpu() {
+    let d = TestDaemon::start();
+    let keys: Vec<gvault_accel::RsaPrivateKey> = (0..3u64)
+        .map(|s| {
+            let mut rng = StdRng::seed_from_u64(70 + s);
+            let k = rsa::RsaPrivateKey::new(&mut rng, 1024).unwrap();
+            gvault_accel::RsaPrivateKey::from_key(k).unwrap()
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(5);
+    let inputs: Vec<(usize, Vec<u8>)> = (0..12)
+        .map(|i| {
+            let k = i % 3;
+            let mut m = vec![0u8; keys[k].size()];
+            rng.fill_bytes(&mut m[1..]);
+            if i == 4 {
+                m.pop(); // wrong length: a typed error at its index
+            }
+            (k, m)
+        })
+        .collect();
+    let items: Vec<gvault_accel::RsaItem<'_>> = inputs
+        .iter()
+        .map(|(k, m)| gvault_accel::RsaItem {
+            key: &keys[*k],
+            input: m,
+        })
+        .collect();
+    let svc = ServiceBackend::connect(&d.socket).unwrap();
+    let mut job = Job::RsaPrivateKeys { items };
+    let want = CpuBackend::new().run(&mut job).unwrap();
+    assert_eq!(want[4].as_ref().unwrap_err().index, 4);
+    assert_eq!(svc.run(&mut job).unwrap(), want);
+}

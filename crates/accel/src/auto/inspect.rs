@@ -39,6 +39,7 @@ pub(crate) fn lengths<'j>(job: &'j Job<'_>) -> Box<dyn Iterator<Item = u64> + 'j
         | Job::Chunk { segments, .. }
         | Job::ChunkDigest { segments, .. } => Box::new(segments.iter().map(|s| s.len() as u64)),
         Job::RsaPrivate { segments, .. } => Box::new(segments.iter().map(|s| s.len() as u64)),
+        Job::RsaPrivateKeys { items } => Box::new(items.iter().map(|i| i.input.len() as u64)),
     }
 }
 
@@ -56,6 +57,7 @@ fn host_bytes<'j>(job: &'j Job<'_>, i: usize) -> Option<&'j [u8]> {
         | Job::Chunk { segments, .. }
         | Job::ChunkDigest { segments, .. } => segments.get(i)?.host(),
         Job::RsaPrivate { segments, .. } => segments.get(i).copied(),
+        Job::RsaPrivateKeys { items } => items.get(i).map(|x| x.input),
     }
 }
 

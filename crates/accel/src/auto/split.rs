@@ -205,6 +205,13 @@ pub(crate) fn split<'s>(
                 },
             )
         }
+        Job::RsaPrivateKeys { items } => {
+            let (g, c) = items.split_at(at.segment);
+            (
+                Job::RsaPrivateKeys { items: g.to_vec() },
+                Job::RsaPrivateKeys { items: c.to_vec() },
+            )
+        }
     })
 }
 

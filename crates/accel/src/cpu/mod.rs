@@ -156,7 +156,7 @@ const INLINE_ONE_CIPHER_SEGMENT_BYTES: u64 = 1 << 20;
 fn runs_inline(job: &Job<'_>, bytes: u64, largest: u64) -> bool {
     let cipher = matches!(job, Job::Seal { .. } | Job::Open { .. } | Job::Ctr { .. });
     match job {
-        Job::RsaPrivate { .. } => false,
+        Job::RsaPrivate { .. } | Job::RsaPrivateKeys { .. } => false,
         _ if bytes <= INLINE_MAX_BYTES => true,
         _ => {
             cipher
@@ -435,6 +435,9 @@ impl CpuBackend {
             }),
             Job::RsaPrivate { key, segments } => per_segment(segments, survey, |s| {
                 rsa::private_op(key, s).map(Output::Bytes)
+            }),
+            Job::RsaPrivateKeys { items } => per_segment(items, survey, |it| {
+                rsa::private_op(it.key, it.input).map(Output::Bytes)
             }),
         };
         let results = if inline {

@@ -130,16 +130,14 @@ impl Survey {
                 let len = seg.len() as u64;
                 (len, on_device(seg), too_large(len))
             }),
-            Job::RsaPrivate { key, segments } => {
-                let want = key.size();
-                walk(segments, parallel, |seg| {
-                    let bad = (seg.len() != want).then_some(SegmentErrorKind::InputLength {
-                        expected: want,
-                        got: seg.len(),
-                    });
-                    (seg.len() as u64, false, bad)
-                })
-            }
+            Job::RsaPrivate { key, segments } => walk(segments, parallel, |seg| {
+                let bad = crate::backend::rsa_input_error(key, seg);
+                (seg.len() as u64, false, bad)
+            }),
+            Job::RsaPrivateKeys { items } => walk(items, parallel, |it| {
+                let bad = crate::backend::rsa_input_error(it.key, it.input);
+                (it.input.len() as u64, false, bad)
+            }),
         };
         s.segments = job.len();
         s

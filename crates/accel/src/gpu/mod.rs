@@ -141,6 +141,22 @@ impl GpuBackend {
     }
 }
 
+/// One RSA input on the CPU (a key the batch kernels do not take), or its
+/// precheck error.
+fn rsa_on_cpu(
+    i: usize,
+    key: &crate::RsaPrivateKey,
+    input: &[u8],
+    pre: &[Option<SegmentErrorKind>],
+) -> SegmentResult {
+    match &pre[i] {
+        Some(kind) => Err(kind.clone().at(i)),
+        None => crate::cpu::rsa_private_op(key, input)
+            .map(Output::Bytes)
+            .map_err(|k| k.at(i)),
+    }
+}
+
 /// The device named by the first device-resident segment, if any.
 fn device_of(job: &Job<'_>) -> Option<u32> {
     match job {
@@ -162,7 +178,7 @@ fn device_of(job: &Job<'_>) -> Option<u32> {
             Data::Device(d) => Some(d.device()),
             _ => None,
         }),
-        Job::RsaPrivate { .. } => None,
+        Job::RsaPrivate { .. } | Job::RsaPrivateKeys { .. } => None,
     }
 }
 
@@ -321,13 +337,35 @@ impl Backend for GpuBackend {
             Job::RsaPrivate { key, segments } => Ok(segments
                 .iter()
                 .enumerate()
-                .map(|(i, input)| match &pre[i] {
-                    Some(kind) => Err(kind.clone().at(i)),
-                    None => crate::cpu::rsa_private_op(key, input)
-                        .map(Output::Bytes)
-                        .map_err(|k| k.at(i)),
-                })
+                .map(|(i, input)| rsa_on_cpu(i, key, input, &pre))
                 .collect()),
+            // Many keys: the items whose keys the kernels take in one batch,
+            // the rest on the CPU; results in item order.
+            Job::RsaPrivateKeys { items } => {
+                let (gpu, cpu): (Vec<usize>, Vec<usize>) = (0..items.len())
+                    .partition(|&i| pre[i].is_none() && items[i].key.batch_kernels_take());
+                let mut results: Vec<Option<SegmentResult>> = vec![None; items.len()];
+                if !gpu.is_empty() {
+                    let batch: Vec<_> = gpu.iter().map(|&i| items[i]).collect();
+                    let done =
+                        self.rsa_private_batch(&batch, crate::rsa_batch::RsaOptions::default())?;
+                    for (&i, r) in gpu.iter().zip(done) {
+                        results[i] = Some(r.map_err(|e| e.kind.at(i)));
+                    }
+                }
+                for i in cpu {
+                    results[i] = Some(rsa_on_cpu(i, items[i].key, items[i].input, &pre));
+                }
+                results
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        r.ok_or_else(|| {
+                            BackendError::Device(format!("RSA job: no result for item {i}"))
+                        })
+                    })
+                    .collect()
+            }
         }
     }
 }

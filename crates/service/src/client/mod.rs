@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
 
 use gvault_accel::{
-    AutoBackend, Backend, BackendError, CtrCipher, Data, DataMut, DigestAlgo, Job, SegmentError,
-    SegmentErrorKind, SegmentResult, MAX_SEGMENT_LEN,
+    AutoBackend, Backend, BackendError, CtrCipher, Data, DataMut, DigestAlgo, Job, RsaItem,
+    RsaPrivateKey, SegmentError, SegmentErrorKind, SegmentResult, MAX_SEGMENT_LEN,
 };
 use rsa::pkcs1::EncodeRsaPrivateKey;
 use zeroize::Zeroizing;
@@ -300,6 +300,12 @@ impl ServiceBackend {
                 RunOp::Rsa {
                     key: reg(KeyKind::Rsa, der.as_bytes())?,
                 }
+            }
+            // `run` sends these one key at a time.
+            Job::RsaPrivateKeys { .. } => {
+                return Err(Failure::Key(
+                    "a request names one RSA key; the job goes one key at a time".into(),
+                ))
             }
         };
         Ok((op, key.get()))
@@ -614,6 +620,9 @@ impl Backend for ServiceBackend {
         if job.is_empty() {
             return Ok(Vec::new());
         }
+        if let Job::RsaPrivateKeys { items } = job {
+            return self.run_per_key(items);
+        }
         let mut last = None;
         for _ in 0..2 {
             let s = match self.session() {
@@ -713,6 +722,50 @@ fn views(job: &Job<'_>) -> Vec<View> {
             .iter()
             .map(|b| plain(Some(b.as_ptr()), b.len()))
             .collect(),
+        Job::RsaPrivateKeys { items } => items
+            .iter()
+            .map(|it| plain(Some(it.input.as_ptr()), it.input.len()))
+            .collect(),
+    }
+}
+
+impl ServiceBackend {
+    /// A request names one key: a job under many keys goes as one request
+    /// a key (the daemon batches requests across keys again), its results
+    /// put back in item order.
+    fn run_per_key(&self, items: &[RsaItem<'_>]) -> Result<Vec<SegmentResult>, BackendError> {
+        let mut by_key: Vec<(&RsaPrivateKey, Vec<usize>)> = Vec::new();
+        for (i, it) in items.iter().enumerate() {
+            match by_key.iter_mut().find(|(k, _)| std::ptr::eq(*k, it.key)) {
+                Some((_, idx)) => idx.push(i),
+                None => by_key.push((it.key, vec![i])),
+            }
+        }
+        let mut results: Vec<Option<SegmentResult>> = vec![None; items.len()];
+        for (key, idx) in by_key {
+            let mut job = Job::RsaPrivate {
+                key,
+                segments: idx.iter().map(|&i| items[i].input).collect(),
+            };
+            let done = self.run(&mut job)?;
+            if done.len() != idx.len() {
+                return Err(BackendError::Device(format!(
+                    "the service returned {} results for {} RSA inputs",
+                    done.len(),
+                    idx.len()
+                )));
+            }
+            for (&i, r) in idx.iter().zip(done) {
+                results[i] = Some(r.map_err(|e| e.kind.at(i)));
+            }
+        }
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.ok_or_else(|| BackendError::Device(format!("RSA job: no result for item {i}")))
+            })
+            .collect()
     }
 }
 
@@ -730,6 +783,7 @@ fn segment_bytes<'j>(job: &'j Job<'_>, i: usize) -> &'j [u8] {
         | Job::Chunk { segments, .. }
         | Job::ChunkDigest { segments, .. } => segments[i].host().unwrap_or(&[]),
         Job::RsaPrivate { segments, .. } => segments[i],
+        Job::RsaPrivateKeys { items } => items[i].input,
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use gvault_accel::{
     Backend, BackendError, ChunkParams, CtrCipher, CtrIv, CtrSegment, Data, DataMut, DigestAlgo,
-    Iv128, Iv64, Job, Nonce96, OpKind, OpenSegment, SealSegment, SegmentResult, Tag,
+    Iv128, Iv64, Job, Nonce96, OpKind, OpenSegment, RsaItem, SealSegment, SegmentResult, Tag,
 };
 
 use super::client::{Buffer, Client};
@@ -53,14 +53,16 @@ pub struct Pending {
 impl Pending {
     /// Whether `other` can run in the same job as `self`: same op, same
     /// key (interned, so the same material is the same key), same
-    /// parameters.
+    /// parameters. RSA requests join under any keys (a job under many
+    /// keys, as seed 004's server batches its clients' decryptions).
     fn joins(&self, other: &Pending) -> bool {
         let same_key = match (&self.key, &other.key) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (None, None) => true,
             _ => false,
         };
-        self.op.shape() == other.op.shape() && same_key && self.params == other.params
+        let any_key = matches!(self.op, RunOp::Rsa { .. });
+        self.op.shape() == other.op.shape() && (same_key || any_key) && self.params == other.params
     }
 }
 
@@ -88,7 +90,7 @@ struct OpQueue {
     order: VecDeque<u64>,
     by_client: HashMap<u64, VecDeque<Pending>>,
     /// Queued requests per key (by identity; 0 for none): a batch looks
-    /// for partners only when some share its head's key.
+    /// for partners only when some share its head's key (RSA: any key).
     by_key: HashMap<usize, usize>,
 }
 
@@ -381,8 +383,13 @@ impl Scheduler {
             let first = q.pop_next()?;
             let pol = self.policy;
             let mut batch = vec![first];
-            if pol.enabled && batch[0].bytes <= pol.small_bytes && q.with_key(batch[0].key_id()) > 0
-            {
+            // Partners share the head's key, except for RSA (any key).
+            let partners = if matches!(batch[0].op, RunOp::Rsa { .. }) {
+                !q.is_empty()
+            } else {
+                q.with_key(batch[0].key_id()) > 0
+            };
+            if pol.enabled && batch[0].bytes <= pol.small_bytes && partners {
                 let mut bytes = batch[0].bytes;
                 let mut segs = batch[0].segments.len();
                 let mut count = 1;
@@ -476,6 +483,9 @@ fn execute(backend: &dyn Backend, batch: &[Pending]) -> Vec<Reply> {
     let results = (|| -> Result<Vec<SegmentResult>, BackendError> {
         let missing = || BackendError::Device("a segment left its buffer".into());
         let key = head.key.as_deref();
+        let one_key = batch
+            .iter()
+            .all(|p| matches!((&p.key, &head.key), (Some(a), Some(b)) if Arc::ptr_eq(a, b)));
         let mut job = match (head.op, key) {
             (RunOp::Seal { .. }, Some(Key::Aes256(k))) => Job::Seal {
                 key: k,
@@ -542,12 +552,29 @@ fn execute(backend: &dyn Backend, batch: &[Pending]) -> Vec<Reply> {
                 crc32c,
                 segments: read_only(segs, host)?,
             },
-            (RunOp::Rsa { .. }, Some(Key::Rsa(k))) => Job::RsaPrivate {
+            (RunOp::Rsa { .. }, Some(Key::Rsa(k))) if one_key => Job::RsaPrivate {
                 key: k,
                 segments: segs
                     .map(|s| host(s).map(|b| &*b).ok_or_else(missing))
                     .collect::<Result<_, BackendError>>()?,
             },
+            (RunOp::Rsa { .. }, Some(Key::Rsa(_))) => {
+                let mut items = Vec::with_capacity(batch.iter().map(|p| p.segments.len()).sum());
+                for p in batch {
+                    let Some(Key::Rsa(k)) = p.key.as_deref() else {
+                        return Err(BackendError::InvalidJob(
+                            "an RSA request without an RSA key".into(),
+                        ));
+                    };
+                    for s in &p.segments {
+                        items.push(RsaItem {
+                            key: k,
+                            input: host(s).map(|b| &*b).ok_or_else(missing)?,
+                        });
+                    }
+                }
+                Job::RsaPrivateKeys { items }
+            }
             _ => {
                 return Err(BackendError::InvalidJob(
                     "key kind does not fit the op".into(),
