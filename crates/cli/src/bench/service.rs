@@ -28,6 +28,7 @@
 //! `crates/accel/tests/data/rsa2048.pem`, reported in messages per second as
 //! well as GB/s).
 
+use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -297,21 +298,38 @@ struct Report {
     targets: Vec<Target>,
 }
 
-/// A client's keys. With `--shared-key` every client holds the same ones
-/// (the RSA key is one for all either way: [`rsa_key`]).
+/// A client's keys. With `--shared-key` every client holds the same ones;
+/// without it, an RSA key each too when the run has `rsa-private` (RSA-2048
+/// generated from the client's seed; else the test key, [`rsa_key`]).
 struct Keys {
     aes: Aes256Key,
     blake3: Blake3Key,
+    rsa: Option<RsaPrivateKey>,
 }
 
 impl Keys {
-    fn new(seed: u64) -> Keys {
+    fn new(seed: u64, own_rsa: bool) -> Result<Keys, String> {
         let material = |what: &str| -> [u8; 32] {
             blake3::hash(format!("gvault bench service {what} key {seed}").as_bytes()).into()
         };
-        Keys {
+        let rsa = if own_rsa {
+            let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+            let k = rsa::RsaPrivateKey::new(&mut rng, 2048).map_err(|e| e.to_string())?;
+            Some(RsaPrivateKey::from_key(k).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        Ok(Keys {
             aes: Aes256Key::from_bytes(material("aes")),
             blake3: Blake3Key::from_bytes(material("blake3")),
+            rsa,
+        })
+    }
+
+    fn rsa(&self) -> Result<&RsaPrivateKey, String> {
+        match &self.rsa {
+            Some(k) => Ok(k),
+            None => rsa_key(),
         }
     }
 }
@@ -397,7 +415,7 @@ fn one_request(
             }
         }
         OpKind::RsaPrivate => Job::RsaPrivate {
-            key: rsa_key()?,
+            key: keys.rsa()?,
             segments: data.chunks_exact(RSA_BYTES).collect(),
         },
         _ => Job::Digest {
@@ -829,7 +847,7 @@ impl Service {
         };
         let (local, conn) = (local.clone(), self.conns[0].clone());
         let mismatch = bounded(move || {
-            let keys = Keys::new(u64::MAX);
+            let keys = Keys::new(u64::MAX, false)?;
             let data = request_data(op, size);
             let mut want_bytes = data.clone();
             let want = one_request(local.as_ref(), op, &keys, 7, 7, &mut want_bytes)?;
@@ -1129,12 +1147,16 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
         .collect();
     let keys: Vec<Arc<Keys>> = match args.shared_key {
         true => {
-            let one = Arc::new(Keys::new(0));
+            let one = Arc::new(Keys::new(0, false)?);
             (0..max_clients).map(|_| one.clone()).collect()
         }
-        false => (0..max_clients as u64)
-            .map(|i| Arc::new(Keys::new(i)))
-            .collect(),
+        false => {
+            let own_rsa = plan.ops.contains(&OpKind::RsaPrivate);
+            (0..max_clients as u64)
+                .into_par_iter()
+                .map(|i| Keys::new(i, own_rsa).map(Arc::new))
+                .collect::<Result<_, String>>()?
+        }
     };
 
     if !args.json {
@@ -1152,9 +1174,9 @@ pub fn run(args: ServiceArgs) -> Result<(), String> {
         println!(
             "clients: {}; buffers: {}; GB/s over all clients, median of {} runs of >= {} ms (modes in turn) after a warm-up; about {:.0} s",
             if args.shared_key {
-                "one AES key for all (their AES requests may share a job)"
+                "one key of each kind for all (their requests may share a job)"
             } else {
-                "an AES key each (their AES requests never share a job)"
+                "keys of their own (AES requests never share a job; RSA ones do, as a many-key job)"
             },
             if args.zero_copy {
                 "shared with the daemon (zero copy)"
@@ -1557,7 +1579,7 @@ mod tests {
     #[test]
     fn one_request_on_the_cpu() {
         let cpu = CpuBackend::with_threads(1);
-        let keys = Keys::new(1);
+        let keys = Keys::new(1, false).unwrap();
         for op in SUPPORTED {
             let mut data = request_data(op, 1000);
             let out = one_request(&cpu, op, &keys, 1, 1, &mut data).unwrap();
@@ -1574,7 +1596,7 @@ mod tests {
         assert_eq!(ops_per_request(OpKind::RsaPrivate, 1000), 3);
         assert_eq!(request_len(OpKind::ChunkDigest, 1000), 1000);
         let cpu = CpuBackend::with_threads(1);
-        let keys = Keys::new(1);
+        let keys = Keys::new(1, false).unwrap();
         let mut data = request_data(OpKind::RsaPrivate, 512);
         assert!(data.chunks(256).all(|m| m[0] == 0));
         let out = one_request(&cpu, OpKind::RsaPrivate, &keys, 1, 1, &mut data).unwrap();
