@@ -491,7 +491,7 @@ class _GpuWorkers:
 def _seal_plan(saver, w, plan):
     """Copies a plan's chunks into the worker's device scratch, seals them
     there, copies only the ciphertext back and writes the pack."""
-    pid, device, length, copies = plan
+    pid, _device, length = plan
     _add_steps(saver.seal_plan(pid, w.scratch_arg(), w.pinned_arg()))
     _count("d2h", length)
 

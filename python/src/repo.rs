@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use gvault_accel::DeviceSlice;
@@ -305,7 +306,7 @@ impl Repository {
         Ok(Saver {
             inner: Mutex::new(Some(s)),
             plans: Mutex::new(HashMap::new()),
-            next: Mutex::new(0),
+            next: AtomicU64::new(0),
         })
     }
 
@@ -380,12 +381,8 @@ fn source(t: (String, u32, u64, u64)) -> PyResult<Source> {
     }
 }
 
-/// A plan the caller must seal on a device: (id, device, scratch bytes,
-/// copies as (segment, offset, length, scratch offset)).
-type DevicePlan = (u64, u32, u64, Vec<(usize, u64, u32, u64)>);
-
-/// A plan, and once sealed on the device its pack id and tags.
-type HeldPlan = (Plan, Option<([u8; 32], Vec<[u8; 16]>)>);
+/// A plan the caller must seal on a device: (id, device, scratch bytes).
+type DevicePlan = (u64, u32, u64);
 
 /// One checkpoint being saved (private to gvault.checkpoint). Its methods
 /// may be called from several threads: chunking, device sealing and pack
@@ -394,8 +391,8 @@ type HeldPlan = (Plan, Option<([u8; 32], Vec<[u8; 16]>)>);
 #[pyclass(module = "gvault")]
 pub struct Saver {
     inner: Mutex<Option<ckpt::Saver>>,
-    plans: Mutex<HashMap<u64, HeldPlan>>,
-    next: Mutex<u64>,
+    plans: Mutex<HashMap<u64, Plan>>,
+    next: AtomicU64,
 }
 
 /// Segments and, per segment, its chunks.
@@ -444,26 +441,14 @@ impl Saver {
             let Some(device) = plan.device else {
                 self.with(py, |s| {
                     let p = s.seal_host(&plan)?;
-                    s.put(p, false)
+                    s.put(p)
                 })?;
                 continue;
             };
-            let copies = plan
-                .blobs
-                .iter()
-                .map(|b| (b.seg, b.offset, b.len, b.scratch))
-                .collect::<Vec<_>>();
-            let id = {
-                let mut n = self.next.lock().map_err(|_| poisoned())?;
-                *n += 1;
-                *n
-            };
+            let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
             let len = plan.scratch_len;
-            self.plans
-                .lock()
-                .map_err(|_| poisoned())?
-                .insert(id, (plan, None));
-            out.push((id, device, len, copies));
+            self.plans.lock().map_err(|_| poisoned())?.insert(id, plan);
+            out.push((id, device, len));
         }
         Ok(out)
     }
@@ -474,7 +459,7 @@ impl Saver {
             .map_err(|()| poisoned())
     }
 
-    fn plan(&self, id: u64) -> PyResult<HeldPlan> {
+    fn plan(&self, id: u64) -> PyResult<Plan> {
         self.plans
             .lock()
             .map_err(|_| poisoned())?
@@ -564,7 +549,7 @@ impl Saver {
         scratch: (u32, u64, u64),
         pinned: (u64, u64),
     ) -> PyResult<Vec<(&'static str, f64)>> {
-        let (plan, _) = self.plan(id)?;
+        let plan = self.plan(id)?;
         let (repo, sources) = self.with(py, |s| Ok((s.repo.clone(), s.sources.clone())))?;
         // SAFETY: the package passes its live scratch allocation.
         let dev_scratch = unsafe { DeviceSlice::new(scratch.0, scratch.1, scratch.2 as usize) };

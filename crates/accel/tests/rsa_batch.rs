@@ -149,13 +149,7 @@ fn many_keys_of_mixed_sizes_in_one_batch_under_every_sort() {
             items_src.push((k, be(&c, key.size())));
         }
     }
-    let items: Vec<RsaItem<'_>> = items_src
-        .iter()
-        .map(|(k, m)| RsaItem {
-            key: &keys[*k],
-            input: m,
-        })
-        .collect();
+    let items = common::rsa_items(&keys, &items_src);
     for sort in [RsaSort::None, RsaSort::ByKey, RsaSort::ByKeySmallFirst] {
         let out = run_emulated(&items, RsaOptions { sort }).unwrap();
         assert_eq!(out.len(), items.len());
@@ -193,13 +187,7 @@ fn a_job_under_many_keys_matches_one_job_a_key_on_the_cpu_and_auto_backends() {
         .iter()
         .position(|(k, m)| m.len() != keys[*k].size())
         .unwrap();
-    let items: Vec<RsaItem<'_>> = src
-        .iter()
-        .map(|(k, m)| RsaItem {
-            key: &keys[*k],
-            input: m,
-        })
-        .collect();
+    let items = common::rsa_items(&keys, &src);
     let auto = gvault_accel::AutoBackend::new();
     for backend in [&CpuBackend::new() as &dyn Backend, &auto] {
         let out = backend

@@ -196,13 +196,7 @@ fn a_job_under_many_keys_on_the_gpu_equals_the_cpu_backend() {
         }
     }
     src.insert(7, (1, vec![3u8; keys[1].size() + 1]));
-    let items: Vec<RsaItem<'_>> = src
-        .iter()
-        .map(|(k, m)| RsaItem {
-            key: &keys[*k],
-            input: m,
-        })
-        .collect();
+    let items = common::rsa_items(&keys, &src);
     let mut job = Job::RsaPrivateKeys { items };
     let want = CpuBackend::new().run(&mut job).unwrap();
     assert!(want[7].is_err());
@@ -234,13 +228,7 @@ fn many_keys_of_every_size_in_one_batch_under_every_sort() {
             ));
         }
     }
-    let items: Vec<RsaItem<'_>> = src
-        .iter()
-        .map(|(k, m)| RsaItem {
-            key: &keys[*k],
-            input: m,
-        })
-        .collect();
+    let items = common::rsa_items(&keys, &src);
     for sort in [RsaSort::None, RsaSort::ByKey, RsaSort::ByKeySmallFirst] {
         check_batch(g, &items, sort, &format!("{} keys, {sort:?}", keys.len()));
     }

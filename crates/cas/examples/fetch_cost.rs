@@ -66,7 +66,7 @@ fn main() {
     plans.extend(saver.take_rest());
     for p in plans {
         let sealed = saver.seal_host(&p).expect("seal");
-        saver.put(sealed, false).expect("put");
+        saver.put(sealed).expect("put");
     }
     let snap = saver.commit("bench").expect("commit");
     println!("saved {mib} MiB in {:.2} s", t.elapsed().as_secs_f64());

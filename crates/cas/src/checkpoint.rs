@@ -12,16 +12,17 @@
 //! accel job; on the GPU for device memory; callers run one a GPU at
 //! once), `Saver::add` looks the ids up and plans packs of the new
 //! chunks, one plan a place (host memory or one GPU), so each GPU seals
-//! its own. A plan is sealed on the host (`Saver::seal_host`), or on its
-//! device (`seal_device`) after the caller copied its chunks into a device
-//! scratch buffer at the plan's offsets; then only ciphertext comes back
-//! (`finish_device`). Both give the same pack for the same pack id.
-//! `seal_device` and `finish_device` need only the repository, so several
-//! run at once; `Saver::put` hands packs to writer threads.
+//! its own. A plan is sealed on the host (`Saver::seal_host`, then
+//! `Saver::put` hands the pack to writer threads), or on its GPU by
+//! `seal_plan_on_device`: its chunks copied into a device scratch buffer,
+//! sealed there (`seal_device`), only the ciphertext copied back and the
+//! pack written from there, recorded with `Saver::written_pack`. Both give
+//! the same pack for the same pack id. `seal_plan_on_device` needs only
+//! the repository, so each GPU's workers run it at once.
 //! Loading: `read_segment` reads a segment on the host, every chunk
-//! checked against its id; or `fetch` reads a group of chunks' ciphertext
-//! for the caller to copy to the device, where `open_device` opens and
-//! re-hashes it.
+//! checked against its id; or `load_group_on_device` fetches a group of
+//! chunks' ciphertext (`fetch`), copies it to the device, opens and
+//! re-hashes it there and copies each chunk into place.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -376,10 +377,7 @@ impl Saver {
     /// Hands a pack to the writer threads (sealing goes on while packs
     /// are written and synced); its chunks are indexed at commit, once
     /// every pack is durable.
-    pub fn put(&mut self, p: SealedPack, on_device: bool) -> Result<()> {
-        if on_device {
-            self.stats.packs_sealed_on_device += 1;
-        }
+    pub fn put(&mut self, p: SealedPack) -> Result<()> {
         if self.writers.is_none() {
             self.writers = Some(Writers::new(self.repo.backend.clone()));
         }
@@ -392,8 +390,8 @@ impl Saver {
         self.written(done)
     }
 
-    /// Records a pack the caller wrote ([`write_device_pack`]); it is
-    /// indexed at commit.
+    /// Records a pack [`seal_plan_on_device`] wrote; it is indexed at
+    /// commit.
     pub fn written_pack(&mut self, p: WrittenPack) -> Result<()> {
         self.stats.packs_sealed_on_device += 1;
         self.written(vec![Ok((p.name, p.size, p.entries))])
@@ -614,7 +612,7 @@ pub struct WrittenPack {
 /// copied back to `host` (the scratch layout), straight from there (no
 /// copy into a pack buffer); the caller records it with
 /// [`Saver::written_pack`].
-pub fn write_device_pack(
+fn write_device_pack(
     repo: &Repository,
     plan: &Plan,
     pack_id: [u8; 32],
@@ -656,6 +654,13 @@ pub fn write_device_pack(
 
 /// Seconds spent in each step of one device item (the benchmark's trace).
 pub type StepSeconds = [(&'static str, f64); 4];
+
+/// `f`'s result and the seconds it took.
+fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let t = std::time::Instant::now();
+    let r = f()?;
+    Ok((r, t.elapsed().as_secs_f64()))
+}
 
 fn device_copy(backend: &dyn Backend, device: u32, copies: &[DeviceCopy]) -> Result<()> {
     // SAFETY: the callers build every range from live slices they checked
@@ -724,23 +729,15 @@ pub unsafe fn seal_plan_on_device(
             len: b.len as usize,
         });
     }
-    let t = std::time::Instant::now();
-    device_copy(backend, device, &gather)?;
-    let gathered = t.elapsed().as_secs_f64();
-    let t = std::time::Instant::now();
-    let (pack_id, tags) = seal_device(repo, plan, backend, scratch)?;
-    let sealed = t.elapsed().as_secs_f64();
-    let t = std::time::Instant::now();
+    let ((), gathered) = timed(|| device_copy(backend, device, &gather))?;
+    let ((pack_id, tags), sealed) = timed(|| seal_device(repo, plan, backend, scratch))?;
     let back = DeviceCopy {
         dst: pinned.as_mut_ptr() as u64,
         src: scratch.ptr(),
         len: plan.scratch_len as usize,
     };
-    device_copy(backend, device, &[back])?;
-    let copied = t.elapsed().as_secs_f64();
-    let t = std::time::Instant::now();
-    let w = write_device_pack(repo, plan, pack_id, &tags, pinned)?;
-    let written = t.elapsed().as_secs_f64();
+    let ((), copied) = timed(|| device_copy(backend, device, &[back]))?;
+    let (w, written) = timed(|| write_device_pack(repo, plan, pack_id, &tags, pinned))?;
     Ok((
         w,
         [
@@ -777,9 +774,7 @@ pub unsafe fn load_group_on_device(
             out.device()
         )));
     }
-    let t = std::time::Instant::now();
-    let f = fetch(repo, chunks, first, pinned)?;
-    let fetched = t.elapsed().as_secs_f64();
+    let (f, fetched) = timed(|| fetch(repo, chunks, first, pinned))?;
     if f.layout_len > scratch.len() as u64 {
         return Err(Error::InvalidArgument(format!(
             "device scratch of {} bytes for a group of {}",
@@ -787,17 +782,13 @@ pub unsafe fn load_group_on_device(
             f.layout_len
         )));
     }
-    let t = std::time::Instant::now();
     let up = DeviceCopy {
         dst: scratch.ptr(),
         src: pinned.as_ptr() as u64,
         len: f.layout_len as usize,
     };
-    device_copy(backend, device, &[up])?;
-    let uploaded = t.elapsed().as_secs_f64();
-    let t = std::time::Instant::now();
-    open_device(repo, backend, &f, scratch)?;
-    let opened = t.elapsed().as_secs_f64();
+    let ((), uploaded) = timed(|| device_copy(backend, device, &[up]))?;
+    let ((), opened) = timed(|| open_device(repo, backend, &f, scratch))?;
     let mut scatter = Vec::with_capacity(f.items.len());
     for c in &f.items {
         if c.seg_offset + c.len as u64 > out.len() as u64 {
@@ -811,9 +802,7 @@ pub unsafe fn load_group_on_device(
             len: c.len as usize,
         });
     }
-    let t = std::time::Instant::now();
-    device_copy(backend, device, &scatter)?;
-    let scattered = t.elapsed().as_secs_f64();
+    let ((), scattered) = timed(|| device_copy(backend, device, &scatter))?;
     Ok((
         f.layout_len,
         [
@@ -1087,7 +1076,7 @@ pub fn fetch(
 
 /// Opens a fetched group in `scratch` on the device (one AES-GCM job per
 /// pack) and re-hashes every chunk there against its id.
-pub fn open_device(
+fn open_device(
     repo: &Repository,
     backend: &dyn Backend,
     f: &Fetched,

@@ -135,7 +135,7 @@ fn save_on_host(repo: &Arc<Repository>, name: &str, segments: &[&[u8]]) -> Strin
     plans.extend(saver.take_rest());
     for p in plans {
         let sealed = saver.seal_host(&p).unwrap();
-        saver.put(sealed, false).unwrap();
+        saver.put(sealed).unwrap();
     }
     saver.commit(name).unwrap()
 }

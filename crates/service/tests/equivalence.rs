@@ -163,14 +163,7 @@ fn small_requests_from_many_clients_are_batched_unless_told_not_to() {
         for t in threads {
             t.join().unwrap();
         }
-        let st = d.status();
-        let op = st["ops"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|o| o["op"] == "sha256")
-            .unwrap()
-            .clone();
+        let op = d.op_status("sha256");
         assert_eq!(op["requests"], 12 * 300);
         let largest = op["largest_batch"].as_u64().unwrap();
         if batching {
@@ -208,14 +201,7 @@ fn clients_with_the_same_key_share_jobs_whatever_their_handles() {
     for t in threads {
         t.join().unwrap();
     }
-    let st = d.status();
-    let seal = st["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["op"] == "aes256gcm-seal")
-        .unwrap()
-        .clone();
+    let seal = d.op_status("aes256gcm-seal");
     assert!(seal["largest_batch"].as_u64().unwrap() > 1, "{seal}");
 }
 
@@ -302,14 +288,7 @@ fn rsa_requests_under_different_keys_share_jobs() {
     for t in threads {
         t.join().unwrap();
     }
-    let st = d.status();
-    let op = st["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["op"] == "rsa-private")
-        .unwrap()
-        .clone();
+    let op = d.op_status("rsa-private");
     assert_eq!(op["requests"], 12 * 40, "{op}");
     // Requests of different clients, each under its own key, ran together.
     assert!(op["largest_batch"].as_u64().unwrap() > 1, "{op}");

@@ -50,6 +50,8 @@ pub(crate) mod model;
 mod overhead;
 pub mod replay;
 mod split;
+#[cfg(test)]
+mod test_models;
 
 pub use backend::{machine_identity, AutoBackend, CpuThreads, GpuStarter, Placements};
 pub use decide::{Decision, Plan, SplitPoint};

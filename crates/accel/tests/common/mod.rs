@@ -83,6 +83,17 @@ pub fn chunks(b: &dyn Backend, params: ChunkParams, data: &[u8]) -> Vec<ChunkSpa
     }
 }
 
+/// The items of `(key index, input)` pairs under `keys`: a job or batch
+/// under many keys.
+pub fn rsa_items<'a>(keys: &'a [RsaPrivateKey], src: &'a [(usize, Vec<u8>)]) -> Vec<RsaItem<'a>> {
+    src.iter()
+        .map(|(k, m)| RsaItem {
+            key: &keys[*k],
+            input: m,
+        })
+        .collect()
+}
+
 pub fn rsa_key(bits: usize) -> RsaPrivateKey {
     let path = format!("{}/tests/data/rsa{bits}.pem", env!("CARGO_MANIFEST_DIR"));
     RsaPrivateKey::from_pem(&std::fs::read_to_string(path).unwrap()).unwrap()

@@ -483,9 +483,12 @@ fn execute(backend: &dyn Backend, batch: &[Pending]) -> Vec<Reply> {
     let results = (|| -> Result<Vec<SegmentResult>, BackendError> {
         let missing = || BackendError::Device("a segment left its buffer".into());
         let key = head.key.as_deref();
-        let one_key = batch
-            .iter()
-            .all(|p| matches!((&p.key, &head.key), (Some(a), Some(b)) if Arc::ptr_eq(a, b)));
+        // RSA batches may hold several keys (`Pending::joins`).
+        let one_key = || {
+            batch
+                .iter()
+                .all(|p| matches!((&p.key, &head.key), (Some(a), Some(b)) if Arc::ptr_eq(a, b)))
+        };
         let mut job = match (head.op, key) {
             (RunOp::Seal { .. }, Some(Key::Aes256(k))) => Job::Seal {
                 key: k,
@@ -552,7 +555,7 @@ fn execute(backend: &dyn Backend, batch: &[Pending]) -> Vec<Reply> {
                 crc32c,
                 segments: read_only(segs, host)?,
             },
-            (RunOp::Rsa { .. }, Some(Key::Rsa(k))) if one_key => Job::RsaPrivate {
+            (RunOp::Rsa { .. }, Some(Key::Rsa(k))) if one_key() => Job::RsaPrivate {
                 key: k,
                 segments: segs
                     .map(|s| host(s).map(|b| &*b).ok_or_else(missing))

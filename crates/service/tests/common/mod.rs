@@ -117,6 +117,18 @@ impl TestDaemon {
     pub fn status(&self) -> serde_json::Value {
         serde_json::from_str(&self.handle.status_json()).unwrap()
     }
+
+    /// The status's counters of op `name` ("sha256", "rsa-private", ...).
+    pub fn op_status(&self, name: &str) -> serde_json::Value {
+        let st = self.status();
+        st["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["op"] == name)
+            .unwrap_or_else(|| panic!("no op {name} in {st}"))
+            .clone()
+    }
 }
 
 impl Drop for TestDaemon {

@@ -1,50 +1,11 @@
 //! The decision's unit tests: synthetic models, one behaviour each.
 
-use super::super::model::{CpuCost, GpuCost, Identity, LinearCost, OpModel};
+use super::super::model::{Identity, LinearCost};
 use super::*;
 
-/// CPU: 1 GB/s a core, `threads` cores at full speed-up, 2 µs to start;
-/// GPU: 20 µs fixed, `gpu_gbps` from host memory (pinned and pageable
-/// alike), 100 GB/s resident.
+/// The synthetic model with 100 GB/s resident (`test_models`).
 fn model_with(threads: usize, cpu_gbps: f64, pinned: f64, pageable: f64) -> CostModel {
-    let host = |gbps: f64| LinearCost {
-        fixed_ns: 20_000.0,
-        ns_per_byte: 1.0 / gbps,
-        ns_per_segment: 10.0,
-    };
-    let ops = OpKind::ALL
-        .iter()
-        .map(|op| {
-            let m = OpModel {
-                cpu: CpuCost {
-                    one_thread: LinearCost {
-                        fixed_ns: 2_000.0,
-                        ns_per_byte: 1.0 / cpu_gbps,
-                        ns_per_segment: 100.0,
-                    },
-                    threads,
-                    speedup: threads as f64,
-                    cut_cost: None,
-                    small_speedup: None,
-                },
-                gpu: Some(GpuCost {
-                    kernel: host(100.0),
-                    pinned: Some(host(pinned)),
-                    pageable: Some(host(pageable)),
-                    pinned_packed: None,
-                    thread_ns_per_byte: None,
-                    pinned_large: None,
-                }),
-            };
-            (op.name().to_string(), m)
-        })
-        .collect();
-    CostModel {
-        format_version: super::super::model::FORMAT_VERSION,
-        identity: Identity::default(),
-        link: None,
-        ops,
-    }
+    crate::auto::test_models::model_with(threads, cpu_gbps, pinned, pageable, 100.0)
 }
 
 fn model(gpu_gbps: f64) -> CostModel {

@@ -6,52 +6,15 @@
 use super::explore::{EXPLORE_EVERY, MIN_OBSERVATIONS};
 use super::*;
 use crate::auto::decide::{decide_corrected, decide_stats, OpCosts};
-use crate::auto::model::{CostModel, CpuCost, GpuCost, Identity, LinearCost, OpModel};
+use crate::auto::model::CostModel;
 
 const OP: OpKind = OpKind::Blake3;
 const MIB: u64 = 1 << 20;
 
 /// CPU: 1 GB/s a core, 8 cores at full speed-up; GPU: 20 µs and
-/// `gpu_gbps` from host memory, pinned and pageable alike.
+/// `gpu_gbps` from host memory, pinned and pageable alike (and resident).
 fn model(gpu_gbps: f64) -> CostModel {
-    let host = LinearCost {
-        fixed_ns: 20_000.0,
-        ns_per_byte: 1.0 / gpu_gbps,
-        ns_per_segment: 10.0,
-    };
-    let ops = OpKind::ALL
-        .iter()
-        .map(|op| {
-            let m = OpModel {
-                cpu: CpuCost {
-                    one_thread: LinearCost {
-                        fixed_ns: 2_000.0,
-                        ns_per_byte: 1.0,
-                        ns_per_segment: 100.0,
-                    },
-                    threads: 8,
-                    speedup: 8.0,
-                    cut_cost: None,
-                    small_speedup: None,
-                },
-                gpu: Some(GpuCost {
-                    kernel: host,
-                    pinned: Some(host),
-                    pageable: Some(host),
-                    pinned_packed: None,
-                    thread_ns_per_byte: None,
-                    pinned_large: None,
-                }),
-            };
-            (op.name().to_string(), m)
-        })
-        .collect();
-    CostModel {
-        format_version: crate::auto::model::FORMAT_VERSION,
-        identity: Identity::default(),
-        link: None,
-        ops,
-    }
+    crate::auto::test_models::model_with(8, 1.0, gpu_gbps, gpu_gbps, gpu_gbps)
 }
 
 fn idle() -> Sides {
