@@ -34,14 +34,12 @@ import base64
 import ctypes
 import json
 import os
-import queue
 import sys
 import threading
 import time
 import warnings
 
 from . import _errors
-from ._native import SCRATCH_BYTES
 
 FORMAT = "gvault-checkpoint"
 VERSION = 1
@@ -63,8 +61,9 @@ _RAW = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 _link_lock = threading.Lock()
 #: The benchmark sets a dict here to collect the seconds spent in each
-#: phase, summed over threads (save: chunk, add, gather, seal, d2h, write;
-#: load: fetch, h2d, open, scatter).
+#: phase, summed over threads (save: sources, then the engine's chunk, add,
+#: gather, seal, d2h, write, join, commit; load: the engine's read_host,
+#: fetch, h2d, open, scatter, join).
 _trace = None
 
 
@@ -387,146 +386,24 @@ def _device_source(leaves, seg, length, device):
     return buf, buf.device.index
 
 
-#: Worker threads a GPU: while one seals or opens, others do the host's
-#: part (reading or writing packs, one copy through host memory each, the
-#: bound of a save or load). None: half the cores shared among the GPUs
-#: in use, 4 to 16 a GPU.
+#: Worker threads a GPU (the engine's workers: while one seals or opens on
+#: the GPU, others read or write packs, one copy through host memory each,
+#: the bound of a save or load). None: half the cores shared among the
+#: GPUs in use, 4 to 16 a GPU.
 WORKERS_PER_GPU = None
-
-
-def _workers_per_gpu(gpus):
-    if WORKERS_PER_GPU is not None:
-        return max(1, int(WORKERS_PER_GPU))
-    return max(4, min(16, (os.cpu_count() or 8) // (2 * max(1, gpus))))
-
-
-class _Worker:
-    """One worker's device scratch and page-locked host buffer. Its items
-    run in one native call each (copies, sealing or opening, pack I/O),
-    with the GIL released throughout."""
-
-    def __init__(self, device):
-        torch = _torch()
-        self.device = device
-        self.scratch = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, device=f"cuda:{device}")
-        self.pinned = torch.empty(SCRATCH_BYTES, dtype=torch.uint8, pin_memory=True)
-
-    def scratch_arg(self):
-        return (self.device, self.scratch.data_ptr(), self.scratch.numel())
-
-    def pinned_arg(self):
-        return (self.pinned.data_ptr(), self.pinned.numel())
 
 
 def _add_steps(steps):
     if _trace is not None:
         with _link_lock:
-            for phase, sec in steps:
+            for phase, sec in steps.items():
                 _trace[phase] = _trace.get(phase, 0.0) + sec
 
 
-class _GpuWorkers:
-    """Runs `fn(worker, item)` for items submitted per GPU, on a few
-    threads a GPU (`_workers_per_gpu`), so every GPU works at once and each
-    overlaps its device work with the host's. The first error stops the
-    rest; `join` raises it."""
-
-    def __init__(self, fn, gpus=1):
-        self.fn = fn
-        self.per_gpu = _workers_per_gpu(gpus)
-        self.queues = {}
-        self.threads = []
-        self.error = None
-        self.lock = threading.Lock()
-
-    def submit(self, device, item):
-        if self.error is not None:
-            raise self.error
-        q = self.queues.get(device)
-        if q is None:
-            q = self.queues[device] = queue.Queue(maxsize=2 * self.per_gpu)
-            for _ in range(self.per_gpu):
-                t = threading.Thread(target=self._run, args=(device, q), daemon=True,
-                                     name=f"gvault-ckpt-gpu{device}")
-                t.start()
-                self.threads.append(t)
-        q.put(item)
-
-    def _run(self, device, q):
-        w = None
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            if self.error is not None:
-                continue  # drain, so that submit never blocks for good
-            try:
-                if w is None:
-                    w = _Worker(device)
-                self.fn(w, item)
-            except BaseException as e:  # noqa: B036 - handed to the caller
-                with self.lock:
-                    if self.error is None:
-                        self.error = e
-
-    def join(self):
-        """Waits for every item; raises the first error."""
-        for q in self.queues.values():
-            for _ in range(self.per_gpu):
-                q.put(None)
-        for t in self.threads:
-            t.join()
-        self.queues, self.threads = {}, []
-        if self.error is not None:
-            raise self.error
-
-    def close(self):
-        """Stops after the items in flight, raising nothing (error paths)."""
-        try:
-            self.join()
-        except BaseException:  # noqa: B036 - the caller's error wins
-            pass
-
-
-def _seal_plan(saver, w, plan):
-    """Copies a plan's chunks into the worker's device scratch, seals them
-    there, copies only the ciphertext back and writes the pack."""
-    pid, _device, length = plan
-    _add_steps(saver.seal_plan(pid, w.scratch_arg(), w.pinned_arg()))
-    _count("d2h", length)
-
-
-def _chunk_by_device(saver, batch):
-    """Chunks a batch of device sources, each GPU's runs on a thread of
-    its own (all GPUs at once); the results in batch order."""
-    runs = []
-    for src in batch:
-        if runs and runs[-1][0][1] == src[1]:
-            runs[-1].append(src)
-        else:
-            runs.append([src])
-    out = [None] * len(runs)
-    by_dev = {}
-    for i, r in enumerate(runs):
-        by_dev.setdefault(r[0][1], []).append(i)
-    if len(by_dev) == 1:
-        return [saver.chunk(r) for r in runs]
-    errors = []
-
-    def work(idx):
-        try:
-            for i in idx:
-                out[i] = saver.chunk(runs[i])
-        except BaseException as e:  # noqa: B036 - re-raised below
-            errors.append(e)
-    threads = [threading.Thread(target=work, args=(idx,)) for idx in by_dev.values()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
+def _add_moved(moved):
+    with _link_lock:
+        for k, v in moved.items():
+            _link[k] += int(v)
 
 
 def save(repo, name, state, *, path="auto"):
@@ -545,64 +422,32 @@ def save(repo, name, state, *, path="auto"):
         "format": FORMAT, "version": VERSION, "tree": tree,
         "tensors": [leaf.manifest() for leaf in leaves], "segments": lens,
     }, sort_keys=True, separators=(",", ":")).encode()
-    on_gpu = [path == "auto" and any(leaves[i].on_cuda() for i in s) for s in segs]
-    if any(on_gpu):
-        # Every kernel that produces the tensors is done before the device
-        # jobs (on their own streams) read them.
-        _sync_devices()
-    saver = repo._saver()
     keep = [manifest]
     m = _Host(len(manifest))
     ctypes.memmove(m.ptr, manifest, len(manifest)) if manifest else None
     keep.append(m)
-    gpus = {leaf.obj.device.index for leaf in leaves if leaf.on_cuda()} if any(on_gpu) else set()
-    workers = _GpuWorkers(lambda w, plan: _seal_plan(saver, w, plan), len(gpus))
-    batch_cap = (1 << 30) * max(1, len(gpus))
-    try:
-        # The manifest first, in a pack of its own.
-        plans = saver.add([("host", 0, m.ptr, len(manifest))])
-        plans += saver.flush()
-        for plan in plans:
-            workers.submit(plan[1], plan)
-        i = 0
-        while i < len(segs):
-            j, batch = i, []
-            while j < len(segs) and on_gpu[j] == on_gpu[i]:
-                if on_gpu[i]:
-                    first = next(leaves[k] for k in segs[j] if leaves[k].on_cuda())
-                    u8, dev = _device_source(leaves, segs[j], lens[j], first.obj.device)
-                    keep.append(u8)
-                    batch.append(("cuda", dev, u8.data_ptr(), lens[j]))
-                else:
-                    obj, ptr = _host_source(leaves, segs[j], lens[j])
-                    keep.append(obj)
-                    batch.append(("host", 0, ptr, lens[j]))
-                j += 1
-                if sum(b[3] for b in batch) >= batch_cap:
-                    break
-            t = time.perf_counter()
-            if on_gpu[i]:
-                _sync_devices()
-                chunked = _chunk_by_device(saver, batch)
-            else:
-                chunked = [saver.chunk(batch)]
-            t = _timed("chunk", t)
-            for c in chunked:
-                for plan in saver.add_chunked(c):
-                    workers.submit(plan[1], plan)
-            _timed("add", t)
-            i = j
-        for plan in saver.flush():
-            workers.submit(plan[1], plan)
-        t = time.perf_counter()
-        workers.join()
-        t = _timed("join", t)
-        snap, stats = saver.commit(name)
-        _timed("commit", t)
-    except BaseException:
-        workers.close()
-        saver.abort()
-        raise
+    sources = [("host", 0, m.ptr, len(manifest))]
+    t = time.perf_counter()
+    for s, length in zip(segs, lens):
+        if path == "auto" and any(leaves[i].on_cuda() for i in s):
+            first = next(leaves[k] for k in s if leaves[k].on_cuda())
+            u8, dev = _device_source(leaves, s, length, first.obj.device)
+            keep.append(u8)
+            sources.append(("cuda", dev, u8.data_ptr(), length))
+        else:
+            obj, ptr = _host_source(leaves, s, length)
+            keep.append(obj)
+            sources.append(("host", 0, ptr, length))
+    if any(src[0] == "cuda" for src in sources):
+        # Every kernel that produces the tensors (or the segment copies
+        # above) is done before the device jobs, on their own streams,
+        # read them.
+        _sync_devices()
+    t = _timed("sources", t)
+    snap, (stats, steps, moved) = repo._save_checkpoint(name, sources, WORKERS_PER_GPU)
+    _add_steps(steps)
+    _add_moved(moved)
+    del keep
     stats["snapshot"] = snap
     stats["name"] = name
     return stats
@@ -700,7 +545,6 @@ def load(repo, name, device=None, *, snapshot=None, path="auto"):
         else:
             seg_dev.append("cpu")
     bufs = [None] * len(lens)
-    host_jobs = []
     for s, n in enumerate(lens):
         if seg_dev[s] != "cpu":
             continue
@@ -708,42 +552,30 @@ def load(repo, name, device=None, *, snapshot=None, path="auto"):
                                                 for i in by_seg[s])
         if wants_torch:
             b = torch.empty(n, dtype=torch.uint8)
-            host_jobs.append((s, b.data_ptr(), n))
         else:
             np = _import_numpy()
             b = np.empty(n, dtype=np.uint8)
-            host_jobs.append((s, b.__array_interface__["data"][0], n))
         bufs[s] = b
-    gpus = {d for d in seg_dev if d != "cpu"}
-    workers = _GpuWorkers(lambda w, item: _open_group(reader, w, *item), len(gpus))
-    try:
-        for s, n in enumerate(lens):
-            if seg_dev[s] == "cpu":
-                continue
+    targets_native = []
+    for s, n in enumerate(lens):
+        if seg_dev[s] == "cpu":
+            b = bufs[s]
+            ptr = b.data_ptr() if torch is not None and isinstance(b, torch.Tensor) \
+                else b.__array_interface__["data"][0]
+            targets_native.append(("host", 0, ptr, n))
+        else:
             dev = torch.device(seg_dev[s])
             bufs[s] = torch.empty(n, dtype=torch.uint8, device=dev)
-            for start, end in reader.groups(s, SCRATCH_BYTES):
-                workers.submit(dev.index, (s, start, end, bufs[s]))
-        if host_jobs:
-            reader.read_host(host_jobs)
-        workers.join()
-    except BaseException:
-        workers.close()
-        raise
+            targets_native.append(("cuda", dev.index, bufs[s].data_ptr(), n))
+    if any(t[0] == "cuda" for t in targets_native):
+        _sync_devices()  # the allocations are done before the copies land
+    steps, moved = reader.load(targets_native, WORKERS_PER_GPU)
+    _add_steps(steps)
+    _add_moved(moved)
     values = []
     for i, t in enumerate(tensors):
         values.append(_make(t, bufs[t["segment"]], len(by_seg[t["segment"]]) > 1, targets[i]))
     return _decode(man["tree"], values)
-
-
-def _open_group(reader, w, seg, start, end, out):
-    """Fetches a group of a segment's chunks (ciphertext) into the worker's
-    page-locked buffer, copies it to the device, opens and re-hashes it
-    there, and copies the plaintext into the segment's tensor `out`."""
-    moved, steps = reader.load_group(seg, start, end, w.pinned_arg(), w.scratch_arg(),
-                                     (out.device.index, out.data_ptr(), out.numel()))
-    _add_steps(steps)
-    _count("h2d", moved)
 
 
 def _torch_view(u8, dtype, shape):
@@ -803,7 +635,7 @@ def export_safetensors(repo, name, file, *, snapshot=None):
     man = _read_manifest(reader)
     lens = man["segments"]
     hosts = [_Host(n) for n in lens]
-    reader.read_host([(s, h.ptr, n) for s, (h, n) in enumerate(zip(hosts, lens))])
+    reader.load([("host", 0, h.ptr, n) for h, n in zip(hosts, lens)])
     header, pos, names = {}, 0, set()
     for t in man["tensors"]:
         if t["dtype"] not in _ST:

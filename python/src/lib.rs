@@ -2,9 +2,9 @@
 //!
 //! - [`store`]: `gvault.Store`, a gvault-store opened from Python.
 //! - [`repo`]: `gvault.Repository`, a gvault-cas repository (init, backup,
-//!   restore, snapshots, check), and the checkpoint primitives that
-//!   `gvault/checkpoint.py` drives (the engine is
-//!   `gvault_cas::checkpoint`; docs/repository.md §11).
+//!   restore, snapshots, check), and the checkpoint calls that
+//!   `gvault/checkpoint.py` makes (the engine, workers on every GPU
+//!   included, is `gvault_cas::checkpoint`; docs/repository.md §11).
 //!
 //! Every call that touches disk or the accelerator releases the GIL.
 //! Errors become the exception classes of `gvault/_errors.py`.
@@ -21,8 +21,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::StoreSnapshot>()?;
     m.add_class::<store::ScanIter>()?;
     m.add_class::<repo::Repository>()?;
-    m.add_class::<repo::Saver>()?;
-    m.add_class::<repo::Chunked>()?;
     m.add_class::<repo::Reader>()?;
     m.add("PACK_TARGET", gvault_cas::pack::PACK_TARGET)?;
     m.add("SCRATCH_BYTES", gvault_cas::checkpoint::SCRATCH_BYTES)?;

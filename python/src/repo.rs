@@ -1,5 +1,5 @@
-//! `gvault.Repository`, and the checkpoint primitives behind
-//! `gvault.checkpoint` (`Saver`, `Reader`, `SealedGroup`).
+//! `gvault.Repository`, and the checkpoint calls behind
+//! `gvault.checkpoint` (`Repository._save_checkpoint`, `Reader`).
 //!
 //! The checkpoint primitives take raw buffer addresses from
 //! `gvault/checkpoint.py`, which keeps every buffer alive and unchanged
@@ -7,10 +7,8 @@
 //! has no buffer protocol before Python 3.11). They are private to the
 //! package.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use gvault_accel::DeviceSlice;
 use gvault_cas::accel_jobs::{self, AccelBackend};
@@ -18,12 +16,10 @@ use gvault_cas::{Chunker, InitOptions};
 use gvault_store::Encryption;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use rayon::prelude::*;
 
 use crate::errors::{invalid, raise, StoreResult};
 use crate::store::encryption;
-use gvault_cas::accel_jobs::IdChunk;
-use gvault_cas::checkpoint::{self as ckpt, Plan, Source};
+use gvault_cas::checkpoint::{self as ckpt, run, Source};
 
 fn accel_of(name: &str) -> PyResult<AccelBackend> {
     match name {
@@ -300,14 +296,51 @@ impl Repository {
         Ok(out)
     }
 
-    fn _saver(&self, py: Python<'_>) -> PyResult<Saver> {
+    /// Saves checkpoint `name` from segments `(kind, device, address,
+    /// length)` (segment 0 the manifest; kind "host" or "cuda"), every GPU
+    /// at once, with the GIL released (`checkpoint::run::save`). Returns
+    /// (snapshot, stats, seconds per step, bytes moved over the link).
+    #[pyo3(signature = (name, sources, workers_per_gpu=None))]
+    fn _save_checkpoint<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        sources: Vec<(String, u32, u64, u64)>,
+        workers_per_gpu: Option<usize>,
+    ) -> PyResult<(String, Dicts<'py>)> {
+        let srcs = sources
+            .into_iter()
+            .map(source)
+            .collect::<PyResult<Vec<_>>>()?;
         let repo = self.repo()?;
-        let s = py.detach(|| ckpt::Saver::new(repo)).py()?;
-        Ok(Saver {
-            inner: Mutex::new(Some(s)),
-            plans: Mutex::new(HashMap::new()),
-            next: AtomicU64::new(0),
-        })
+        let opts = run::Options { workers_per_gpu };
+        let saved = py
+            .detach(|| {
+                // SAFETY: the package keeps every source's buffer alive and
+                // unchanged until this returns.
+                unsafe { run::save(&repo, &*device_backend(), name, &srcs, &opts) }
+            })
+            .py()?;
+        let st = &saved.stats;
+        let stats = summary_dict(
+            py,
+            &[
+                ("segments", st.segments),
+                ("bytes_total", st.bytes_total),
+                ("chunks_new", st.chunks_new),
+                ("chunks_known", st.chunks_known),
+                ("bytes_new", st.bytes_new),
+                ("bytes_added", st.bytes_added),
+                ("packs", st.packs),
+                ("packs_sealed_on_device", st.packs_sealed_on_device),
+            ],
+        )?;
+        let dicts = (
+            stats,
+            trace_dict(py, &saved.trace)?,
+            moved_dict(py, &saved.moved)?,
+        );
+        Ok((saved.snapshot, dicts))
     }
 
     /// A reader of checkpoint `name` (its newest snapshot), or of the
@@ -381,235 +414,27 @@ fn source(t: (String, u32, u64, u64)) -> PyResult<Source> {
     }
 }
 
-/// A plan the caller must seal on a device: (id, device, scratch bytes).
-type DevicePlan = (u64, u32, u64);
+/// A save's stats, seconds per step, and bytes moved over the link.
+type Dicts<'py> = (Bound<'py, PyDict>, Bound<'py, PyDict>, Bound<'py, PyDict>);
 
-/// One checkpoint being saved (private to gvault.checkpoint). Its methods
-/// may be called from several threads: chunking, device sealing and pack
-/// assembly run without the saver's lock, so each GPU works at once;
-/// `add_chunked` calls must come in segment order.
-#[pyclass(module = "gvault")]
-pub struct Saver {
-    inner: Mutex<Option<ckpt::Saver>>,
-    plans: Mutex<HashMap<u64, Plan>>,
-    next: AtomicU64,
+fn trace_dict<'py>(py: Python<'py>, trace: &run::Trace) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in trace {
+        d.set_item(*k, *v)?;
+    }
+    Ok(d)
 }
 
-/// Segments and, per segment, its chunks.
-type SegmentChunks = (Vec<Source>, Vec<Vec<IdChunk>>);
-
-/// Segments chunked and ided, not yet added to their saver.
-#[pyclass(module = "gvault")]
-pub struct Chunked {
-    inner: Mutex<Option<SegmentChunks>>,
-}
-
-fn poisoned() -> PyErr {
-    raise("Closed", "saver poisoned".into())
-}
-
-impl Saver {
-    /// Runs `f` on the saver under its lock, taken with the GIL released:
-    /// a thread that held the lock while waiting for the GIL, and one
-    /// holding the GIL while waiting for the lock, would wait forever.
-    fn with<T: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut ckpt::Saver) -> gvault_cas::Result<T> + Send,
-    ) -> PyResult<T> {
-        py.detach(|| {
-            let mut g = self
-                .inner
-                .lock()
-                .map_err(|_| gvault_cas::Error::Accel("checkpoint saver poisoned".into()))?;
-            let s = g.as_mut().ok_or_else(|| {
-                gvault_cas::Error::InvalidArgument("this checkpoint save has ended".into())
-            })?;
-            f(s)
-        })
-        .py()
-    }
-
-    fn repo(&self, py: Python<'_>) -> PyResult<Arc<gvault_cas::Repository>> {
-        self.with(py, |s| Ok(s.repo.clone()))
-    }
-
-    /// Seals host plans here; returns the ones that need a device.
-    fn route(&self, py: Python<'_>, plans: Vec<Plan>) -> PyResult<Vec<DevicePlan>> {
-        let mut out = Vec::new();
-        for plan in plans {
-            let Some(device) = plan.device else {
-                self.with(py, |s| {
-                    let p = s.seal_host(&plan)?;
-                    s.put(p)
-                })?;
-                continue;
-            };
-            let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-            let len = plan.scratch_len;
-            self.plans.lock().map_err(|_| poisoned())?.insert(id, plan);
-            out.push((id, device, len));
-        }
-        Ok(out)
-    }
-
-    /// Drops the saver (its repository lock with it); the save has ended.
-    fn end(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.inner.lock().map(|mut g| *g = None).map_err(|_| ()))
-            .map_err(|()| poisoned())
-    }
-
-    fn plan(&self, id: u64) -> PyResult<Plan> {
-        self.plans
-            .lock()
-            .map_err(|_| poisoned())?
-            .get(&id)
-            .cloned()
-            .ok_or_else(|| invalid(format!("no pack plan {id}")))
-    }
-}
-
-#[pymethods]
-impl Saver {
-    /// Chunks and ids segments `(kind, device, address, length)` (on the
-    /// device for "cuda") without registering them: `add_chunked` does,
-    /// in order. Safe to call from several threads at once.
-    fn chunk(&self, py: Python<'_>, sources: Vec<(String, u32, u64, u64)>) -> PyResult<Chunked> {
-        let srcs = sources
-            .into_iter()
-            .map(source)
-            .collect::<PyResult<Vec<_>>>()?;
-        let repo = self.repo(py)?;
-        let mut chunks = Vec::with_capacity(srcs.len());
-        // Runs of host and device sources, each chunked by its backend.
-        let mut start = 0;
-        while start < srcs.len() {
-            let host = srcs[start].device().is_none();
-            let mut end = start + 1;
-            while end < srcs.len() && srcs[end].device().is_none() == host {
-                end += 1;
-            }
-            let run = &srcs[start..end];
-            let found = py
-                .detach(|| {
-                    let backend = if host {
-                        repo.accel.clone()
-                    } else {
-                        device_backend()
-                    };
-                    ckpt::chunk_sources(&repo, &*backend, run)
-                })
-                .py()?;
-            chunks.extend(found);
-            start = end;
-        }
-        Ok(Chunked {
-            inner: Mutex::new(Some((srcs, chunks))),
-        })
-    }
-
-    /// Registers chunked segments after those added before: seals the
-    /// host packs that fill up and returns the plans that need a device.
-    fn add_chunked(&self, py: Python<'_>, chunked: &Chunked) -> PyResult<Vec<DevicePlan>> {
-        let (srcs, chunks) = chunked
-            .inner
-            .lock()
-            .map_err(|_| poisoned())?
-            .take()
-            .ok_or_else(|| invalid("these segments were added already"))?;
-        let ready = self.with(py, |s| s.add(srcs, chunks))?;
-        self.route(py, ready)
-    }
-
-    /// `chunk` then `add_chunked`.
-    fn add(
-        &self,
-        py: Python<'_>,
-        sources: Vec<(String, u32, u64, u64)>,
-    ) -> PyResult<Vec<DevicePlan>> {
-        let chunked = self.chunk(py, sources)?;
-        self.add_chunked(py, &chunked)
-    }
-
-    /// Ends the current packs: seals the host one and returns the plans
-    /// that need a device.
-    fn flush(&self, py: Python<'_>) -> PyResult<Vec<DevicePlan>> {
-        let rest = self.with(py, |s| Ok(s.take_rest()))?;
-        self.route(py, rest)
-    }
-
-    /// Seals plan `id` on its GPU and writes its pack (see
-    /// `checkpoint::seal_plan_on_device`), in this thread, with the GIL
-    /// released: device scratch at `scratch` and page-locked host memory
-    /// at `pinned`, both the caller's. Returns seconds per step.
-    fn seal_plan(
-        &self,
-        py: Python<'_>,
-        id: u64,
-        scratch: (u32, u64, u64),
-        pinned: (u64, u64),
-    ) -> PyResult<Vec<(&'static str, f64)>> {
-        let plan = self.plan(id)?;
-        let (repo, sources) = self.with(py, |s| Ok((s.repo.clone(), s.sources.clone())))?;
-        // SAFETY: the package passes its live scratch allocation.
-        let dev_scratch = unsafe { DeviceSlice::new(scratch.0, scratch.1, scratch.2 as usize) };
-        let (written, steps) = py
-            .detach(|| {
-                // SAFETY: the package passes a live page-locked buffer of
-                // this length, used by this call alone, and keeps the
-                // segments' tensors alive for the save.
-                let host = unsafe {
-                    std::slice::from_raw_parts_mut(pinned.0 as *mut u8, pinned.1 as usize)
-                };
-                unsafe {
-                    ckpt::seal_plan_on_device(
-                        &repo,
-                        &*device_backend(),
-                        &plan,
-                        &sources,
-                        dev_scratch,
-                        host,
-                    )
-                }
-            })
-            .py()?;
-        self.with(py, |s| s.written_pack(written))?;
-        self.plans.lock().map_err(|_| poisoned())?.remove(&id);
-        Ok(steps.to_vec())
-    }
-
-    /// Writes the index file and the snapshot; returns (snapshot id,
-    /// stats). The save ends here.
-    fn commit<'py>(&self, py: Python<'py>, name: &str) -> PyResult<(String, Bound<'py, PyDict>)> {
-        if !self.plans.lock().map_err(|_| poisoned())?.is_empty() {
-            return Err(invalid("commit with device plans not yet written"));
-        }
-        let (snap, st) = self.with(py, |s| {
-            let snap = s.commit(name)?;
-            Ok((snap, s.stats.clone()))
-        })?;
-        self.end(py)?;
-        let d = summary_dict(
-            py,
-            &[
-                ("segments", st.segments),
-                ("bytes_total", st.bytes_total),
-                ("chunks_new", st.chunks_new),
-                ("chunks_known", st.chunks_known),
-                ("bytes_new", st.bytes_new),
-                ("bytes_added", st.bytes_added),
-                ("packs", st.packs),
-                ("packs_sealed_on_device", st.packs_sealed_on_device),
-            ],
-        )?;
-        Ok((snap, d))
-    }
-
-    /// Abandons the save (its lock is released; packs written stay for
-    /// the next backup to adopt or prune to remove).
-    fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self.end(py)
-    }
+fn moved_dict<'py>(py: Python<'py>, m: &run::Moved) -> PyResult<Bound<'py, PyDict>> {
+    summary_dict(
+        py,
+        &[
+            ("d2h_bytes", m.d2h_bytes),
+            ("d2h_copies", m.d2h_copies),
+            ("h2d_bytes", m.h2d_bytes),
+            ("h2d_copies", m.h2d_copies),
+        ],
+    )
 }
 
 /// An open checkpoint (private to gvault.checkpoint).
@@ -644,93 +469,36 @@ impl Reader {
             .collect()
     }
 
-    /// Reads segments into host buffers `(segment, address, length)`, in
-    /// parallel; every chunk is checked against its id.
-    fn read_host(&self, py: Python<'_>, targets: Vec<(usize, u64, u64)>) -> PyResult<()> {
-        for &(seg, _, _) in &targets {
-            if seg >= self.opened.segments.len() {
-                return Err(invalid(format!("no segment {seg}")));
-            }
-        }
-        let repo = &self.repo;
-        let segs = &self.opened.segments;
-        py.detach(|| {
-            targets.par_iter().try_for_each(|&(seg, ptr, len)| {
-                if len == 0 {
-                    return ckpt::read_segment(repo, &segs[seg], &mut []);
-                }
-                // SAFETY: the package passes live, distinct host buffers.
-                let out = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len as usize) };
-                ckpt::read_segment(repo, &segs[seg], out)
-            })
-        })
-        .py()
-    }
-
-    /// Chunk ranges of segment `seg` whose aligned layout fits `cap` bytes.
-    fn groups(&self, seg: usize, cap: u64) -> PyResult<Vec<(usize, usize)>> {
-        let chunks = self
-            .opened
-            .segments
-            .get(seg)
-            .ok_or_else(|| invalid(format!("no segment {seg}")))?;
-        Ok(ckpt::groups(chunks, cap))
-    }
-
-    /// Loads chunks [start, end) of segment `seg` into the segment's
-    /// device memory `out` (see `checkpoint::load_group_on_device`), in
-    /// this thread, with the GIL released; `pinned` (page-locked host
-    /// memory) and `scratch` (device memory on `out`'s GPU) are the
-    /// caller's. Returns the bytes copied to the device and seconds per
-    /// step.
-    #[allow(clippy::too_many_arguments)]
-    fn load_group(
+    /// Loads every segment into `targets` `(kind, device, address,
+    /// length)`, one a segment in order (kind "host" or "cuda"), every GPU
+    /// at once, with the GIL released (`checkpoint::run::load`); every
+    /// chunk is checked against its id. Returns (seconds per step, bytes
+    /// moved over the link).
+    #[pyo3(signature = (targets, workers_per_gpu=None))]
+    fn load<'py>(
         &self,
-        py: Python<'_>,
-        seg: usize,
-        start: usize,
-        end: usize,
-        pinned: (u64, u64),
-        scratch: (u32, u64, u64),
-        out: (u32, u64, u64),
-    ) -> PyResult<(u64, Vec<(&'static str, f64)>)> {
-        let chunks = self
-            .opened
-            .segments
-            .get(seg)
-            .ok_or_else(|| invalid(format!("no segment {seg}")))?;
-        if start > end || end > chunks.len() {
-            return Err(invalid("chunk range out of bounds"));
-        }
-        let first: u64 = chunks[..start].iter().map(|c| c.len as u64).sum();
-        let repo = &self.repo;
-        // SAFETY: the package passes live device allocations.
-        let (dev_scratch, dev_out) = unsafe {
-            (
-                DeviceSlice::new(scratch.0, scratch.1, scratch.2 as usize),
-                DeviceSlice::new(out.0, out.1, out.2 as usize),
-            )
-        };
-        let (moved, steps) = py
+        py: Python<'py>,
+        targets: Vec<(String, u32, u64, u64)>,
+        workers_per_gpu: Option<usize>,
+    ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+        let targets = targets
+            .into_iter()
+            .map(|t| {
+                Ok(match source(t)? {
+                    Source::Host { ptr, len } => run::Target::Host { ptr, len },
+                    Source::Device(d) => run::Target::Device(d),
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let (repo, opened) = (&self.repo, &self.opened);
+        let opts = run::Options { workers_per_gpu };
+        let (trace, moved) = py
             .detach(|| {
-                // SAFETY: a live page-locked buffer of this length, used by
-                // this call alone; each call writes its own chunks of `out`.
-                let host = unsafe {
-                    std::slice::from_raw_parts_mut(pinned.0 as *mut u8, pinned.1 as usize)
-                };
-                unsafe {
-                    ckpt::load_group_on_device(
-                        repo,
-                        &*device_backend(),
-                        &chunks[start..end],
-                        first,
-                        host,
-                        dev_scratch,
-                        dev_out,
-                    )
-                }
+                // SAFETY: the package passes live, distinct buffers of each
+                // segment's length, untouched until this returns.
+                unsafe { run::load(repo, &*device_backend(), opened, &targets, &opts) }
             })
             .py()?;
-        Ok((moved, steps.to_vec()))
+        Ok((trace_dict(py, &trace)?, moved_dict(py, &moved)?))
     }
 }

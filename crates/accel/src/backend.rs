@@ -53,6 +53,18 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// `len` bytes of memory on GPU `device`, not initialised: scratch and
+    /// device-resident data for callers without a framework of their own
+    /// (the checkpoint engine's workers, benchmarks). `None` where no GPU
+    /// is in use.
+    fn alloc_on_device(
+        &self,
+        _device: u32,
+        _len: usize,
+    ) -> Option<Result<crate::gpu::DeviceAllocation, BackendError>> {
+        None
+    }
+
     /// Copies bytes on GPU `device`'s copy engines (host to device, device
     /// to host, device to device), in order, and waits for them: how callers
     /// move device-resident job data around without a framework of their

@@ -90,7 +90,7 @@ pub use gpu::kernels::{
 pub use gpu::link::{
     measure as measure_link, measure_bidirectional as measure_link_bidirectional, LinkFigure,
 };
-pub use gpu::{Device, DeviceCopy, GpuBackend, HostRegistration, PinnedBuffer};
+pub use gpu::{Device, DeviceAllocation, DeviceCopy, GpuBackend, HostRegistration, PinnedBuffer};
 pub use job::{
     ChunkSpan, CtrCipher, CtrSegment, Data, DataMut, DeviceSlice, Digest, DigestAlgo,
     DigestedChunk, Job, OpKind, OpenSegment, Output, SealSegment, SegmentResult, MAX_SEGMENT_LEN,

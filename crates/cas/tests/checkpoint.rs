@@ -1,13 +1,14 @@
 //! The checkpoint engine's host-side logic, which needs no GPU: pack plans
 //! hold the chunks of one place (host memory or one GPU, here fake device
-//! slices that are never touched), and `fetch` lays out ciphertext and
-//! reads each tag in place.
+//! slices that are never touched), `fetch` lays out ciphertext and reads
+//! each tag in place, and `run::save`/`run::load` round-trip host
+//! checkpoints and refuse bad requests with errors.
 
 use std::sync::Arc;
 
 use gvault_accel::DeviceSlice;
 use gvault_cas::accel_jobs::{cpu_backend, IdChunk, TAG_LEN};
-use gvault_cas::checkpoint::{self, Plan, Saver, Source};
+use gvault_cas::checkpoint::{self, run, Plan, Saver, Source};
 use gvault_cas::pack::PACK_TARGET;
 use gvault_cas::{Chunker, Error, InitOptions, Kind, Repository};
 use gvault_store::keys::generate_key;
@@ -128,16 +129,121 @@ fn pack_plans_hold_the_chunks_of_one_place() {
 
 /// Saves `segments` (segment 0 is the manifest) through the host path.
 fn save_on_host(repo: &Arc<Repository>, name: &str, segments: &[&[u8]]) -> String {
-    let mut saver = Saver::new(repo.clone()).unwrap();
     let srcs: Vec<Source> = segments.iter().map(|s| host(s)).collect();
-    let chunks = checkpoint::chunk_sources(repo, &*cpu_backend(), &srcs).unwrap();
-    let mut plans = saver.add(srcs, chunks).unwrap();
-    plans.extend(saver.take_rest());
-    for p in plans {
-        let sealed = saver.seal_host(&p).unwrap();
-        saver.put(sealed).unwrap();
+    // SAFETY: the segments are live host buffers, unchanged during the save.
+    unsafe { run::save(repo, &*cpu_backend(), name, &srcs, &run::Options::default()) }
+        .unwrap()
+        .snapshot
+}
+
+fn host_target(buf: &mut [u8]) -> run::Target {
+    run::Target::Host {
+        ptr: buf.as_mut_ptr() as usize,
+        len: buf.len(),
     }
-    saver.commit(name).unwrap()
+}
+
+#[test]
+fn a_host_checkpoint_saves_dedups_and_loads_bit_for_bit() {
+    let d = tempfile::tempdir().unwrap();
+    let repo = repo(&d.path().join("r"));
+    let mut tensors: Vec<Vec<u8>> = (0..12)
+        .map(|i| random((i % 4) << 20 | 4099, i as u64))
+        .collect();
+    tensors.push(Vec::new());
+    let mut segs: Vec<&[u8]> = vec![b"{\"m\":1}"];
+    segs.extend(tensors.iter().map(|t| &t[..]));
+    let srcs: Vec<Source> = segs.iter().map(|s| host(s)).collect();
+    let opts = run::Options::default();
+    // SAFETY: live host buffers, unchanged during the save.
+    let first = unsafe { run::save(&repo, &*cpu_backend(), "a", &srcs, &opts) }.unwrap();
+    let total: u64 = segs.iter().map(|s| s.len() as u64).sum();
+    assert_eq!(first.stats.bytes_total, total);
+    assert_eq!(first.stats.chunks_known, 0);
+    assert_eq!(
+        first.moved,
+        run::Moved::default(),
+        "host data never crosses a link"
+    );
+    assert!(first.trace.contains_key("chunk") && first.trace.contains_key("commit"));
+
+    // Change one tensor: only its chunks are new.
+    let mut changed = tensors.clone();
+    changed[5] = random(tensors[5].len(), 99);
+    let mut segs2: Vec<&[u8]> = vec![b"{\"m\":1}"];
+    segs2.extend(changed.iter().map(|t| &t[..]));
+    let srcs2: Vec<Source> = segs2.iter().map(|s| host(s)).collect();
+    // SAFETY: as above.
+    let second = unsafe { run::save(&repo, &*cpu_backend(), "a", &srcs2, &opts) }.unwrap();
+    assert!(
+        second.stats.bytes_new <= tensors[5].len() as u64,
+        "{:?}",
+        second.stats
+    );
+    assert!(second.stats.bytes_new > 0 && second.stats.chunks_known > 0);
+
+    for (snap, want) in [(&first.snapshot, &segs), (&second.snapshot, &segs2)] {
+        let opened = checkpoint::open(&repo, snap).unwrap();
+        assert_eq!(opened.manifest, want[0]);
+        let mut bufs: Vec<Vec<u8>> = want[1..].iter().map(|s| vec![0u8; s.len()]).collect();
+        let targets: Vec<run::Target> = bufs.iter_mut().map(|b| host_target(b)).collect();
+        // SAFETY: distinct live buffers of each segment's length.
+        let (_, moved) =
+            unsafe { run::load(&repo, &*cpu_backend(), &opened, &targets, &opts) }.unwrap();
+        assert_eq!(moved, run::Moved::default());
+        for (b, w) in bufs.iter().zip(&want[1..]) {
+            assert!(b[..] == w[..]);
+        }
+    }
+    assert_eq!(checkpoint::find(&repo, "a").unwrap(), second.snapshot);
+}
+
+#[test]
+fn bad_saves_and_loads_are_errors_not_panics() {
+    let d = tempfile::tempdir().unwrap();
+    let repo = repo(&d.path().join("r"));
+    let data = random(3 << 20, 1);
+    let opts = run::Options::default();
+    let cpu = cpu_backend();
+    // SAFETY (every call below): live host buffers; fake device slices
+    // are refused before anything reads them.
+    let no_manifest = unsafe { run::save(&repo, &*cpu, "x", &[], &opts) }.unwrap_err();
+    assert!(
+        matches!(no_manifest, Error::InvalidArgument(_)),
+        "{no_manifest}"
+    );
+    let bad_name = unsafe { run::save(&repo, &*cpu, "a/b", &[host(b"{}")], &opts) }.unwrap_err();
+    assert!(matches!(bad_name, Error::InvalidArgument(_)), "{bad_name}");
+    let on_device = unsafe { run::save(&repo, &*cpu, "x", &[device(0, 16)], &opts) }.unwrap_err();
+    assert!(
+        matches!(on_device, Error::InvalidArgument(_)),
+        "{on_device}"
+    );
+    // Device segments with no GPU: an error, and no checkpoint.
+    let srcs = [host(b"{}"), host(&data), device(0, 1 << 20)];
+    let no_gpu = unsafe { run::save(&repo, &*cpu, "x", &srcs, &opts) }.unwrap_err();
+    assert!(!matches!(no_gpu, Error::InvalidArgument(_)), "{no_gpu}");
+    assert!(checkpoint::find(&repo, "x").is_err());
+
+    let snap = save_on_host(&repo, "ok", &[b"{}", &data]);
+    let opened = checkpoint::open(&repo, &snap).unwrap();
+    let mut short = vec![0u8; data.len() - 1];
+    let wrong_len =
+        unsafe { run::load(&repo, &*cpu, &opened, &[host_target(&mut short)], &opts) }.unwrap_err();
+    assert!(
+        matches!(wrong_len, Error::InvalidArgument(_)),
+        "{wrong_len}"
+    );
+    let wrong_count = unsafe { run::load(&repo, &*cpu, &opened, &[], &opts) }.unwrap_err();
+    assert!(
+        matches!(wrong_count, Error::InvalidArgument(_)),
+        "{wrong_count}"
+    );
+    // A device target with no GPU: an error, not a panic.
+    // SAFETY: never dereferenced: the worker finds no GPU first.
+    let fake = run::Target::Device(unsafe { DeviceSlice::new(0, 0x1000_0000, data.len()) });
+    let no_gpu = unsafe { run::load(&repo, &*cpu, &opened, &[fake], &opts) }.unwrap_err();
+    assert!(!matches!(no_gpu, Error::InvalidArgument(_)), "{no_gpu}");
 }
 
 #[test]

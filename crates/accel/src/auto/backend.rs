@@ -879,6 +879,15 @@ impl Backend for AutoBackend {
     }
 
     /// Starts the GPU side if it is not running, as `alloc_host` does.
+    fn alloc_on_device(
+        &self,
+        device: u32,
+        len: usize,
+    ) -> Option<Result<crate::gpu::DeviceAllocation, BackendError>> {
+        self.gpu_side()?.backend.alloc_on_device(device, len)
+    }
+
+    /// Starts the GPU side if it is not running, as `alloc_host` does.
     unsafe fn copy_device(
         &self,
         device: u32,

@@ -200,6 +200,14 @@ impl Backend for GpuBackend {
         self.alloc_pinned(len).ok()
     }
 
+    fn alloc_on_device(
+        &self,
+        device: u32,
+        len: usize,
+    ) -> Option<Result<DeviceAllocation, BackendError>> {
+        Some(self.alloc_device(device as usize, len, &[]))
+    }
+
     unsafe fn copy_device(
         &self,
         device: u32,

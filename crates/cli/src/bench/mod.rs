@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 pub mod cas;
+pub mod checkpoint;
 mod host_memory;
 pub mod link;
 pub mod lsm;
@@ -33,6 +34,10 @@ pub enum BenchCommand {
     /// different / similar / checkpoint workloads, CPU, auto and the
     /// CA-Infinite oracle, content-defined and fixed chunks.
     Cas(cas::CasArgs),
+    /// Checkpoints of a synthetic bf16 state dict through the checkpoint
+    /// engine: first save, second save with 5% changed, load; GPU-resident
+    /// and host paths, 1 or more GPUs.
+    Checkpoint(checkpoint::CheckpointArgs),
     /// Seed 001 (HashGPU): sliding-window MD5 (Fig. 14) and parallel Merkle-Damgård.
     Seed001(seed001::Seed001Args),
     /// RSA private-key ops/s against batch size: CPU, openssl, GPU, auto, batch ordering (seed 004).
@@ -53,6 +58,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), String> {
         BenchCommand::Replay(args) => replay::run(args),
         BenchCommand::Seed001(args) => seed001::run(args),
         BenchCommand::Cas(args) => cas::run(args),
+        BenchCommand::Checkpoint(args) => checkpoint::run(args),
         BenchCommand::Rsa(args) => rsa::run(args),
         BenchCommand::Service(args) => service::run(args),
     }

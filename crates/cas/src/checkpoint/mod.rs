@@ -24,6 +24,8 @@
 //! chunks' ciphertext (`fetch`), copies it to the device, opens and
 //! re-hashes it there and copies each chunk into place.
 
+pub mod run;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -52,7 +54,7 @@ pub const SCRATCH_BYTES: usize = PACK_TARGET + (16 << 20) + (1 << 20);
 /// segments below 4 GiB); the cut is the same on every path.
 const PIECE: u64 = 1 << 30;
 /// A job's input at most, host or device.
-const JOB_BYTES: u64 = 1 << 30;
+pub(crate) const JOB_BYTES: u64 = 1 << 30;
 /// Device segments must start 16-byte aligned for AES-GCM.
 const ALIGN: u64 = 16;
 
