@@ -105,14 +105,16 @@
 #   python     The Python package with the torch installed there (issue 22): the wheel
 #              that --build put in .gpu-py/ (carry [".gpu", ".gpu-py"]) installed into
 #              /tmp/gvault-site, then python/tests/test_gpu.py (device round trips, link
-#              bytes only for new chunks, GPU and CPU paths write the same packs) and
-#              python/bench/checkpoint.py (save, 5%-changed save, load; GPU and CPU
-#              paths against torch.save and safetensors). CKPT_GIB [20],
+#              bytes only for new chunks, GPU and CPU paths write the same packs),
+#              `gvault bench checkpoint` (the engine alone: save, 5%-changed save,
+#              load; device and host paths; CKPT_RUST=0 skips it) and
+#              python/bench/checkpoint.py (the same through the package, against
+#              torch.save and safetensors; CKPT_PY=0 skips it). CKPT_GIB [20],
 #              CKPT_DIR [/tmp/gvault-ckpt], CKPT_SKIP [none], CKPT_GPUS [1; "1,2"
 #              runs the GPU path on 1 then 2 GPUs, tensors spread by layer],
 #              CKPT_WORKERS [auto: half the cores over the GPUs, 4-16 a GPU;
 #              a comma list of counts sweeps].
-#                                                  -> python.txt, checkpoint.json
+#                                    -> python.txt, bench-checkpoint.json, checkpoint.json
 #   service    The accelerator service (issue 23): the #[ignore]d tests of
 #              crates/service/tests/gpu.rs (a GPU daemon against the CPU for every
 #              op, shared buffers registered with the driver; an auto daemon), then
@@ -636,11 +638,21 @@ phase_python() {
     .gpu-py/gvault-*.whl || return
   run $f watchdog "${PY_TEST_S:-240}" env PYTHONPATH="$site" PYTHONUNBUFFERED=1 \
     python3 -X faulthandler python/tests/test_gpu.py || return
-  [ -n "$DRY" ] || { rm -rf "$d"; mkdir -p "$d"; }
-  run $f watchdog "${CKPT_S:-400}" env PYTHONPATH="$site" PYTHONUNBUFFERED=1 \
-    python3 -X faulthandler python/bench/checkpoint.py \
-    --gib "${CKPT_GIB:-20}" --dir "$d" ${CKPT_SKIP:+--skip "$CKPT_SKIP"} --gpus "${CKPT_GPUS:-1}" --workers "${CKPT_WORKERS:-auto}" \
-    --out "$OUT/checkpoint.json"
+  local workers=
+  case "${CKPT_WORKERS:-auto}" in *[!0-9]*) ;; *) workers="--workers $CKPT_WORKERS" ;; esac
+  if [ "${CKPT_RUST:-1}" != 0 ]; then
+    [ -n "$DRY" ] || { rm -rf "$d"; mkdir -p "$d"; }
+    run $f watchdog "${CKPT_S:-400}" $B/gvault bench checkpoint \
+      --gib "${CKPT_GIB:-20}" --dir "$d" --gpus "${CKPT_GPUS:-1}" $workers \
+      --save "$OUT/bench-checkpoint.json"
+  fi
+  if [ "${CKPT_PY:-1}" != 0 ]; then
+    [ -n "$DRY" ] || { rm -rf "$d"; mkdir -p "$d"; }
+    run $f watchdog "${CKPT_S:-400}" env PYTHONPATH="$site" PYTHONUNBUFFERED=1 \
+      python3 -X faulthandler python/bench/checkpoint.py \
+      --gib "${CKPT_GIB:-20}" --dir "$d" ${CKPT_SKIP:+--skip "$CKPT_SKIP"} --gpus "${CKPT_GPUS:-1}" --workers "${CKPT_WORKERS:-auto}" \
+      --out "$OUT/checkpoint.json"
+  fi
   [ -n "$DRY" ] || rm -rf "$d"
 }
 

@@ -588,7 +588,7 @@ pub fn run(args: CheckpointArgs) -> Result<(), String> {
     let total: u64 = data.iter().map(|d| d.len() as u64).sum();
     // The repository's memory touched once before any figure (in a VM,
     // first-touched pages cost far more than reused ones).
-    write_rate(&base, 16, 2 * total)?;
+    write_rate(&base, 16, total + total / 8)?;
     let repo_write_gbps = write_rate(&base, 16, total.min(4 << 30))?;
     let mut report = Report {
         checkpoint_bytes: total,
