@@ -17,7 +17,7 @@ use rand::{RngCore, SeedableRng};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::measure::gbps;
+use super::measure::{gbps, memory_dir};
 use gvault_accel::{AutoBackend, Backend, DeviceAllocation, DeviceCopy, GpuBackend};
 use gvault_cas::checkpoint::{self, run, Source};
 use gvault_cas::{Chunker, InitOptions, Repository};
@@ -443,15 +443,6 @@ impl Run<'_> {
     }
 }
 
-fn default_dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    }
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -502,10 +493,10 @@ fn print_row(r: &Row, bounds: &Report) {
 
 pub fn run(args: CheckpointArgs) -> Result<(), String> {
     let gib = args.gib.unwrap_or(if args.quick { 0.25 } else { 20.0 });
-    if !(gib > 0.0) || !(0.0..=1.0).contains(&args.changed) || args.repeat == 0 {
+    if gib.is_nan() || gib <= 0.0 || !(0.0..=1.0).contains(&args.changed) || args.repeat == 0 {
         return Err("--gib must be > 0, --changed in 0..1, --repeat >= 1".into());
     }
-    let base = args.dir.clone().unwrap_or_else(default_dir);
+    let base = args.dir.clone().unwrap_or_else(memory_dir);
     let gpu = GpuBackend::probe().ok();
     let gpu_names: Vec<String> = gpu
         .as_ref()

@@ -66,6 +66,18 @@ pub fn parse_nonzero_size(s: &str, what: &str) -> Result<usize, String> {
     }
 }
 
+/// Where benchmarks keep repositories and data by default: /dev/shm
+/// (memory, so the figures are the engine's, not a disk's), else the
+/// temporary directory.
+pub fn memory_dir() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

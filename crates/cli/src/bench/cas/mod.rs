@@ -28,7 +28,7 @@ use gvault_cas::{Chunker, InitOptions, Repository};
 use gvault_store::Encryption;
 use serde::Serialize;
 
-use super::measure::{gbps, parse_nonzero_size};
+use super::measure::{gbps, memory_dir, parse_nonzero_size};
 
 #[derive(clap::Args, Debug)]
 pub struct CasArgs {
@@ -122,15 +122,6 @@ struct Report {
     read_gbps: f64,
     bounds: Vec<Bound>,
     rows: Vec<Row>,
-}
-
-fn default_dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    }
 }
 
 fn cpu_seconds() -> f64 {
@@ -406,10 +397,10 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
             return Err(format!("unknown backend {b} (cpu, auto, oracle, service)"));
         }
     }
-    let data_root = args.data_dir.clone().unwrap_or_else(default_dir);
+    let data_root = args.data_dir.clone().unwrap_or_else(memory_dir);
     let data = data_root.join(format!("gvault-bench-data-{}", std::process::id()));
     let repo_roots = if args.repo_dir.is_empty() {
-        vec![default_dir()]
+        vec![memory_dir()]
     } else {
         args.repo_dir.clone()
     };
