@@ -95,6 +95,14 @@
 #              SCALING_BINS [.gpu/gvault; several binaries run side by side,
 #              output tagged by file name]. The defaults take ~4 minutes.
 #                                             -> scaling.txt, scaling.json
+#   rocks      gvault-store against RocksDB (issue 30): `bench lsm`, then `rocks-lsm` (a
+#              benchmark kept outside the repository: rust-rocksdb 0.25.0, RocksDB
+#              11.8.1 built from source, the same keys, values, workloads, flags and
+#              JSON; its binary and compare.py go in .gpu/ by hand), one after the
+#              other with ROCKS_FLAGS [issue 30's table: fillseq, fillrandom,
+#              readrandom, readseq; 100 B, 4 KiB, 64 KiB; 1 and 16 threads; 512 MiB
+#              cache; medians of 2], then compare.py's gvault/RocksDB table.
+#                                 -> rocks.txt, rocks-gvault.json, rocks-rocksdb.json
 #   rsa        RSA private-key batches (issue 24): the #[ignore]d tests of
 #              crates/accel/tests/rsa_gpu.rs (kernel == CPU emulation word for
 #              word, GPU == CPU backend), then `bench rsa` (ops/s against batch
@@ -160,7 +168,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 B=.gpu
-ALL_PHASES="tests primitive variants profile auto lsm costs scaling seeds cas rsa python service multi"
+ALL_PHASES="tests primitive variants profile auto lsm costs scaling rocks seeds cas rsa python service multi"
 ALL_VARIANTS="tables ghash pieces gear crc desc slots wide share"
 ALL_SEEDS="000 000-lsm 001 002 003"
 
@@ -504,6 +512,7 @@ phase_scaling() {
   for bin in ${SCALING_BINS:-$B/gvault}; do
     [ -n "$DRY" ] || [ -x "$bin" ] || { echo "== no $bin" | tee -a "$OUT/$f"; status=1; return; }
   done
+  [ -n "$DRY" ] || mkdir -p "$D"
   for size in ${SCALING_SIZES:-100 4096 65536}; do
     for bin in ${SCALING_BINS:-$B/gvault}; do
       tag=$(basename "$bin")
@@ -630,6 +639,22 @@ watchdog() {
   pkill -KILL -P "$pid"; kill -KILL "$pid" 2>/dev/null
   wait "$pid"
   return 124
+}
+
+phase_rocks() {
+  local f=rocks.txt
+  local flags=(${ROCKS_FLAGS:---workloads fillseq,fillrandom,readrandom,readseq --value-sizes 100,4K,64K --threads 1,16 --duration 1 --cache-mb 512 --sync off --repeat 2 --max-bytes 256M})
+  if [ ! -x "$B/rocks-lsm" ] || [ ! -f "$B/compare.py" ]; then
+    echo "== no $B/rocks-lsm or $B/compare.py: the rocks phase needs both" | tee -a "$OUT/$f"
+    status=1
+    return
+  fi
+  [ -n "$DRY" ] || rm -rf "$D/gvault" "$D/rocksdb"
+  run $f "${PIN[@]}" "$B/gvault" bench lsm "${flags[@]}" --dir "$D/gvault" --save "$OUT/rocks-gvault.json"
+  [ -n "$DRY" ] || rm -rf "$D/gvault"
+  run $f "${PIN[@]}" "$B/rocks-lsm" "${flags[@]}" --dir "$D/rocksdb" --save "$OUT/rocks-rocksdb.json"
+  [ -n "$DRY" ] || rm -rf "$D/rocksdb"
+  run $f python3 "$B/compare.py" "$OUT/rocks-gvault.json" "$OUT/rocks-rocksdb.json"
 }
 
 phase_python() {
