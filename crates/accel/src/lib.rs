@@ -72,6 +72,7 @@ mod job;
 #[doc(hidden)]
 pub mod rsa_batch;
 mod rsa_emu;
+mod rsa_ifma;
 mod rsa_key;
 mod rsa_mont;
 pub mod seed001;
