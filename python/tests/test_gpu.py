@@ -150,8 +150,13 @@ class Skipped(Exception):
     pass
 
 
+#: True when run as a script (`_main`): skips are this file's own, not
+#: pytest's (whose Skipped is no Exception), even where pytest is installed.
+_STANDALONE = False
+
+
 def _skip(why):
-    if pytest is not None:
+    if pytest is not None and not _STANDALONE:
         pytest.skip(why)
     raise Skipped(why)
 
@@ -199,6 +204,8 @@ def test_two_gpus_each_seal_and_load_their_own(tmp_path):
 
 
 def _main():  # pragma: no cover - the GPU machine without pytest
+    global _STANDALONE
+    _STANDALONE = True
     if not HAVE_CUDA:
         print("skipped: needs torch with CUDA")
         return 0
