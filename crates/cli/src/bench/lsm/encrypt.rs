@@ -67,6 +67,8 @@ pub struct Backends {
     by_mode: HashMap<Encrypt, Arc<dyn Backend>>,
     /// The stores' `read_ahead` option (None: the store's default).
     pub read_ahead: Option<bool>,
+    /// The stores' memtable size in bytes (None: the store's default).
+    pub memtable_bytes: Option<usize>,
 }
 
 impl Backends {
@@ -88,15 +90,18 @@ impl Backends {
         Ok(Backends {
             by_mode: m,
             read_ahead: None,
+            memtable_bytes: None,
         })
     }
 
     /// Store options for `mode`: a fresh random master key (the benchmark
     /// stores are thrown away) and the mode's accelerator.
     pub fn options(&self, mode: Encrypt) -> Options {
+        let defaults = Options::default();
         let base = Options {
             read_ahead: self.read_ahead,
-            ..Options::default()
+            write_buffer_size: self.memtable_bytes.unwrap_or(defaults.write_buffer_size),
+            ..defaults
         };
         match self.by_mode.get(&mode) {
             None => base,

@@ -102,6 +102,9 @@ pub struct LsmArgs {
     /// decoded, at least 64 MiB, so that the data stays cached].
     #[arg(long, value_name = "MIB")]
     cache_mb: Option<u64>,
+    /// Memtable of every store in MiB [default: the store's own].
+    #[arg(long, value_name = "MIB")]
+    memtable_mb: Option<u64>,
     /// Also write the JSON report to this file (the table still prints).
     #[arg(long, value_name = "FILE.json")]
     save: Option<PathBuf>,
@@ -276,6 +279,11 @@ pub fn run(args: LsmArgs) -> Result<(), String> {
         modes.push(Encrypt::Cpu);
     }
     let mut backends = Backends::new(&modes)?;
+    backends.memtable_bytes = match args.memtable_mb {
+        Some(mb) if (1..=1 << 20).contains(&mb) => Some((mb as usize) << 20),
+        Some(mb) => return Err(format!("--memtable-mb {mb}: 1 to 1048576 MiB")),
+        None => None,
+    };
     backends.read_ahead = match args.read_ahead {
         ReadAhead::Auto => None,
         ReadAhead::On => Some(true),
