@@ -483,13 +483,8 @@ impl Reader {
     ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
         let targets = targets
             .into_iter()
-            .map(|t| {
-                Ok(match source(t)? {
-                    Source::Host { ptr, len } => run::Target::Host { ptr, len },
-                    Source::Device(d) => run::Target::Device(d),
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+            .map(source)
+            .collect::<PyResult<Vec<run::Target>>>()?;
         let (repo, opened) = (&self.repo, &self.opened);
         let opts = run::Options { workers_per_gpu };
         let (trace, moved) = py

@@ -71,22 +71,16 @@ pub struct Saved {
     pub moved: Moved,
 }
 
-/// Where a loaded segment goes.
-#[derive(Clone, Copy, Debug)]
-pub enum Target {
-    /// Host memory, exactly the segment's length.
-    Host { ptr: usize, len: usize },
-    /// GPU memory, exactly the segment's length.
-    Device(DeviceSlice),
-}
+/// Where a loaded segment goes: host memory or one GPU's, exactly the
+/// segment's length (the same places a save reads from).
+pub type Target = Source;
 
-impl Target {
-    fn len(&self) -> u64 {
-        match self {
-            Target::Host { len, .. } => *len as u64,
-            Target::Device(d) => d.len() as u64,
-        }
-    }
+/// Worker threads a GPU for a save or load over `places`.
+fn per_gpu(opts: &Options, places: &[Source]) -> usize {
+    let gpus: std::collections::BTreeSet<u32> = places.iter().filter_map(|s| s.device()).collect();
+    opts.workers_per_gpu
+        .unwrap_or_else(|| workers_per_gpu(gpus.len()))
+        .max(1)
 }
 
 /// One worker's buffers, made on its first item.
@@ -200,13 +194,6 @@ impl<'scope, 'env, In: Send + 'env, Out: Send + 'env> Workers<'scope, 'env, In, 
     }
 }
 
-fn source_len(s: &Source) -> u64 {
-    match s {
-        Source::Host { len, .. } => *len as u64,
-        Source::Device(d) => d.len() as u64,
-    }
-}
-
 /// Seals host plans here and hands device plans to their GPU's workers.
 fn route_plans(
     saver: &mut Saver,
@@ -295,11 +282,8 @@ pub unsafe fn save(
         ));
     }
     let mut saver = Saver::new(repo.clone())?;
+    let per_gpu = per_gpu(opts, sources);
     let gpus: std::collections::BTreeSet<u32> = sources.iter().filter_map(|s| s.device()).collect();
-    let per_gpu = opts
-        .workers_per_gpu
-        .unwrap_or_else(|| workers_per_gpu(gpus.len()))
-        .max(1);
     let batch_cap = JOB_BYTES * gpus.len().max(1) as u64;
     let stop = AtomicBool::new(false);
     let seal = |b: &mut Buffers, plan: Plan| {
@@ -376,7 +360,7 @@ impl SaveRun<'_, '_, '_> {
             let on_gpu = sources[i].device().is_some();
             let (mut j, mut bytes) = (i, 0u64);
             while j < sources.len() && sources[j].device().is_some() == on_gpu {
-                bytes += source_len(&sources[j]);
+                bytes += sources[j].len();
                 j += 1;
                 if bytes >= batch_cap {
                     break;
@@ -409,11 +393,13 @@ impl SaveRun<'_, '_, '_> {
     }
 }
 
-/// One device item of a load: chunks [start, end) of a segment.
+/// One device item of a load: chunks [start, end) of a segment, the
+/// first at segment offset `first`.
 struct Group {
     seg: usize,
     start: usize,
     end: usize,
+    first: u64,
 }
 
 /// Loads the segments of `opened` into `targets` (one a segment, each
@@ -450,39 +436,17 @@ pub unsafe fn load(
             )));
         }
     }
-    let gpus: std::collections::BTreeSet<u32> = targets
-        .iter()
-        .filter_map(|t| match t {
-            Target::Device(d) => Some(d.device()),
-            Target::Host { .. } => None,
-        })
-        .collect();
-    let per_gpu = opts
-        .workers_per_gpu
-        .unwrap_or_else(|| workers_per_gpu(gpus.len()))
-        .max(1);
+    let per_gpu = per_gpu(opts, targets);
     let stop = AtomicBool::new(false);
     let open = |b: &mut Buffers, g: Group| {
         let Target::Device(out) = targets[g.seg] else {
             return Err(Error::Accel("a host segment in a device group".into()));
         };
-        let chunks: &[ChunkRef] = &segs[g.seg];
-        let first: u64 = chunks[..g.start].iter().map(|c| c.len as u64).sum();
+        let chunks: &[ChunkRef] = &segs[g.seg][g.start..g.end];
         let scratch = b.scratch()?;
         // SAFETY: the target is the caller's promise; each group writes its
         // own chunks' range of it; scratch and pinned are this worker's.
-        let (bytes, steps) = unsafe {
-            load_group_on_device(
-                repo,
-                backend,
-                &chunks[g.start..g.end],
-                first,
-                &mut b.pinned,
-                scratch,
-                out,
-            )?
-        };
-        Ok((bytes, steps))
+        unsafe { load_group_on_device(repo, backend, chunks, g.first, &mut b.pinned, scratch, out) }
     };
     let mut trace = Trace::new();
     let mut moved = Moved::default();
@@ -491,8 +455,19 @@ pub unsafe fn load(
         let r = (|| -> Result<()> {
             for (seg, t) in targets.iter().enumerate() {
                 if let Target::Device(d) = t {
+                    let mut first = 0;
                     for (start, end) in super::groups(&segs[seg], SCRATCH_BYTES as u64) {
-                        workers.submit(d.device(), Group { seg, start, end })?;
+                        let group = Group {
+                            seg,
+                            start,
+                            end,
+                            first,
+                        };
+                        first += segs[seg][start..end]
+                            .iter()
+                            .map(|c| c.len as u64)
+                            .sum::<u64>();
+                        workers.submit(d.device(), group)?;
                     }
                 }
             }
