@@ -9,6 +9,7 @@
 //! written as 16 MiB-scale files, fsynced). `python/bench/checkpoint.py`
 //! runs torch.save and safetensors beside the package on real tensors.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use rand::{RngCore, SeedableRng};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::measure::{gbps, memory_dir};
+use super::measure::{err, gbps, median, memory_dir};
 use gvault_accel::{AutoBackend, Backend, DeviceAllocation, DeviceCopy, GpuBackend};
 use gvault_cas::checkpoint::{self, run, Source};
 use gvault_cas::{Chunker, InitOptions, Repository};
@@ -174,23 +175,19 @@ struct Report {
     rows: Vec<Row>,
 }
 
-fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
-    move |e| format!("{what}: {e}")
-}
-
 /// Write rate of `dir` with `threads` writers of 16 MiB files, fsynced as
 /// packs are, `total` bytes in all.
 fn write_rate(dir: &Path, threads: usize, total: u64) -> Result<f64, String> {
     use std::io::Write;
     let piece = vec![0x5au8; 16 << 20];
     let count = (total / piece.len() as u64).max(1) as usize;
+    let file = |i: usize| dir.join(format!("gvault-bench-write-{}-{i}", std::process::id()));
     let t = Instant::now();
     (0..threads)
         .into_par_iter()
         .try_for_each(|k| -> std::io::Result<()> {
             for i in (k..count).step_by(threads) {
-                let p = dir.join(format!("gvault-bench-write-{}-{i}", std::process::id()));
-                let mut f = std::fs::File::create(&p)?;
+                let mut f = std::fs::File::create(file(i))?;
                 f.write_all(&piece)?;
                 f.sync_all()?;
             }
@@ -199,17 +196,24 @@ fn write_rate(dir: &Path, threads: usize, total: u64) -> Result<f64, String> {
         .map_err(err("measuring the write rate"))?;
     let el = t.elapsed();
     for i in 0..count {
-        let _ = std::fs::remove_file(
-            dir.join(format!("gvault-bench-write-{}-{i}", std::process::id())),
-        );
+        let _ = std::fs::remove_file(file(i));
     }
     Ok(gbps((count * piece.len()) as u64, el))
 }
 
-/// The checkpoint's segments where a path keeps them.
-enum Tensors {
-    Host(Vec<Vec<u8>>),
+/// The checkpoint's segments where a path keeps them: host segments are
+/// the generated data itself until a change replaces one.
+enum Tensors<'a> {
+    Host(Vec<Cow<'a, [u8]>>),
     Device(Vec<DeviceAllocation>),
+}
+
+/// Uninitialised GPU memory of `len` bytes on `device`.
+fn alloc(backend: &dyn Backend, device: u32, len: usize) -> Result<DeviceAllocation, String> {
+    backend
+        .alloc_on_device(device, len.max(1))
+        .ok_or("no GPU")?
+        .map_err(err("device allocation"))
 }
 
 fn copy(backend: &dyn Backend, device: u32, c: DeviceCopy) -> Result<(), String> {
@@ -222,7 +226,24 @@ fn copy(backend: &dyn Backend, device: u32, c: DeviceCopy) -> Result<(), String>
     }
 }
 
-impl Tensors {
+impl Tensors<'_> {
+    /// Buffers of the same sizes in the same places, for a load.
+    fn empty_like(&self, backend: &dyn Backend) -> Result<Tensors<'static>, String> {
+        Ok(match self {
+            Tensors::Host(v) => {
+                Tensors::Host(v.iter().map(|b| vec![0u8; b.len()].into()).collect())
+            }
+            Tensors::Device(v) => Tensors::Device(
+                v.iter()
+                    .map(|a| {
+                        let dev = a.slice(0, a.len()).ok_or("empty allocation")?.device();
+                        alloc(backend, dev, a.len())
+                    })
+                    .collect::<Result<_, String>>()?,
+            ),
+        })
+    }
+
     fn sources(&self) -> Result<Vec<Source>, String> {
         match self {
             Tensors::Host(v) => Ok(v
@@ -246,7 +267,7 @@ impl Tensors {
     /// Replaces segment `i` with `bytes`.
     fn set(&mut self, backend: &dyn Backend, i: usize, bytes: &[u8]) -> Result<(), String> {
         match self {
-            Tensors::Host(v) => v[i].copy_from_slice(bytes),
+            Tensors::Host(v) => v[i] = Cow::Owned(bytes.to_vec()),
             Tensors::Device(v) => {
                 let s = v[i].slice(0, bytes.len()).ok_or("segment size")?;
                 copy(
@@ -263,10 +284,10 @@ impl Tensors {
         Ok(())
     }
 
-    /// Segment `i`'s bytes, read back to the host.
-    fn get(&self, backend: &dyn Backend, i: usize) -> Result<Vec<u8>, String> {
+    /// Whether segment `i` holds `want` (a device segment is read back).
+    fn holds(&self, backend: &dyn Backend, i: usize, want: &[u8]) -> Result<bool, String> {
         match self {
-            Tensors::Host(v) => Ok(v[i].clone()),
+            Tensors::Host(v) => Ok(*v[i] == *want),
             Tensors::Device(v) => {
                 let mut out = vec![0u8; v[i].len()];
                 let s = v[i].slice(0, out.len()).ok_or("segment size")?;
@@ -279,30 +300,29 @@ impl Tensors {
                         len: out.len(),
                     },
                 )?;
-                Ok(out)
+                Ok(out == want)
             }
         }
     }
 }
 
-/// Segments on the host, or on GPUs (`place[i]`), filled from `data`.
-fn place(
+/// The segments `data` in host memory, or on GPUs (segment i on GPU
+/// `gpus[i]`).
+fn place<'a>(
     backend: &dyn Backend,
-    data: &[Vec<u8>],
-    gpu_of: Option<&dyn Fn(usize) -> u32>,
-) -> Result<Tensors, String> {
-    let Some(gpu_of) = gpu_of else {
-        return Ok(Tensors::Host(data.to_vec()));
+    data: &'a [Vec<u8>],
+    gpus: Option<&[u32]>,
+) -> Result<Tensors<'a>, String> {
+    let Some(gpus) = gpus else {
+        return Ok(Tensors::Host(
+            data.iter().map(|d| Cow::Borrowed(&d[..])).collect(),
+        ));
     };
-    let mut out = Vec::with_capacity(data.len());
-    for (i, d) in data.iter().enumerate() {
-        let dev = gpu_of(i);
-        let a = backend
-            .alloc_on_device(dev, d.len().max(1))
-            .ok_or("no GPU")?
-            .map_err(err("device allocation"))?;
-        out.push(a);
-    }
+    let out = data
+        .iter()
+        .zip(gpus)
+        .map(|(d, &dev)| alloc(backend, dev, d.len()))
+        .collect::<Result<_, String>>()?;
     let mut t = Tensors::Device(out);
     for (i, d) in data.iter().enumerate() {
         t.set(backend, i, d)?;
@@ -336,11 +356,15 @@ impl Run<'_> {
         let repo = Arc::new(
             Repository::init(&dir, &enc, opts, self.backend.clone()).map_err(err("repository"))?,
         );
-        let by_layer = |i: usize| (self.layers[i] % gpus.max(1)) as u32;
+        let by_layer: Vec<u32> = self
+            .layers
+            .iter()
+            .map(|l| (l % gpus.max(1)) as u32)
+            .collect();
         let mut tensors = place(
             backend,
             self.data,
-            (path == "device").then_some(&by_layer as &dyn Fn(usize) -> u32),
+            (path == "device").then_some(&by_layer[..]),
         )?;
         let r = self.measure(&repo, backend, &mut tensors, path, gpus);
         drop(repo);
@@ -352,7 +376,7 @@ impl Run<'_> {
         &self,
         repo: &Arc<Repository>,
         backend: &dyn Backend,
-        tensors: &mut Tensors,
+        tensors: &mut Tensors<'_>,
         path: &str,
         gpus: usize,
     ) -> Result<Row, String> {
@@ -380,32 +404,8 @@ impl Run<'_> {
         if opened.manifest != self.manifest {
             return Err("the loaded manifest differs from the saved one".into());
         }
-        let mut out = match tensors {
-            Tensors::Host(_) => {
-                Tensors::Host(self.data.iter().map(|d| vec![0u8; d.len()]).collect())
-            }
-            Tensors::Device(v) => {
-                let mut o = Vec::with_capacity(v.len());
-                for a in v.iter() {
-                    let dev = a.slice(0, a.len()).ok_or("empty")?.device();
-                    o.push(
-                        backend
-                            .alloc_on_device(dev, a.len())
-                            .ok_or("no GPU")?
-                            .map_err(err("device allocation"))?,
-                    );
-                }
-                Tensors::Device(o)
-            }
-        };
-        let targets: Vec<run::Target> = out
-            .sources()?
-            .into_iter()
-            .map(|s| match s {
-                Source::Host { ptr, len } => run::Target::Host { ptr, len },
-                Source::Device(d) => run::Target::Device(d),
-            })
-            .collect();
+        let out = tensors.empty_like(backend)?;
+        let targets = out.sources()?;
         let t = Instant::now();
         // SAFETY: distinct live buffers of each segment's length, untouched
         // until the load returns.
@@ -414,18 +414,14 @@ impl Run<'_> {
         let t3 = t.elapsed();
         // Bit for bit: every segment against what was saved second.
         for i in 0..self.data.len() {
-            let got = out.get(backend, i)?;
             let want = self
                 .changed
                 .iter()
                 .find(|(c, _)| *c == i)
                 .map_or(&self.data[i], |(_, b)| b);
-            if got != *want {
+            if !out.holds(backend, i, want)? {
                 return Err(format!("segment {i} loaded differs from the one saved"));
             }
-        }
-        if let Tensors::Host(v) = &mut out {
-            v.clear();
         }
         Ok(Row {
             path: path.into(),
@@ -441,11 +437,6 @@ impl Run<'_> {
             load_trace,
         })
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The median run by first-save rate, with each rate the median of its

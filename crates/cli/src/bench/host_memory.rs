@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use super::measure::median;
+
 const BYTES: usize = 1 << 30;
 const PIECE: usize = 4 << 20;
 
@@ -36,9 +38,4 @@ pub fn measure(reps: usize) -> (f64, f64) {
         }
     }
     (median(copy), median(read))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

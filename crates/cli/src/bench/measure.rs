@@ -78,6 +78,17 @@ pub fn memory_dir() -> std::path::PathBuf {
     }
 }
 
+/// The middle value (the upper one of an even count); `v` is not empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A `map_err` that says what failed: `err("reading x")`.
+pub fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

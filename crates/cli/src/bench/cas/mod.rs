@@ -28,7 +28,7 @@ use gvault_cas::{Chunker, InitOptions, Repository};
 use gvault_store::Encryption;
 use serde::Serialize;
 
-use super::measure::{gbps, memory_dir, parse_nonzero_size};
+use super::measure::{err, gbps, memory_dir, parse_nonzero_size};
 
 #[derive(clap::Args, Debug)]
 pub struct CasArgs {
@@ -208,10 +208,6 @@ fn read_rate(dir: &Path) -> f64 {
         }
     }
     gbps(n, t.elapsed())
-}
-
-fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
-    move |e| format!("{what}: {e}")
 }
 
 struct Measured {

@@ -18,8 +18,8 @@ use gvault_cas::{Backend, InitOptions, Kind, Repository, S3Backend, S3Options};
 use gvault_store::Encryption;
 use serde::Serialize;
 
-use super::{chunker, cpu_seconds, err, verify, workload};
-use crate::bench::measure::gbps;
+use super::{chunker, cpu_seconds, verify, workload};
+use crate::bench::measure::{err, gbps, median};
 
 /// The settings of an S3 sweep.
 pub struct S3Bench<'a> {
@@ -186,13 +186,8 @@ fn one_run(
     Ok(row)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 fn median_row(runs: Vec<S3Row>) -> S3Row {
-    let pick = |f: fn(&S3Row) -> f64| median(&mut runs.iter().map(f).collect::<Vec<_>>());
+    let pick = |f: fn(&S3Row) -> f64| median(runs.iter().map(f).collect());
     let mut row = runs[0].clone();
     row.backup_gbps = pick(|r| r.backup_gbps);
     row.restore_gbps = pick(|r| r.restore_gbps);
