@@ -849,13 +849,13 @@ mod tests {
     use super::*;
     use crate::rsa_key::RsaPrivateKey;
 
-    fn key(bits: usize, seed: u64) -> RsaPrivateKey {
+    pub(super) fn key(bits: usize, seed: u64) -> RsaPrivateKey {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         RsaPrivateKey::from_key(rsa::RsaPrivateKey::new(&mut rng, bits).unwrap()).unwrap()
     }
 
     /// `count` random messages below the key's modulus.
-    fn messages(key: &RsaPrivateKey, count: usize, seed: u64) -> Vec<Vec<u8>> {
+    pub(super) fn messages(key: &RsaPrivateKey, count: usize, seed: u64) -> Vec<Vec<u8>> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         (0..count)
             .map(|_| {
@@ -979,29 +979,8 @@ mod tests {
 mod lane_tests {
     use rand::SeedableRng;
 
+    use super::tests::{key, messages};
     use super::*;
-    use crate::rsa_key::RsaPrivateKey;
-
-    fn key(bits: usize, seed: u64) -> RsaPrivateKey {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        RsaPrivateKey::from_key(rsa::RsaPrivateKey::new(&mut rng, bits).unwrap()).unwrap()
-    }
-
-    fn messages(key: &RsaPrivateKey, count: usize, seed: u64) -> Vec<Vec<u8>> {
-        use rsa::traits::PublicKeyParts;
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        (0..count)
-            .map(|_| {
-                let mut b = vec![0u8; key.size()];
-                rng.fill_bytes(&mut b);
-                let v = BigUint::from_bytes_be(&b) % key.inner().n();
-                let be = v.to_bytes_be();
-                let mut out = vec![0u8; key.size()];
-                out[key.size() - be.len()..].copy_from_slice(&be);
-                out
-            })
-            .collect()
-    }
 
     /// The key's constants, with the eight-lane path (where the CPU has
     /// it) or forced scalar.

@@ -717,19 +717,8 @@ mod tests {
     use rand::{Rng, RngCore, SeedableRng};
 
     use super::*;
-    use crate::rsa_mont::{limbs_of, Mont};
-
-    fn modulus<const N: usize>(rng: &mut impl RngCore) -> BigUint {
-        let mut nb = vec![0u8; 8 * N];
-        rng.fill_bytes(&mut nb);
-        nb[0] |= 0x80;
-        nb[8 * N - 1] |= 1;
-        BigUint::from_bytes_be(&nb)
-    }
-
-    fn fixed<const N: usize>(v: &BigUint) -> [u64; N] {
-        limbs_of(v)[..N].try_into().unwrap()
-    }
+    use crate::rsa_mont::tests::{fixed, modulus};
+    use crate::rsa_mont::Mont;
 
     fn big(v: &[u64]) -> BigUint {
         BigUint::from_bytes_le(&v.iter().flat_map(|l| l.to_le_bytes()).collect::<Vec<u8>>())

@@ -375,7 +375,7 @@ pub(crate) fn be_bytes_below(bytes: &[u8], n: &[u64]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -425,7 +425,7 @@ mod tests {
     }
 
     /// A random odd modulus of exactly `N` limbs (top bit set).
-    fn modulus<const N: usize>(rng: &mut impl rand_core::RngCore) -> BigUint {
+    pub(crate) fn modulus<const N: usize>(rng: &mut impl rand_core::RngCore) -> BigUint {
         let mut nb = vec![0u8; 8 * N];
         rng.fill_bytes(&mut nb);
         nb[0] |= 0x80;
@@ -433,7 +433,8 @@ mod tests {
         BigUint::from_bytes_be(&nb)
     }
 
-    fn fixed<const N: usize>(v: &BigUint) -> [u64; N] {
+    /// `v` (below 2^(64N)) as exactly `N` limbs.
+    pub(crate) fn fixed<const N: usize>(v: &BigUint) -> [u64; N] {
         limbs_of(v)[..N].try_into().unwrap()
     }
 
