@@ -33,7 +33,6 @@ load as uint16 / uint8 arrays of the same bits.
 import base64
 import ctypes
 import json
-import os
 import sys
 import threading
 import time

@@ -22,7 +22,5 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<store::ScanIter>()?;
     m.add_class::<repo::Repository>()?;
     m.add_class::<repo::Reader>()?;
-    m.add("PACK_TARGET", gvault_cas::pack::PACK_TARGET)?;
-    m.add("SCRATCH_BYTES", gvault_cas::checkpoint::SCRATCH_BYTES)?;
     Ok(())
 }
