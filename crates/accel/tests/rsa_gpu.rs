@@ -313,3 +313,47 @@ fn wrong_inputs_are_typed_errors_as_on_the_cpu() {
         .unwrap_err();
     assert!(err.to_string().contains("RSA-1536"), "{err}");
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: scripts/gpu.sh rsa runs it with --include-ignored"]
+fn a_batch_cut_into_pieces_keeps_order_and_error_indices() {
+    let Some(g) = gpu() else { return };
+    // Past two pieces (16384 messages each): three pieces in flight two at
+    // a time, under four keys, with bad inputs in the later pieces.
+    let keys: Vec<RsaPrivateKey> = (0..4).map(|s| generated(1024, 40 + s)).collect();
+    let n = 3 * 16384 + 7;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+    let mut msgs: Vec<Vec<u8>> = (0..n)
+        .map(|_| {
+            let mut b = vec![0u8; 128];
+            rng.fill_bytes(&mut b);
+            b[0] &= 0x3f;
+            b
+        })
+        .collect();
+    let bad = [20_000, 40_000, n - 1];
+    msgs[bad[0]].truncate(100);
+    msgs[bad[1]] = vec![0xff; 128];
+    msgs[bad[2]].push(0);
+    let items: Vec<RsaItem<'_>> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| RsaItem {
+            key: &keys[(i / 5) % keys.len()],
+            input: m,
+        })
+        .collect();
+    let got = g.rsa_private_batch(&items, RsaOptions::default()).unwrap();
+    let mut job = Job::RsaPrivateKeys {
+        items: items.clone(),
+    };
+    let want = CpuBackend::new().run(&mut job).unwrap();
+    assert_eq!(got.len(), n);
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a, b, "message {i}");
+    }
+    for i in bad {
+        assert_eq!(got[i].as_ref().unwrap_err().index, i);
+    }
+    assert_eq!(got.iter().filter(|r| r.is_err()).count(), bad.len());
+}

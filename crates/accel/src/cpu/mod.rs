@@ -156,7 +156,9 @@ const INLINE_ONE_CIPHER_SEGMENT_BYTES: u64 = 1 << 20;
 fn runs_inline(job: &Job<'_>, bytes: u64, largest: u64) -> bool {
     let cipher = matches!(job, Job::Seal { .. } | Job::Open { .. } | Job::Ctr { .. });
     match job {
-        Job::RsaPrivate { .. } | Job::RsaPrivateKeys { .. } => false,
+        // One message cannot be spread; on the pool it only adds a hand-off
+        // to a (possibly idle, slow to wake) worker.
+        Job::RsaPrivate { .. } | Job::RsaPrivateKeys { .. } => job.len() == 1,
         _ if bytes <= INLINE_MAX_BYTES => true,
         _ => {
             cipher
@@ -575,6 +577,27 @@ mod inline_tests {
         assert!(!runs_inline(&seal_job(&key, &mut big)));
         let mut small = vec![vec![0u8; 100]; 8];
         assert!(runs_inline(&seal_job(&key, &mut small)));
+    }
+
+    #[test]
+    fn one_rsa_message_runs_inline_and_a_batch_on_the_pool() {
+        let key =
+            crate::rsa_key::RsaPrivateKey::from_pem(include_str!("../../tests/data/rsa1024.pem"))
+                .expect("test key");
+        let msg = vec![1u8; key.size()];
+        let one = Job::RsaPrivate {
+            key: &key,
+            segments: vec![&msg[..]],
+        };
+        assert!(runs_inline(&one));
+        let two = Job::RsaPrivate {
+            key: &key,
+            segments: vec![&msg[..], &msg[..]],
+        };
+        assert!(!runs_inline(&two));
+        let mut job = one;
+        let out = super::CpuBackend::new().run(&mut job).expect("runs");
+        assert!(matches!(&out[..], [Ok(crate::job::Output::Bytes(b))] if b.len() == key.size()));
     }
 
     /// Segments of distinct lengths and contents, each with its own nonce

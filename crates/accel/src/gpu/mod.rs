@@ -338,7 +338,7 @@ impl Backend for GpuBackend {
                     .iter()
                     .map(|input| crate::rsa_batch::RsaItem { key, input })
                     .collect();
-                self.rsa_private_batch(&items, crate::rsa_batch::RsaOptions::default())
+                self.rsa_batch_from(dev, &items, crate::rsa_batch::RsaOptions::default())
             }
             // A key size the kernels do not take (e.g. 3072 bits): the CPU
             // path, so that a job never fails for its key size.
@@ -356,7 +356,7 @@ impl Backend for GpuBackend {
                 if !gpu.is_empty() {
                     let batch: Vec<_> = gpu.iter().map(|&i| items[i]).collect();
                     let done =
-                        self.rsa_private_batch(&batch, crate::rsa_batch::RsaOptions::default())?;
+                        self.rsa_batch_from(dev, &batch, crate::rsa_batch::RsaOptions::default())?;
                     for (&i, r) in gpu.iter().zip(done) {
                         results[i] = Some(r.map_err(|e| e.kind.at(i)));
                     }

@@ -152,6 +152,18 @@ fn with_stream<R>(
     Ok(r)
 }
 
+/// Runs `items` on `dev`, one launch per key size.
+fn rsa_batch_on(
+    dev: &Device,
+    items: &[RsaItem<'_>],
+    options: RsaOptions,
+) -> Result<Vec<SegmentResult>, BackendError> {
+    let device_err = |e: String| format!("GPU {} ({}): {e}", dev.ordinal, dev.name);
+    rsa_batch::run_with(items, options, &mut |l: &Launch| {
+        execute(dev, l).map_err(device_err)
+    })
+}
+
 /// Runs one launch on `dev`: upload, kernel, download.
 fn execute(dev: &Device, l: &Launch) -> Result<Vec<u32>, DevError> {
     dev.bind()?;
@@ -160,20 +172,109 @@ fn execute(dev: &Device, l: &Launch) -> Result<Vec<u32>, DevError> {
     d.download(dev)
 }
 
+/// Messages at which one launch fills the GPU (RSA-2048 on an H200: the
+/// kernel runs 1024 messages in 20 ms and 16384 in 28 ms). A batch of at
+/// least two pieces of this size is cut into pieces that run two at a time
+/// a GPU, so that one piece's host work (blinding, checks) overlaps the
+/// other's kernel: one batch then runs as two batches in flight do (RSA-2048
+/// 32768 messages: 405 K/s against 331 K for one launch on an H200 host).
+/// Smaller pieces would lose more kernel throughput than the overlap gains.
+const PIECE_MESSAGES: usize = 16384;
+
+/// Pieces in flight on one GPU: one in its kernel, one in host work.
+const PIECES_PER_GPU: usize = 2;
+
+/// The item ranges of a batch's pieces: one range below two pieces' worth,
+/// else near-equal ranges of at least [`PIECE_MESSAGES`].
+fn pieces(n: usize) -> Vec<std::ops::Range<usize>> {
+    let count = (n / PIECE_MESSAGES).max(1);
+    let (base, extra) = (n / count, n % count);
+    let mut out = Vec::with_capacity(count);
+    let mut start = 0;
+    for i in 0..count {
+        let len = base + usize::from(i < extra);
+        out.push(start..start + len);
+        start += len;
+    }
+    out
+}
+
 impl GpuBackend {
     /// RSA private-key operations, many keys in one batch (`rsa_batch`):
     /// one result per item, in order; each result verified with the public
-    /// exponent before it is returned.
+    /// exponent before it is returned. A large batch runs as pieces (see
+    /// [`PIECE_MESSAGES`]) spread over every GPU.
     pub fn rsa_private_batch(
         &self,
         items: &[RsaItem<'_>],
         options: RsaOptions,
     ) -> Result<Vec<SegmentResult>, BackendError> {
         let dev = self.rsa_device();
-        let device_err = |e: String| format!("GPU {} ({}): {e}", dev.ordinal, dev.name);
-        rsa_batch::run_with(items, options, &mut |l: &Launch| {
-            execute(dev, l).map_err(device_err)
-        })
+        let bytes = items.iter().map(|it| it.input.len() as u64).sum();
+        let _booked = super::runtime::record_outstanding(dev, bytes);
+        self.rsa_batch_from(dev, items, options)
+    }
+
+    /// [`Self::rsa_private_batch`] on `first` (where the caller booked the
+    /// batch), a batch of several pieces also on the other GPUs.
+    pub(crate) fn rsa_batch_from(
+        &self,
+        first: &Device,
+        items: &[RsaItem<'_>],
+        options: RsaOptions,
+    ) -> Result<Vec<SegmentResult>, BackendError> {
+        let ranges = pieces(items.len());
+        if ranges.len() == 1 {
+            return rsa_batch_on(first, items, options);
+        }
+        // Worker w on the w-th GPU after `first`, round and round.
+        let devices = self.devices();
+        let at = devices
+            .iter()
+            .position(|d| std::ptr::eq(d, first))
+            .unwrap_or(0);
+        let workers = ranges.len().min(PIECES_PER_GPU * devices.len());
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        type Piece = Option<Result<Vec<SegmentResult>, BackendError>>;
+        let done: Vec<std::sync::Mutex<Piece>> =
+            ranges.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let work = |dev: &Device| loop {
+            use std::sync::atomic::Ordering::Relaxed;
+            let i = next.fetch_add(1, Relaxed);
+            if i >= ranges.len() || failed.load(Relaxed) {
+                return;
+            }
+            let r = rsa_batch_on(dev, &items[ranges[i].clone()], options);
+            failed.fetch_or(r.is_err(), Relaxed);
+            *done[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        };
+        std::thread::scope(|s| {
+            for w in 1..workers {
+                let dev = &devices[(at + w) % devices.len()];
+                let work = &work;
+                s.spawn(move || work(dev));
+            }
+            work(first);
+        });
+        let mut out = Vec::with_capacity(items.len());
+        for (range, piece) in ranges.iter().zip(done) {
+            let piece = piece.into_inner().unwrap_or_else(|p| p.into_inner());
+            // A piece left untaken: an earlier one failed, and its error
+            // is returned (pieces are taken in order).
+            let Some(piece) = piece else { continue };
+            for (j, r) in piece?.into_iter().enumerate() {
+                out.push(r.map_err(|e| e.kind.at(range.start + j)));
+            }
+        }
+        if out.len() != items.len() {
+            return Err(BackendError::Device(format!(
+                "RSA batch: {} results for {} items",
+                out.len(),
+                items.len()
+            )));
+        }
+        Ok(out)
     }
 
     /// One launch's raw output words (no blinding, no checks): for the GPU
@@ -244,5 +345,41 @@ impl GpuBackend {
         })
         .map_err(err)?;
         Ok(start.elapsed() / reps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pieces, PIECE_MESSAGES};
+
+    #[test]
+    fn pieces_cover_a_batch_in_order_and_fill_the_gpu() {
+        for n in [
+            0,
+            1,
+            PIECE_MESSAGES,
+            2 * PIECE_MESSAGES - 1,
+            2 * PIECE_MESSAGES,
+            2 * PIECE_MESSAGES + 1,
+            65536,
+            100_003,
+        ] {
+            let p = pieces(n);
+            assert_eq!(p.first().map(|r| r.start), Some(0), "{n}");
+            assert_eq!(p.last().map(|r| r.end), Some(n), "{n}");
+            assert!(p.windows(2).all(|w| w[0].end == w[1].start), "{n}");
+            if n < 2 * PIECE_MESSAGES {
+                assert_eq!(p.len(), 1, "{n}");
+            } else {
+                assert!(p.len() >= 2, "{n}");
+                assert!(p.iter().all(|r| r.len() >= PIECE_MESSAGES), "{n}");
+                let (lo, hi) = (
+                    p.iter().map(|r| r.len()).min().unwrap(),
+                    p.iter().map(|r| r.len()).max().unwrap(),
+                );
+                assert!(hi - lo <= 1, "{n}: {p:?}");
+            }
+        }
+        assert_eq!(pieces(65536).len(), 4);
     }
 }
