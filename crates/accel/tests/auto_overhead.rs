@@ -45,6 +45,7 @@ fn h200_like(threads: usize, gpu_slower: f64) -> CostModel {
                     pinned_packed: None,
                     thread_ns_per_byte: None,
                     pinned_large: None,
+                    pageable_large: None,
                 }),
             };
             (op.name().to_string(), m)

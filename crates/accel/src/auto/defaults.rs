@@ -110,6 +110,7 @@ pub fn shipped(identity: Identity) -> CostModel {
                 // Large pinned jobs: the plateau extrapolation; a ramp is
                 // a property of the host, measured by `bench calibrate`.
                 pinned_large: None,
+                pageable_large: None,
             });
             (op.name().to_string(), OpModel { cpu, gpu })
         })

@@ -41,6 +41,7 @@ pub(crate) fn model_with(
                     pinned_packed: None,
                     thread_ns_per_byte: None,
                     pinned_large: None,
+                    pageable_large: None,
                 }),
             };
             (op.name().to_string(), m)

@@ -132,6 +132,7 @@ pub fn synthetic_model(gpu: gvault_accel::auto::LinearCost) -> gvault_accel::aut
                     pinned_packed: None,
                     thread_ns_per_byte: None,
                     pinned_large: None,
+                    pageable_large: None,
                 }),
             };
             (op.name().to_string(), m)

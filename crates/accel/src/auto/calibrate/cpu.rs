@@ -355,6 +355,7 @@ fn gpu_rsa(
         pinned_packed: None,
         thread_ns_per_byte: Some(one_message / key.size() as f64),
         pinned_large: None,
+        pageable_large: None,
     })
 }
 

@@ -8,7 +8,9 @@ use super::super::model::{
     StageSample, DIRECT_MIN,
 };
 use super::table::{describe_ramp, size_label};
-use super::{pool_bytes, time_ns, Bench, PINNED_LARGE_OPS, PINNED_LARGE_SHAPES};
+use super::{
+    pageable_large_shapes, pool_bytes, time_ns, Bench, PINNED_LARGE_OPS, PINNED_LARGE_SHAPES,
+};
 use crate::gpu::GpuBackend;
 use crate::job::OpKind;
 
@@ -77,8 +79,9 @@ pub(super) fn calibrate_gpu(
         pageable: Some(pageable),
         pinned_packed,
         thread_ns_per_byte,
-        // Measured after every op (`calibrate_pinned_large`).
+        // Measured after every op (`calibrate_large`).
         pinned_large: None,
+        pageable_large: None,
     }))
 }
 
@@ -147,6 +150,58 @@ pub(super) fn calibrate_pinned_large(
     }
     bench.say(&format!(
         "  large pinned jobs: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// The large pageable line (`GpuCost::pageable_large`) of every op the
+/// GPU runs but RSA (whose jobs are tiny in bytes): its two
+/// [`pageable_large_shapes`] timed by [`Bench::time`] and the line through
+/// them. One pageable buffer serves every op.
+pub(super) fn calibrate_pageable_large(
+    g: &GpuBackend,
+    bench: &dyn Bench,
+    model: &mut CostModel,
+    min_time: Duration,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let len = OpKind::ALL
+        .iter()
+        .flat_map(|&op| pageable_large_shapes(op))
+        .map(|(size, n)| size * n)
+        .max()
+        .unwrap_or(0);
+    let mut buf = pool_bytes(0, len);
+    for op in OpKind::ALL {
+        if op == OpKind::RsaPrivate {
+            continue;
+        }
+        let Some(gpu) = model.ops.get_mut(op.name()).and_then(|m| m.gpu.as_mut()) else {
+            continue;
+        };
+        let shapes = pageable_large_shapes(op);
+        let mut samples = Vec::with_capacity(shapes.len());
+        let mut shown = Vec::with_capacity(shapes.len());
+        for (size, n) in shapes {
+            let mut views: Vec<&mut [u8]> = buf[..size * n].chunks_mut(size).collect();
+            let ns = bench.time(g, op, &mut views, min_time)?.as_nanos() as f64;
+            samples.push(((size * n) as u64, ns));
+            shown.push(format!(
+                "{n} x {} {:.1} GB/s",
+                size_label(size),
+                (size * n) as f64 / ns
+            ));
+        }
+        gpu.pageable_large = fit_ramp(&samples);
+        bench.say(&format!(
+            "  {op}: pageable {}: {}",
+            shown.join(", "),
+            gpu.pageable_large.map_or("no line".into(), describe_ramp)
+        ));
+    }
+    bench.say(&format!(
+        "  large pageable jobs: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
     Ok(())

@@ -188,6 +188,19 @@ const PINNED_LARGE_OPS: [OpKind; 5] = [
 /// line through 4 x 64 MiB and 4 x 256 MiB misses 4 x 16 MiB by 20%.
 const PINNED_LARGE_SHAPES: [(usize, usize); 2] = [(16 << 20, 4), (256 << 20, 4)];
 
+/// The two large pageable jobs (segment size, segments) of an op's
+/// `GpuCost::pageable_large` line: the largest stage-line job (64 MiB,
+/// `CALIBRATED_PAGEABLE_BYTES`) and four times it, of segments the op's
+/// stage lines were measured on (chunking: several chunks a segment;
+/// the rest: 64 KiB, which keeps a serial hash's one thread a segment
+/// from hiding the pipeline's rate).
+fn pageable_large_shapes(op: OpKind) -> [(usize, usize); 2] {
+    match op {
+        OpKind::Chunk | OpKind::ChunkDigest => [(16 << 20, 4), (16 << 20, 16)],
+        _ => [(64 << 10, 1024), (64 << 10, 4096)],
+    }
+}
+
 /// Fits the cost model of this machine: every op on one CPU thread and on
 /// `all` (all cores), and on `gpu` where there is one. `quick`: fewer,
 /// smaller measurements (seconds; for tests and a first look), and no
@@ -258,6 +271,7 @@ pub fn calibrate(
         // pins 1 GiB.
         if !quick {
             gpu::calibrate_pinned_large(g, bench, &mut model, min_time)?;
+            gpu::calibrate_pageable_large(g, bench, &mut model, min_time)?;
         }
     }
     model.validate()?;

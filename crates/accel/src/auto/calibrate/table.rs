@@ -69,8 +69,8 @@ pub fn model_table(model: &CostModel, cpu_threads: usize) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<16} {:>8} {:>10} {:>8} {:>8} {:>10} {:>19} {:>10} {:>11}  cross-over ({CROSSOVER_SEGMENTS}-segment jobs, {cpu_threads} CPU threads)",
-        "op", "cpu µs", "cpu-1 GB/s", "speedup", "gpu µs", "pinned", "pinned > 32 MiB", "pageable", "kernel GB/s"
+        "{:<16} {:>8} {:>10} {:>8} {:>8} {:>10} {:>19} {:>10} {:>19} {:>11}  cross-over ({CROSSOVER_SEGMENTS}-segment jobs, {cpu_threads} CPU threads)",
+        "op", "cpu µs", "cpu-1 GB/s", "speedup", "gpu µs", "pinned", "pinned > 32 MiB", "pageable", "pageable > 64 MiB", "kernel GB/s"
     );
     for op in OpKind::ALL {
         let Some(m) = model.op(op) else { continue };
@@ -110,9 +110,13 @@ pub fn model_table(model: &CostModel, cpu_threads: usize) -> String {
             .gpu
             .and_then(|g| g.pinned_large)
             .map_or("-".into(), describe_ramp);
+        let pageable_large = m
+            .gpu
+            .and_then(|g| g.pageable_large)
+            .map_or("-".into(), describe_ramp);
         let _ = writeln!(
             out,
-            "{:<16} {:>8.1} {:>10} {:>7.1}x {:>8} {:>10} {:>19} {:>10} {:>11}  {crossovers}",
+            "{:<16} {:>8.1} {:>10} {:>7.1}x {:>8} {:>10} {:>19} {:>10} {:>19} {:>11}  {crossovers}",
             op.name(),
             c.fixed_ns / 1e3,
             cpu_rate,
@@ -121,6 +125,7 @@ pub fn model_table(model: &CostModel, cpu_threads: usize) -> String {
             pinned,
             large,
             pageable,
+            pageable_large,
             kernel,
         );
     }
@@ -132,7 +137,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_model_table_shows_large_pinned_lines_where_present() {
+    fn the_model_table_shows_large_pinned_and_pageable_lines_where_present() {
         let mut m: CostModel = serde_json::from_str(include_str!(
             "../testdata/h100-without-large-pinned-line.json"
         ))
@@ -141,6 +146,12 @@ mod tests {
         gpu.expect("a GPU").pinned_large = Some(LinearCost {
             fixed_ns: 1.9e6,
             ns_per_byte: 1.0 / 49.0,
+            ns_per_segment: 0.0,
+        });
+        let gpu = m.ops.get_mut("sha256").and_then(|o| o.gpu.as_mut());
+        gpu.expect("a GPU").pageable_large = Some(LinearCost {
+            fixed_ns: 3.1e6,
+            ns_per_byte: 1.0 / 37.0,
             ns_per_segment: 0.0,
         });
         let table = model_table(&m, 16);
@@ -157,5 +168,7 @@ mod tests {
             "{table}"
         );
         assert!(!row("aes256gcm-open").contains(" ms + "), "{table}");
+        assert!(table.contains("pageable > 64 MiB"), "{table}");
+        assert!(row("sha256").contains("3.1 ms + 37.00 GB/s"), "{table}");
     }
 }

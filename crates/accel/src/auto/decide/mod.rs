@@ -287,6 +287,10 @@ pub(super) fn cpu_time(
 /// beyond it the pinned end-to-end line is extrapolated.
 pub(crate) const CALIBRATED_JOB_BYTES: u64 = 32 << 20;
 
+/// Largest pageable job the stage lines are fitted on (64 MiB of small
+/// pieces): beyond it the measured large pageable line prices the bytes.
+pub(crate) const CALIBRATED_PAGEABLE_BYTES: u64 = 64 << 20;
+
 /// GPU time of `segments` segments, `bytes` in all, the longest `largest`.
 pub(super) fn gpu_time(
     c: &OpCosts,
@@ -311,6 +315,32 @@ pub(super) fn gpu_time(
             largest,
         )
     };
+    if kind == GpuLine::Pageable && bytes > CALIBRATED_PAGEABLE_BYTES {
+        if let Some(large) = c.pageable_large {
+            // The measured line replaces the byte (and, for the packed
+            // ops, the summed segment) stage; the segment and thread
+            // stages alone still bound it, as for large pinned jobs.
+            let other_stages = gpu_stage_ns(
+                &LinearCost {
+                    ns_per_byte: 0.0,
+                    ..line
+                },
+                c.thread_ns_per_byte,
+                bytes,
+                segments,
+                largest,
+                false,
+            );
+            // A larger job never costs less than the largest calibrated one.
+            let floor = stages(CALIBRATED_PAGEABLE_BYTES);
+            return Some(
+                large
+                    .predict_ns(bytes, segments)
+                    .max(other_stages)
+                    .max(floor),
+            );
+        }
+    }
     if kind != GpuLine::Pinned || bytes <= CALIBRATED_JOB_BYTES {
         return Some(stages(bytes));
     }
@@ -361,6 +391,8 @@ pub(crate) struct OpCosts {
     pinned_plateau_ns_per_byte: Option<f64>,
     /// The measured line of large pinned jobs (`GpuCost::pinned_large`).
     pinned_large: Option<LinearCost>,
+    /// The measured line of large pageable jobs (`GpuCost::pageable_large`).
+    pageable_large: Option<LinearCost>,
     /// RSA: the message length these costs are sized for (`rsa_sized`);
     /// 0 while they are per RSA-2048 operation, as the model holds them.
     rsa_len: u64,
@@ -394,6 +426,7 @@ impl OpCosts {
         OpCosts {
             pinned_plateau_ns_per_byte: plateau,
             pinned_large: gpu_cost.and_then(|g| g.pinned_large),
+            pageable_large: gpu_cost.and_then(|g| g.pageable_large),
             op,
             cpu: model.op(op).map(|m| m.cpu),
             gpu,

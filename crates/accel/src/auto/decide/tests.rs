@@ -675,3 +675,77 @@ fn rsa_crossover_is_the_batch_decide_first_sends_to_the_gpu() {
         "decide disagrees around {n}"
     );
 }
+
+#[test]
+fn the_large_pageable_line_prices_only_large_pageable_jobs() {
+    let base = model_with(16, 1.0, 30.0, 10.0);
+    let mut large = base.clone();
+    let line = LinearCost {
+        fixed_ns: 2e6,
+        ns_per_byte: 1.0 / 40.0,
+        ns_per_segment: 0.0,
+    };
+    for op in ["sha256", "aes256gcm-seal"] {
+        let gpu = large.ops.get_mut(op).and_then(|m| m.gpu.as_mut());
+        gpu.expect("a GPU").pageable_large = Some(line);
+    }
+    let t = |m: &CostModel, op, bytes: u64, n: usize, mem| {
+        let c = OpCosts::of(m, op);
+        gpu_time(&c, bytes, n, bytes / n as u64, mem).expect("gpu")
+    };
+    let op = OpKind::AesGcmSeal;
+    // Past the calibrated 64 MiB, pageable: the line (faster than the
+    // stages here), never below the largest calibrated job's price.
+    for bytes in [256 << 20, 1 << 30] {
+        let got = t(&large, op, bytes, 4096, HostMemory::Pageable);
+        assert_eq!(got, line.predict_ns(bytes, 4096), "{bytes}");
+        assert!(got < t(&base, op, bytes, 4096, HostMemory::Pageable));
+        assert!(
+            got >= t(
+                &base,
+                op,
+                CALIBRATED_PAGEABLE_BYTES,
+                4096,
+                HostMemory::Pageable
+            )
+        );
+    }
+    let barely = t(
+        &large,
+        op,
+        CALIBRATED_PAGEABLE_BYTES + 4096,
+        4096,
+        HostMemory::Pageable,
+    );
+    assert_eq!(
+        barely,
+        t(
+            &base,
+            op,
+            CALIBRATED_PAGEABLE_BYTES,
+            4096,
+            HostMemory::Pageable
+        )
+    );
+    // At and below it, and page-locked or resident data: as without it.
+    for (bytes, n, mem) in [
+        (CALIBRATED_PAGEABLE_BYTES, 1024, HostMemory::Pageable),
+        (1 << 20, 16, HostMemory::Pageable),
+        (1 << 30, 4096, HostMemory::Pinned),
+        (1 << 30, 4, HostMemory::Device),
+    ] {
+        assert_eq!(
+            t(&large, op, bytes, n, mem),
+            t(&base, op, bytes, n, mem),
+            "{bytes} {n} {mem:?}"
+        );
+    }
+    // A serial hash's long segments keep their thread's time.
+    let gpu = large.ops.get_mut("sha256").and_then(|m| m.gpu.as_mut());
+    gpu.expect("a GPU").thread_ns_per_byte = Some(33.0);
+    let four = t(&large, OpKind::Sha256, 1 << 30, 4, HostMemory::Pageable);
+    assert!(four >= 33.0 * (1u64 << 28) as f64, "{four}");
+    // Many tiny segments keep their segment stage.
+    let tiny = t(&large, op, 256 << 20, 1 << 19, HostMemory::Pageable);
+    assert!(tiny > line.predict_ns(256 << 20, 1 << 19), "{tiny}");
+}

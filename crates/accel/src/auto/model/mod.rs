@@ -204,6 +204,17 @@ pub struct GpuCost {
     /// without it still parse: `FORMAT_VERSION` is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned_large: Option<LinearCost>,
+    /// Pageable jobs larger than any stage-line calibration (past
+    /// `CALIBRATED_PAGEABLE_BYTES`): fixed (the staging pipeline's ramp) +
+    /// bytes x the steady rate, measured on two such jobs. The stage lines
+    /// are fitted on 64 MiB jobs, and the pipeline runs faster on larger
+    /// ones: on the H200 host SHA-256 64 KiB x 4096 pageable (256 MiB) ran
+    /// at 27.1 GB/s where the line priced 13.8 (and fused chunking 16 MiB
+    /// x 16 at 25.7 against 17.2), so auto kept both on a slower CPU.
+    /// Absent (shipped defaults, older files, quick calibrations), the
+    /// stage line. Optional: `FORMAT_VERSION` is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pageable_large: Option<LinearCost>,
 }
 
 /// Time of `op` on its GPU line `kind`. The pageable and packed lines of
@@ -474,6 +485,7 @@ impl CostModel {
                     && g.pageable.is_none_or(|h| h.is_valid())
                     && g.pinned_packed.is_none_or(|h| h.is_valid())
                     && g.pinned_large.is_none_or(|h| h.is_valid())
+                    && g.pageable_large.is_none_or(|h| h.is_valid())
                     && g.thread_ns_per_byte
                         .is_none_or(|t| t.is_finite() && t >= 0.0)
             });
