@@ -792,3 +792,33 @@ fn chunk_digest_device_list_many_tiny_and_max_chunks() {
         assert_eq!(want, host, "host data, crc {crc}");
     }
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: scripts/gpu-check.sh runs it with --include-ignored"]
+fn crcs_of_a_few_large_page_locked_segments_are_cut_and_combined() {
+    let Some(g) = gpu() else { return };
+    // A few long segments (cut into pieces on the GPU, their CRCs combined
+    // on the host), from page-locked memory, next to short ones.
+    let sizes = [(16 << 20) + 3, 1, (16 << 20) - 4096, 0, (5 << 20) + 17];
+    let data = inputs(&sizes, 11);
+    let total: usize = sizes.iter().sum();
+    let mut pinned = g.alloc_pinned(total).unwrap();
+    let mut at = 0;
+    for d in &data {
+        pinned[at..at + d.len()].copy_from_slice(d);
+        at += d.len();
+    }
+    let cpu = CpuBackend::new();
+    for algo in [DigestAlgo::Crc32, DigestAlgo::Crc32c] {
+        let mut rest: &[u8] = &pinned;
+        let mut segments = Vec::new();
+        for &n in &sizes {
+            let (seg, tail) = rest.split_at(n);
+            segments.push(Data::from(seg));
+            rest = tail;
+        }
+        let mut job = Job::Digest { algo, segments };
+        let got = g.run(&mut job).unwrap();
+        assert_eq!(got, digest_job(&cpu, algo, &data), "{} pinned", algo.op());
+    }
+}

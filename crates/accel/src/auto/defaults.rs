@@ -57,13 +57,12 @@ const STAGED_NS_PER_SEGMENT: f64 = 210.0;
 /// (and RSA, a message a thread pair),
 /// from the H100 figures in bench/JOURNAL.md: SHA-256 at
 /// 1.93 GB/s resident for 1 MiB x 64 (64 threads: 33 ns/B each); MD5 from
-/// its 1 MiB x 4096 kernel rate against SHA-256's (212 vs 123 GB/s); the
-/// CRCs from calibration's 64-segment kernel rates (3.2-3.3 vs 3.46).
+/// its 1 MiB x 4096 kernel rate against SHA-256's (212 vs 123 GB/s). (The
+/// CRCs' segments are cut into pieces: no thread holds a job up.)
 fn thread_ns_per_byte(op: OpKind) -> Option<f64> {
     match op {
         OpKind::Sha256 => Some(33.0),
         OpKind::Md5 => Some(19.0),
-        OpKind::Crc32 | OpKind::Crc32c => Some(35.0),
         // One RSA-2048 message: 19.2 ms on one GPU thread (H200 host), the
         // floor of any batch, over its 256 bytes.
         OpKind::RsaPrivate => Some(75_000.0),

@@ -576,15 +576,7 @@ pub(crate) fn launch_level(
 /// x^(8 * 2^k) modulo the CRC-32C polynomial for k = 0..64 (also the
 /// kernels' `B3_CRC_X8POW`, generated from it: gpu/abi.rs).
 pub(crate) fn crc_pow2() -> &'static [u32; 64] {
-    static TABLE: std::sync::OnceLock<[u32; 64]> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut t = [0u32; 64];
-        t[0] = 1 << 23; // x^8: one byte
-        for k in 1..64 {
-            t[k] = crc_mul(t[k - 1], t[k - 1]);
-        }
-        t
-    })
+    super::crc_cut::pow2(super::crc_cut::CASTAGNOLI)
 }
 
 /// x^(8 len) modulo the CRC-32C polynomial (bit-reflected, x^0 = bit 31):
@@ -592,38 +584,18 @@ pub(crate) fn crc_pow2() -> &'static [u32; 64] {
 /// crc(A || B) = crc_mul(crc_shift(|B|), crc(A)) ^ crc(B) (as zlib's
 /// crc32_combine).
 pub(crate) fn crc_shift(len: u64) -> u32 {
-    // One multiply per set bit of len, from the table of squares (a
-    // square-and-multiply loop costs ~2 us a call: ~13 ms of host time a
-    // 4 GiB fused CRC job).
-    let table = crc_pow2();
-    let mut power = 1u32 << 31; // x^0
-    let mut n = len;
-    while n != 0 {
-        power = crc_mul(table[n.trailing_zeros() as usize], power);
-        n &= n - 1;
-    }
-    power
-}
-
-/// a * b modulo the CRC-32C polynomial, bit-reflected (zlib's multmodp);
-/// `b3_crc_mul` in kernels/blake3.cu.
-pub(crate) fn crc_mul(a: u32, mut b: u32) -> u32 {
-    const POLY: u32 = 0x82F6_3B78;
-    let mut p = 0u32;
-    let mut m = 1u32 << 31;
-    while m != 0 {
-        if a & m != 0 {
-            p ^= b;
-        }
-        b = (b >> 1) ^ (POLY & 0u32.wrapping_sub(b & 1));
-        m >>= 1;
-    }
-    p
+    super::crc_cut::shift(super::crc_cut::CASTAGNOLI, len)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{crc_mul, crc_pow2, crc_shift, levels, CrcScheme};
+    use super::{crc_pow2, crc_shift, levels, CrcScheme};
+
+    /// a * b modulo the CRC-32C polynomial (`b3_crc_mul` in
+    /// kernels/blake3.cu).
+    fn crc_mul(a: u32, b: u32) -> u32 {
+        super::super::crc_cut::mul(super::super::crc_cut::CASTAGNOLI, a, b)
+    }
 
     /// Square and multiply, the reference for the table-driven crc_shift.
     fn slow_shift(len: u64) -> u32 {

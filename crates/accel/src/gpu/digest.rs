@@ -1,9 +1,11 @@
 //! Digest jobs on one device: BLAKE3 (`blake3.rs`), and SHA-256, MD5,
-//! CRC-32 and CRC-32C (`serial.rs`: one thread per segment). Host segments
+//! CRC-32 and CRC-32C (`serial.rs`: one thread per segment; the CRCs' long
+//! segments cut into pieces first, `crc_cut.rs`). Host segments
 //! are staged through the pinned slots; device-resident ones are read where
 //! they lie; only digests come back.
 
 use super::blake3::{self as b3, Input};
+use super::crc_cut;
 use super::runtime::Device;
 use super::serial;
 use crate::error::{BackendError, SegmentErrorKind};
@@ -98,7 +100,27 @@ pub(crate) fn run(
                 .map(Digest::B256)
                 .collect()
         }
-        DigestAlgo::Sha256 | DigestAlgo::Md5 | DigestAlgo::Crc32 | DigestAlgo::Crc32c => {
+        DigestAlgo::Crc32 | DigestAlgo::Crc32c => {
+            let poly = match algo {
+                DigestAlgo::Crc32 => crc_cut::IEEE,
+                _ => crc_cut::CASTAGNOLI,
+            };
+            let cut = crc_cut::cut(&inputs);
+            let crcs: Vec<u32> = serial::hash_all(dev, *algo, &cut.pieces)
+                .map_err(device_err)?
+                .into_iter()
+                .map(|d| match d {
+                    Digest::Crc(c) => Ok(c),
+                    other => Err(format!("a CRC kernel returned {other:?}")),
+                })
+                .collect::<Result<_, _>>()
+                .map_err(device_err)?;
+            cut.combine(poly, &crcs)
+                .into_iter()
+                .map(Digest::Crc)
+                .collect()
+        }
+        DigestAlgo::Sha256 | DigestAlgo::Md5 => {
             serial::hash_all(dev, *algo, &inputs).map_err(device_err)?
         }
     };

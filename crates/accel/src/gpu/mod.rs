@@ -18,6 +18,7 @@ mod blake3;
 mod blowfish_schedule;
 mod cdc;
 mod chunk_digest;
+mod crc_cut;
 mod ctr;
 mod digest;
 mod gcm;

@@ -24,12 +24,11 @@ pub const FORMAT_VERSION: u32 = 3;
 pub(crate) const DIRECT_MIN: u64 = 256 << 10;
 
 /// Ops the GPU runs one thread per segment (sequential hashes): a job
-/// takes at least its longest segment at one thread's rate.
+/// takes at least its longest segment at one thread's rate. The CRCs are
+/// not: the GPU backend cuts their segments into pieces and combines the
+/// pieces' CRCs (gpu/crc_cut.rs).
 pub(crate) fn gpu_serial(op: OpKind) -> bool {
-    matches!(
-        op,
-        OpKind::Sha256 | OpKind::Md5 | OpKind::Crc32 | OpKind::Crc32c
-    )
+    matches!(op, OpKind::Sha256 | OpKind::Md5)
 }
 
 /// fixed + bytes × ns_per_byte + segments × ns_per_segment, in nanoseconds.
