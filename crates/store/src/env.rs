@@ -13,6 +13,15 @@ pub trait WritableFile: Send {
     fn append(&mut self, data: &[u8]) -> io::Result<()>;
     /// Makes everything appended so far durable (fdatasync).
     fn sync(&mut self) -> io::Result<()>;
+    /// Starts writing `len` bytes at `offset`, all appended already and
+    /// never to be written again, back to the disk, and returns without
+    /// waiting: a hint, so that a later [`Self::sync`] finds less left to
+    /// write. It makes nothing durable and orders nothing (the data may
+    /// reach the disk at any time after the append anyway), and it reports
+    /// no error: one the write-back meets is reported by the next `sync`.
+    fn start_writeback(&mut self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
 }
 
 pub trait RandomAccessFile: Send + Sync {
@@ -62,14 +71,89 @@ pub trait FileSystem: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OsFs;
 
-struct OsWritable(File);
+/// A file being appended to; shared with the write-back worker
+/// ([`writeback`]), which may still hold a queued range of it.
+struct OsWritable(Arc<File>);
 
 impl WritableFile for OsWritable {
     fn append(&mut self, data: &[u8]) -> io::Result<()> {
-        self.0.write_all(data)
+        (&*self.0).write_all(data)
     }
     fn sync(&mut self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    #[cfg(target_os = "linux")]
+    fn start_writeback(&mut self, offset: u64, len: u64) {
+        writeback::start(&self.0, offset, len);
+    }
+}
+
+/// Starting write-back off the writer's thread: queuing a range's pages
+/// for the disk (`sync_file_range`) costs the caller the file system's
+/// block mapping and the request submission, ~0.3 µs per 4 KiB appended
+/// on the development host, which one worker takes over for every store
+/// of the process.
+#[cfg(target_os = "linux")]
+mod writeback {
+    use std::fs::File;
+    use std::os::fd::AsRawFd;
+    use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+    use std::sync::{Arc, OnceLock};
+
+    type Job = (Arc<File>, u64, u64);
+
+    /// Ranges waiting for the worker; beyond this the writer starts its
+    /// own (a worker behind holds back no more than this many).
+    const QUEUE: usize = 64;
+
+    static WORKER: OnceLock<Option<SyncSender<Job>>> = OnceLock::new();
+
+    fn worker() -> Option<&'static SyncSender<Job>> {
+        WORKER
+            .get_or_init(|| {
+                let (tx, rx) = sync_channel::<Job>(QUEUE);
+                std::thread::Builder::new()
+                    .name("gvault-writeback".into())
+                    .spawn(move || {
+                        for (file, offset, len) in rx {
+                            run(&file, offset, len);
+                        }
+                    })
+                    .ok()
+                    .map(|_| tx)
+            })
+            .as_ref()
+    }
+
+    /// Queues the range for the worker, or starts it here when there is
+    /// no worker or its queue is full.
+    pub(super) fn start(file: &Arc<File>, offset: u64, len: u64) {
+        let job = (file.clone(), offset, len);
+        let job = match worker() {
+            Some(tx) => match tx.try_send(job) {
+                Ok(()) => return,
+                Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => job,
+            },
+            None => job,
+        };
+        run(&job.0, job.1, job.2);
+    }
+
+    fn run(file: &File, offset: u64, len: u64) {
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SYNC_FILE_RANGE_WRITE alone: queue the range's dirty pages for
+        // writing (pages already being written are skipped) and return.
+        // Without a WAIT flag the call does not read or advance the file's
+        // write-back error cursor, so an error the write-back meets is
+        // still reported by the next fdatasync; the result is only a hint's
+        // and is ignored.
+        // SAFETY: sync_file_range takes no pointers; the descriptor is
+        // that of `file`, open while it is borrowed.
+        let _ = unsafe {
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
     }
 }
 
@@ -93,7 +177,7 @@ impl FileSystem for OsFs {
         fs::create_dir_all(dir)
     }
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
-        Ok(Box::new(OsWritable(File::create(path)?)))
+        Ok(Box::new(OsWritable(Arc::new(File::create(path)?))))
     }
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
         Ok(Arc::new(OsReadable(File::open(path)?)))
@@ -266,6 +350,9 @@ impl WritableFile for FaultyWritable {
             std::thread::sleep(std::time::Duration::from_micros(delay));
         }
         self.inner.sync()
+    }
+    fn start_writeback(&mut self, offset: u64, len: u64) {
+        self.inner.start_writeback(offset, len)
     }
 }
 
