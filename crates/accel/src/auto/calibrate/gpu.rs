@@ -129,24 +129,15 @@ pub(super) fn calibrate_pinned_large(
         let Some(gpu) = model.ops.get_mut(op.name()).and_then(|m| m.gpu.as_mut()) else {
             continue;
         };
-        let mut samples = Vec::with_capacity(PINNED_LARGE_SHAPES.len());
-        let mut shown = Vec::with_capacity(PINNED_LARGE_SHAPES.len());
-        for &(size, n) in &PINNED_LARGE_SHAPES {
-            let mut views: Vec<&mut [u8]> = buf[..size * n].chunks_mut(size).collect();
-            let ns = bench.time(g, op, &mut views, min_time)?.as_nanos() as f64;
-            samples.push(((size * n) as u64, ns));
-            shown.push(format!(
-                "{n} x {} {:.1} GB/s",
-                size_label(size),
-                (size * n) as f64 / ns
-            ));
-        }
-        gpu.pinned_large = fit_ramp(&samples);
-        bench.say(&format!(
-            "  {op}: pinned {}: {}",
-            shown.join(", "),
-            gpu.pinned_large.map_or("no line".into(), describe_ramp)
-        ));
+        gpu.pinned_large = ramp_line(
+            g,
+            bench,
+            op,
+            &PINNED_LARGE_SHAPES,
+            &mut buf,
+            "pinned",
+            min_time,
+        )?;
     }
     bench.say(&format!(
         "  large pinned jobs: {:.1} s",
@@ -181,30 +172,45 @@ pub(super) fn calibrate_pageable_large(
             continue;
         };
         let shapes = pageable_large_shapes(op);
-        let mut samples = Vec::with_capacity(shapes.len());
-        let mut shown = Vec::with_capacity(shapes.len());
-        for (size, n) in shapes {
-            let mut views: Vec<&mut [u8]> = buf[..size * n].chunks_mut(size).collect();
-            let ns = bench.time(g, op, &mut views, min_time)?.as_nanos() as f64;
-            samples.push(((size * n) as u64, ns));
-            shown.push(format!(
-                "{n} x {} {:.1} GB/s",
-                size_label(size),
-                (size * n) as f64 / ns
-            ));
-        }
-        gpu.pageable_large = fit_ramp(&samples);
-        bench.say(&format!(
-            "  {op}: pageable {}: {}",
-            shown.join(", "),
-            gpu.pageable_large.map_or("no line".into(), describe_ramp)
-        ));
+        gpu.pageable_large = ramp_line(g, bench, op, &shapes, &mut buf, "pageable", min_time)?;
     }
     bench.say(&format!(
         "  large pageable jobs: {:.1} s",
         started.elapsed().as_secs_f64()
     ));
     Ok(())
+}
+
+/// The line through `op`'s times on `shapes` (segment size, segments), the
+/// segments cut from the front of `buf`; said with the rates measured.
+fn ramp_line(
+    g: &GpuBackend,
+    bench: &dyn Bench,
+    op: OpKind,
+    shapes: &[(usize, usize)],
+    buf: &mut [u8],
+    memory: &str,
+    min_time: Duration,
+) -> Result<Option<LinearCost>, String> {
+    let mut samples = Vec::with_capacity(shapes.len());
+    let mut shown = Vec::with_capacity(shapes.len());
+    for &(size, n) in shapes {
+        let mut views: Vec<&mut [u8]> = buf[..size * n].chunks_mut(size).collect();
+        let ns = bench.time(g, op, &mut views, min_time)?.as_nanos() as f64;
+        samples.push(((size * n) as u64, ns));
+        shown.push(format!(
+            "{n} x {} {:.1} GB/s",
+            size_label(size),
+            (size * n) as f64 / ns
+        ));
+    }
+    let line = fit_ramp(&samples);
+    bench.say(&format!(
+        "  {op}: {memory} {}: {}",
+        shown.join(", "),
+        line.map_or("no line".into(), describe_ramp)
+    ));
+    Ok(line)
 }
 
 /// Pinned host-to-device copies at a few sizes: fixed cost and rate.

@@ -315,28 +315,31 @@ pub(super) fn gpu_time(
             largest,
         )
     };
+    // A measured line of large jobs replaces the byte (and, for packed
+    // ops, the summed segment) stage; the segment and thread stages alone
+    // still bound it: the lines were measured on other segment counts.
+    let other_stages = || {
+        let no_bytes = LinearCost {
+            ns_per_byte: 0.0,
+            ..line
+        };
+        gpu_stage_ns(
+            &no_bytes,
+            c.thread_ns_per_byte,
+            bytes,
+            segments,
+            largest,
+            false,
+        )
+    };
     if kind == GpuLine::Pageable && bytes > CALIBRATED_PAGEABLE_BYTES {
         if let Some(large) = c.pageable_large {
-            // The measured line replaces the byte (and, for the packed
-            // ops, the summed segment) stage; the segment and thread
-            // stages alone still bound it, as for large pinned jobs.
-            let other_stages = gpu_stage_ns(
-                &LinearCost {
-                    ns_per_byte: 0.0,
-                    ..line
-                },
-                c.thread_ns_per_byte,
-                bytes,
-                segments,
-                largest,
-                false,
-            );
             // A larger job never costs less than the largest calibrated one.
             let floor = stages(CALIBRATED_PAGEABLE_BYTES);
             return Some(
                 large
                     .predict_ns(bytes, segments)
-                    .max(other_stages)
+                    .max(other_stages())
                     .max(floor),
             );
         }
@@ -354,28 +357,15 @@ pub(super) fn gpu_time(
     let Some(large) = c.pinned_large else {
         return Some(plateau.unwrap_or_else(|| stages(bytes)));
     };
-    // The measured line replaces the byte stage. The plateau (or, without
-    // one, the largest calibrated job's price) stays a floor: no pipeline
-    // beats the link, and a larger job never costs less than a calibrated
-    // one. The segment and thread stages still bound it: the line was
-    // measured on few segments.
+    // The plateau (or, without one, the largest calibrated job's price)
+    // stays a floor: no pipeline beats the link, and a larger job never
+    // costs less than a calibrated one.
     let floor = plateau.unwrap_or_else(|| stages(CALIBRATED_JOB_BYTES));
-    let other_stages = gpu_stage_ns(
-        &LinearCost {
-            ns_per_byte: 0.0,
-            ..line
-        },
-        c.thread_ns_per_byte,
-        bytes,
-        segments,
-        largest,
-        false,
-    );
     Some(
         large
             .predict_ns(bytes, segments)
             .max(floor)
-            .max(other_stages),
+            .max(other_stages()),
     )
 }
 
