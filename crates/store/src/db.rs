@@ -69,7 +69,7 @@ use std::thread::JoinHandle;
 use arc_swap::ArcSwap;
 
 use crate::block::Block;
-use crate::cache::BlockCache;
+use crate::cache::{BlockCache, Fill};
 use crate::codec::BlockCodec;
 use crate::env::{FileLock, FileSystem};
 use crate::error::{Error, IoContext, Result};
@@ -712,20 +712,25 @@ impl DbInner {
         }))
     }
 
-    /// Turns an entry's stored value into the user's value.
+    /// Turns an entry's stored value into the user's value, for a scan: a
+    /// value-log value that missed the cache is kept there only while the
+    /// cache has room ([`Fill::WhileRoom`]), so that a scan over more than
+    /// the cache holds does not churn it.
     pub fn resolve(&self, key: &[u8], t: ValueType, stored: &[u8]) -> Result<Vec<u8>> {
         let mut value = Vec::new();
-        self.resolve_into(key, t, stored, &mut value)?;
+        self.resolve_into(key, t, stored, &mut value, Fill::WhileRoom)?;
         Ok(value)
     }
 
-    /// [`Self::resolve`] into `buf`, its old contents replaced.
+    /// [`Self::resolve`] into `buf`, its old contents replaced, caching as
+    /// `fill` says.
     fn resolve_into(
         &self,
         key: &[u8],
         t: ValueType,
         stored: &[u8],
         buf: &mut Vec<u8>,
+        fill: Fill,
     ) -> Result<()> {
         match t {
             ValueType::Inline => {
@@ -733,9 +738,10 @@ impl DbInner {
                 buf.extend_from_slice(stored);
                 Ok(())
             }
-            ValueType::Pointer => self
-                .vlog
-                .read_into(&self.decode_pointer(key, stored)?, key, buf),
+            ValueType::Pointer => {
+                self.vlog
+                    .read_into(&self.decode_pointer(key, stored)?, key, buf, fill)
+            }
             ValueType::Deletion => Err(Error::InvalidArgument("resolving a deletion".into())),
         }
     }
@@ -764,7 +770,7 @@ impl DbInner {
         if hit.value_type == ValueType::Deletion {
             return Ok(false);
         }
-        self.resolve_into(key, hit.value_type, hit.stored(), buf)?;
+        self.resolve_into(key, hit.value_type, hit.stored(), buf, Fill::Always)?;
         Ok(true)
     }
 

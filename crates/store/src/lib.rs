@@ -39,7 +39,9 @@
 //!   the value is copied once, from where it lies ([`Store::get_into`]
 //!   into the caller's buffer), or not at all ([`Store::get_pinned`]
 //!   shares the cached block or value, `pinned`). `db_iter`
-//!   gives cursors and range scans in both directions at any snapshot.
+//!   gives cursors and range scans in both directions at any snapshot;
+//!   a scan caches the values it reads only until the cache is full, a get
+//!   always (`cache`'s `Fill`).
 //! - **Value-log GC** (`gc`) rewrites live values out of mostly-dead
 //!   files (flushed commit frames count as dead), in the background every
 //!   `vlog_gc_every_flushes` flushes and on [`Store::gc_value_log`]; files

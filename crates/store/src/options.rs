@@ -51,7 +51,10 @@ pub struct Options {
     pub block_size: usize,
     pub block_restart_interval: usize,
     pub bloom_bits_per_key: usize,
-    /// Byte budget of the decoded-block LRU cache.
+    /// Byte budget of the block cache (sharded S3-FIFO): decoded table
+    /// blocks and opened value-log values. Gets cache the values they read;
+    /// scans only until the cache is full, so that a scan over more than it
+    /// holds does not churn it.
     pub block_cache_bytes: usize,
     pub max_open_tables: usize,
     /// Target size of a table written by compaction.

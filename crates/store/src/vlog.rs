@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::cache::{BlockCache, CachedValue};
+use crate::cache::{BlockCache, CachedValue, Fill};
 use crate::codec::{BlockCodec, BlockContext, BlockKind, OpenError, OpenSlot};
 use crate::env::FileSystem;
 use crate::error::{Error, Result};
@@ -97,21 +97,31 @@ impl ValueLog {
     /// the buffer that is returned, opened where it lies, and the value is
     /// moved to the front once. Error texts are only built on error:
     /// formatting them costs ~0.2 µs per read.
+    ///
+    /// For bulk readers (GC's copy, salvage): a value that missed the cache
+    /// is kept only while the cache has room.
     pub fn read(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Vec<u8>> {
         let mut buf = Vec::new();
-        self.read_into(ptr, key, &mut buf)?;
+        self.read_into(ptr, key, &mut buf, Fill::WhileRoom)?;
         Ok(buf)
     }
 
     /// [`Self::read`] into `buf` (its old contents replaced), which a caller
-    /// reading many values reuses: no allocation once it is large enough.
-    pub fn read_into(&self, ptr: &ValuePointer, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
+    /// reading many values reuses: no allocation once it is large enough;
+    /// a value that missed the cache is kept there as `fill` says.
+    pub(crate) fn read_into(
+        &self,
+        ptr: &ValuePointer,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+        fill: Fill,
+    ) -> Result<()> {
         buf.clear();
         if let Some(hit) = self.cached(ptr, key)? {
             buf.extend_from_slice(&hit.value);
             return Ok(());
         }
-        let (value, _) = self.read_frame(ptr, key, buf)?;
+        let (value, _) = self.read_frame(ptr, key, buf, fill)?;
         // Move the value to the front of the buffer and drop the rest.
         let len = value.len();
         buf.copy_within(value, 0);
@@ -119,14 +129,15 @@ impl ValueLog {
         Ok(())
     }
 
-    /// [`Self::read`], the value shared with the cache where it is kept
-    /// there: no copy on a hit, and on a miss the entry just cached.
+    /// [`Self::read`] for a get, the value shared with the cache where it is
+    /// kept there: no copy on a hit, and on a miss the entry just cached
+    /// (a get always caches what it read).
     pub fn read_pinned(&self, ptr: &ValuePointer, key: &[u8]) -> Result<Pinned> {
         if let Some(hit) = self.cached(ptr, key)? {
             return Ok(Pinned::Cached(hit));
         }
         let mut buf = Vec::new();
-        let (value, kept) = self.read_frame(ptr, key, &mut buf)?;
+        let (value, kept) = self.read_frame(ptr, key, &mut buf, Fill::Always)?;
         if let Some(kept) = kept {
             return Ok(Pinned::Cached(kept));
         }
@@ -137,19 +148,21 @@ impl ValueLog {
     }
 
     /// Reads the frame `ptr` names into `buf` (empty), opens and checks it
-    /// there and caches its value; where in `buf` the value lies, and the
-    /// cache entry made for it (none where the cache does not take it).
+    /// there and caches its value as `fill` says; where in `buf` the value
+    /// lies, and the cache entry made for it (none where the cache does not
+    /// take it).
     fn read_frame(
         &self,
         ptr: &ValuePointer,
         key: &[u8],
         buf: &mut Vec<u8>,
+        fill: Fill,
     ) -> Result<(Range<usize>, Option<Arc<CachedValue>>)> {
         buf.resize(FRAME_HEADER_LEN + ptr.frame.len as usize, 0);
         let ctx = self.fetch_into(ptr, buf)?;
         let opened = self.codec.open_in_place(&ctx, &mut buf[FRAME_HEADER_LEN..]);
         let value = self.value_range(ptr, key, buf, opened)?;
-        let kept = self.keep(ptr, key, &buf[value.clone()]);
+        let kept = self.keep(ptr, key, &buf[value.clone()], fill);
         Ok((value, kept))
     }
 
@@ -158,7 +171,8 @@ impl ValueLog {
     /// are read in parallel, then opened in one batch, which an encrypting
     /// codec spreads over cores. Result i is where `wanted[i]`'s value lies
     /// in `buf`, or why it could not be read: a damaged frame fails only
-    /// its own entry.
+    /// its own entry. A scan's read: values are cached only while the cache
+    /// has room ([`Fill::WhileRoom`]).
     ///
     /// One reused buffer, filled by the pool and read by the iterating
     /// thread: buffers allocated on one thread and freed on another
@@ -259,7 +273,7 @@ impl ValueLog {
                     Err(OpenError("open batch returned too few results".into()))
                 });
                 let v = self.value_range(ptr, key, &buf[at..at + size], r)?;
-                self.keep(ptr, key, &buf[at + v.start..at + v.end]);
+                self.keep(ptr, key, &buf[at + v.start..at + v.end], Fill::WhileRoom);
                 Ok(at + v.start..at + v.end)
             }));
         }
@@ -283,11 +297,17 @@ impl ValueLog {
         }
     }
 
-    /// Caches a value just read and checked; the entry, if the cache took
-    /// it.
-    fn keep(&self, ptr: &ValuePointer, key: &[u8], value: &[u8]) -> Option<Arc<CachedValue>> {
+    /// Caches a value just read and checked, as `fill` says; the entry, if
+    /// the cache took it.
+    fn keep(
+        &self,
+        ptr: &ValuePointer,
+        key: &[u8],
+        value: &[u8],
+        fill: Fill,
+    ) -> Option<Arc<CachedValue>> {
         let cache = self.cache.as_ref()?;
-        cache.insert_value(ptr.file, ptr.frame.offset, key, value)
+        cache.insert_value(ptr.file, ptr.frame.offset, key, value, fill)
     }
 
     fn corrupt(&self, ptr: &ValuePointer, why: &str) -> Error {

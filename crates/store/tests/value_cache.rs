@@ -188,3 +188,136 @@ fn pinned_equals_get(mode: Mode) {
     assert!(*held == *mid);
 }
 both_modes!(a_pinned_get_equals_a_get, pinned_equals_get);
+
+/// Whether each held value (from `get_pinned`) is still the one the cache
+/// holds for its key: a cursor's `value_pinned` shares a cached value and
+/// copies any other, and holding the get's value keeps its address from
+/// being reused.
+fn still_cached(s: &Store, held: &[(Vec<u8>, gvault_store::PinnedValue)]) -> Vec<bool> {
+    let mut it = s.iter(&ReadOptions::default()).unwrap();
+    held.iter()
+        .map(|(k, v)| {
+            it.seek(k);
+            assert!(it.valid() && it.key() == &k[..]);
+            let now = it.value_pinned().unwrap();
+            assert!(*now == **v);
+            now.as_ptr() == v.as_ptr()
+        })
+        .collect()
+}
+
+/// A 1 MiB cache under a store of 1000 values of 4 KiB (4x the cache).
+fn store_larger_than_the_cache(mode: Mode) -> (tempfile::TempDir, Store, Vec<Vec<u8>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path(), options(mode, 1 << 20)).unwrap();
+    let keys: Vec<Vec<u8>> = (0..1000u64)
+        .map(|k| format!("key{k:04}").into_bytes())
+        .collect();
+    for (k, key) in keys.iter().enumerate() {
+        s.put(key, value_for(k as u64, 0, 4096)).unwrap();
+    }
+    s.compact_range(None, None).unwrap();
+    (dir, s, keys)
+}
+
+/// Which of `keys` the cache holds a value for: a cursor's `value_pinned`
+/// shares a cached value (two reads of one entry give one address) and
+/// copies any other (two copies alive at once differ).
+fn cached_keys(s: &Store, keys: &[Vec<u8>]) -> Vec<bool> {
+    let mut it = s.iter(&ReadOptions::default()).unwrap();
+    keys.iter()
+        .map(|k| {
+            it.seek(k);
+            assert!(it.valid() && it.key() == &k[..]);
+            let (a, b) = (it.value_pinned().unwrap(), it.value_pinned().unwrap());
+            a.as_ptr() == b.as_ptr()
+        })
+        .collect()
+}
+
+/// Issue 30: once the cache is full, a scan keeps none of the values it
+/// reads, so a scan over more than the cache holds leaves it as it was:
+/// what gets cached stays, and nothing the scan read comes in. (Before,
+/// every value a scan read was inserted and evicted another, and 16
+/// scanning threads contended on that churn.)
+fn scan_leaves_gets_cached(mode: Mode) {
+    let (_dir, s, keys) = store_larger_than_the_cache(mode);
+    // Gets of every key fill the cache (and every table block) and evict;
+    // then gets of every fifth key, touching every block again.
+    for key in &keys {
+        s.get(key).unwrap().unwrap();
+    }
+    let ro = ReadOptions::default();
+    let held: Vec<_> = keys
+        .iter()
+        .step_by(5)
+        .map(|k| (k.clone(), s.get_pinned(&ro, k).unwrap().unwrap()))
+        .collect();
+    let before = still_cached(&s, &held);
+    let cached = before.iter().filter(|&&c| c).count();
+    assert!(cached > 20, "only {cached} of {} gets cached", held.len());
+    let all_before = cached_keys(&s, &keys);
+    let n = all_before.iter().filter(|&&c| c).count();
+    assert!(n > cached && n < keys.len() / 2, "{n} values cached");
+    for round in 0..2 {
+        let mut n = 0;
+        for (i, r) in s.scan(&ro, None, None, false).unwrap().enumerate() {
+            let (k, v) = r.unwrap();
+            assert!(k == keys[i] && v == value_for(i as u64, 0, 4096));
+            n += 1;
+        }
+        assert_eq!(n, keys.len());
+        let after = still_cached(&s, &held);
+        let lost = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| **b && !**a)
+            .count();
+        assert_eq!(
+            lost, 0,
+            "round {round}: the scan evicted {lost} of {cached}"
+        );
+        let all_after = cached_keys(&s, &keys);
+        let came = all_before
+            .iter()
+            .zip(&all_after)
+            .filter(|(b, a)| !**b && **a)
+            .count();
+        assert_eq!(came, 0, "round {round}: the scan cached {came} values");
+        assert!(all_after == all_before, "round {round}");
+    }
+    s.close().unwrap();
+}
+both_modes!(
+    a_scan_over_more_than_the_cache_leaves_it_in_place,
+    scan_leaves_gets_cached
+);
+
+/// While the cache has room, a scan does cache the values it reads (a
+/// warm-up scan of a store the cache holds serves later gets and scans
+/// from memory).
+fn scan_fills_room(mode: Mode) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path(), options(mode, 16 << 20)).unwrap();
+    for k in 0..500u64 {
+        s.put(format!("key{k:04}"), value_for(k, 0, 4096)).unwrap();
+    }
+    s.compact_range(None, None).unwrap();
+    let ro = ReadOptions::default();
+    assert_eq!(s.scan(&ro, None, None, false).unwrap().count(), 500);
+    let mut it = s.iter(&ro).unwrap();
+    it.seek_to_first();
+    let mut held = Vec::new();
+    while it.valid() {
+        held.push((it.key().to_vec(), it.value_pinned().unwrap()));
+        it.next();
+    }
+    it.status().unwrap();
+    assert_eq!(held.len(), 500);
+    assert!(still_cached(&s, &held).iter().all(|&c| c));
+    s.close().unwrap();
+}
+both_modes!(
+    a_scan_caches_values_while_the_cache_has_room,
+    scan_fills_room
+);
