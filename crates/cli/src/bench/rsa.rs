@@ -163,62 +163,63 @@ fn rate(
     }
 }
 
-/// Ops/s of `a` and of `b`, each a job of `ops` messages, timed in
-/// alternating runs (a warm-up each, then pairs until both have run
-/// `min_time`): a thread's core or clock that drifts during a row slows
-/// both alike. Timed a minute apart, one message of RSA-2048 on the same
-/// thread and path ran at 276/s and 521/s on an H200 host. A column the
-/// previous batch size's rate says would take over `max_s` is skipped,
-/// and the other then timed alone.
+/// A column of a row: the previous batch size's rate, and one run.
+type Column<'c> = (Option<f64>, Box<dyn FnMut() -> Result<(), String> + 'c>);
+
+/// Ops/s of each column, each run a job of `ops` messages, timed in
+/// alternating runs (a warm-up each, then rounds of one run of each column
+/// that has not yet run three times and `min_time` in all): a core or
+/// clock that drifts during a row slows every column alike. Timed a minute apart, one message of
+/// RSA-2048 on the same thread and path ran at 276/s and 521/s on an H200
+/// host. A column the previous batch size's rate says would take over
+/// `max_s` is skipped (`None`).
 fn rates_side_by_side(
     ops: usize,
-    prev: [Option<f64>; 2],
+    columns: Vec<Column<'_>>,
     max_s: f64,
     min_time: Duration,
-    mut a: impl FnMut() -> Result<(), String>,
-    mut b: impl FnMut() -> Result<(), String>,
-) -> Result<[Option<f64>; 2], String> {
+) -> Result<Vec<Option<f64>>, String> {
     let skip = |p: Option<f64>| p.is_some_and(|p| ops as f64 / p > max_s);
-    match (skip(prev[0]), skip(prev[1])) {
-        (false, false) => {}
-        (skip_a, skip_b) => {
-            let ra = if skip_a {
-                None
-            } else {
-                rate(ops, None, max_s, min_time, a)?
-            };
-            let rb = if skip_b {
-                None
-            } else {
-                rate(ops, None, max_s, min_time, b)?
-            };
-            return Ok([ra, rb]);
-        }
-    }
-    let timed = |f: &mut dyn FnMut() -> Result<(), String>| {
+    let mut runs: Vec<_> = columns
+        .into_iter()
+        .map(|(prev, f)| (!skip(prev)).then_some(f))
+        .collect();
+    let once = |f: &mut Box<dyn FnMut() -> Result<(), String> + '_>| {
         let start = Instant::now();
         f().map(|()| start.elapsed())
     };
-    timed(&mut a)?;
-    timed(&mut b)?;
-    let (mut ta, mut tb) = (Vec::new(), Vec::new());
-    let (mut sum_a, mut sum_b) = (Duration::ZERO, Duration::ZERO);
-    while ta.is_empty() || sum_a < min_time || sum_b < min_time {
-        let t = timed(&mut a)?;
-        sum_a += t;
-        ta.push(t);
-        let t = timed(&mut b)?;
-        sum_b += t;
-        tb.push(t);
-        if ta.len() >= 1000 {
+    for f in runs.iter_mut().flatten() {
+        once(f)?;
+    }
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); runs.len()];
+    let mut sums = vec![Duration::ZERO; runs.len()];
+    // A column has run enough with MIN_RUNS runs and `min_time` in all;
+    // the rest go on alternating without it.
+    const MIN_RUNS: usize = 3;
+    let enough = |t: &Vec<Duration>, sum: Duration| t.len() >= MIN_RUNS && sum >= min_time;
+    loop {
+        for (i, f) in runs.iter_mut().enumerate() {
+            if let Some(f) = f.as_mut().filter(|_| !enough(&times[i], sums[i])) {
+                let t = once(f)?;
+                sums[i] += t;
+                times[i].push(t);
+            }
+        }
+        let done = runs
+            .iter()
+            .enumerate()
+            .all(|(i, f)| f.is_none() || enough(&times[i], sums[i]));
+        if done || times.iter().any(|t| t.len() >= 1000) {
             break;
         }
     }
-    let per_s = |mut t: Vec<Duration>| {
-        t.sort();
-        Some(ops as f64 / t[t.len() / 2].as_secs_f64())
-    };
-    Ok([per_s(ta), per_s(tb)])
+    Ok(times
+        .into_iter()
+        .map(|mut t| {
+            t.sort();
+            (!t.is_empty()).then(|| ops as f64 / t[t.len() / 2].as_secs_f64())
+        })
+        .collect())
 }
 
 /// Runs one RSA job; every segment must succeed.
@@ -338,16 +339,6 @@ pub fn run(args: RsaArgs) -> Result<(), String> {
                 ..Row::default()
             };
             let max = args.max_cell_seconds;
-            // auto against all cores side by side: at small batches both
-            // run on this thread, where `auto` must match the CPU.
-            [row.cpu_all_ops, row.auto_ops] = rates_side_by_side(
-                batch,
-                [prev.cpu_all_ops, prev.auto_ops],
-                max,
-                min_time,
-                || run_job(all.as_ref(), &k, &msgs),
-                || run_job(auto.as_ref(), &k, &msgs),
-            )?;
             if let Some(g) = &gpu {
                 // The GPU's results against the CPU's, once per row.
                 let mut job = Job::RsaPrivate {
@@ -358,9 +349,29 @@ pub fn run(args: RsaArgs) -> Result<(), String> {
                 if g.run(&mut job).map_err(|e| e.to_string())? != want {
                     return Err(format!("RSA-{bits}: GPU results differ from the CPU's"));
                 }
-                row.gpu_ops = rate(batch, prev.gpu_ops, max, min_time, || {
-                    run_batch(g, &items, RsaOptions::default())
-                })?;
+            }
+            // auto against the sides it chooses from, side by side.
+            let mut columns: Vec<Column<'_>> = vec![
+                (
+                    prev.cpu_all_ops,
+                    Box::new(|| run_job(all.as_ref(), &k, &msgs)),
+                ),
+                (
+                    prev.auto_ops,
+                    Box::new(|| run_job(auto.as_ref(), &k, &msgs)),
+                ),
+            ];
+            if let Some(g) = &gpu {
+                columns.push((
+                    prev.gpu_ops,
+                    Box::new(|| run_batch(g, &items, RsaOptions::default())),
+                ));
+            }
+            let rates = rates_side_by_side(batch, columns, max, min_time)?;
+            row.cpu_all_ops = rates[0];
+            row.auto_ops = rates[1];
+            row.gpu_ops = rates.get(2).copied().flatten();
+            if let Some(g) = &gpu {
                 row.gpu_2_ops = rate(2 * batch, prev.gpu_2_ops, max, min_time, || {
                     two_in_flight(g, &items)
                 })?;
