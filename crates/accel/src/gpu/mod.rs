@@ -9,9 +9,11 @@
 //! - `runtime`: devices, streams, pinned staging slots.
 //! - `ctr`: CTR-mode jobs (AES-256, TEA, Blowfish) for host and device-resident data.
 //! - `gcm`: AES-256-GCM seal/open: the CTR pipeline plus a parallel GHASH pass.
-//! - `digest`, `blake3`, `serial`, `cdc`, `chunk_digest`: hashing and chunking.
+//! - `digest`, `blake3`, `serial`, `cdc`, `chunk_digest`: hashing and chunking;
+//!   `crc_cut` cuts the CRCs' long segments into pieces and combines them.
 //! - `seed001`: seed 001's parallel Merkle-Damgård and sliding-window hashing.
-//! - `rsa`: RSA private-key batches (CRT), host side in `crate::rsa_batch`.
+//! - `rsa`: RSA private-key batches (CRT), host side in `crate::rsa_batch`;
+//!   large batches run as GPU-filling pieces, two at a time a GPU.
 
 mod abi;
 mod blake3;
