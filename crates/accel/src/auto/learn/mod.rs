@@ -94,21 +94,34 @@ fn log4(x: u64) -> u32 {
     x.max(1).ilog2() / 2
 }
 
+/// RSA's segment classes are its key sizes: one message is the modulus
+/// long (1024, 2048, 4096 bits: 128, 256, 512 bytes, classes 0, 1, 2), and
+/// the model prices each size by its own exponent, so one size's error
+/// says nothing of another's. In 4x classes from 1 KiB all three were
+/// class 0, and RSA-1024's corrections moved RSA-4096's predictions.
+const RSA_CLASS_BASE: u64 = 128;
+
 impl ShapeClass {
-    pub(crate) fn of(stats: &JobStats) -> ShapeClass {
+    pub(crate) fn of(op: OpKind, stats: &JobStats) -> ShapeClass {
         let segments = stats.segments.max(1) as u64;
         let average = stats.bytes / segments;
+        let segment = if op == OpKind::RsaPrivate {
+            (average / RSA_CLASS_BASE).max(1).ilog2()
+        } else {
+            log4(average / SEGMENT_CLASS_BASE)
+        };
         ShapeClass {
-            segment: (log4(average / SEGMENT_CLASS_BASE) as usize).min(SEGMENT_CLASSES - 1) as u8,
+            segment: (segment as usize).min(SEGMENT_CLASSES - 1) as u8,
             count: (log4(segments) as usize).min(COUNT_CLASSES - 1) as u8,
         }
     }
 
-    /// Smallest average segment size of the class.
-    fn segment_bytes_from(self) -> u64 {
-        match self.segment {
-            0 => 0,
-            k => SEGMENT_CLASS_BASE << (2 * k),
+    /// Smallest average segment size of the class (of `op`'s classes).
+    fn segment_bytes_from(self, op: OpKind) -> u64 {
+        match (op, self.segment) {
+            (OpKind::RsaPrivate, k) => RSA_CLASS_BASE << k,
+            (_, 0) => 0,
+            (_, k) => SEGMENT_CLASS_BASE << (2 * k),
         }
     }
 
@@ -135,7 +148,7 @@ impl JobKey {
         (stats.mem != HostMemory::Device && stats.segments > 0).then(|| JobKey {
             op,
             mem: stats.mem,
-            class: ShapeClass::of(stats),
+            class: ShapeClass::of(op, stats),
         })
     }
 
@@ -385,7 +398,7 @@ impl Learner {
                                         Side::Gpu => mem.name(),
                                     },
                                     split_part: run == Run::Part,
-                                    segment_bytes_from: class.segment_bytes_from(),
+                                    segment_bytes_from: class.segment_bytes_from(op),
                                     segments_from: class.segments_from(),
                                     factor: e.factor(),
                                     observations: e.observations(),

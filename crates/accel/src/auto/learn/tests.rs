@@ -283,7 +283,10 @@ fn the_estimate_drops_the_warm_up_and_bounds_each_observation() {
 #[test]
 fn keys_separate_shapes_memories_and_sides() {
     let class = |size: u64, n: usize| {
-        ShapeClass::of(&JobStats::of_lengths(&vec![size; n], HostMemory::Pageable))
+        ShapeClass::of(
+            OpKind::Sha256,
+            &JobStats::of_lengths(&vec![size; n], HostMemory::Pageable),
+        )
     };
     // One total (256 MiB), two shapes, two keys.
     assert_ne!(class(64 << 10, 4096), class(16 * MIB, 16));
@@ -461,4 +464,41 @@ mod backend {
             assert!((0.25..=4.0).contains(&f.factor), "{f:?}");
         }
     }
+}
+
+#[test]
+fn rsa_key_sizes_learn_apart() {
+    let class = |op: OpKind, size: u64, n: usize| {
+        ShapeClass::of(
+            op,
+            &JobStats::of_lengths(&vec![size; n], HostMemory::Pageable),
+        )
+    };
+    let rsa = |bytes| class(OpKind::RsaPrivate, bytes, 64);
+    // 1024, 2048 and 4096-bit messages: three classes (in 4x classes from
+    // 1 KiB, as other ops are, they were one).
+    assert_eq!(
+        [rsa(128).segment, rsa(256).segment, rsa(512).segment],
+        [0, 1, 2]
+    );
+    assert_eq!(
+        class(OpKind::Sha256, 128, 64),
+        class(OpKind::Sha256, 512, 64)
+    );
+    assert_eq!(rsa(256).count, class(OpKind::Sha256, 256, 64).count);
+    for (bytes, k) in [(128, 0u8), (256, 1), (512, 2)] {
+        let c = ShapeClass {
+            segment: k,
+            count: 0,
+        };
+        assert_eq!(c.segment_bytes_from(OpKind::RsaPrivate), bytes);
+    }
+    // Observations of one size leave another's factor alone.
+    let key = |bytes| {
+        JobKey::of(
+            OpKind::RsaPrivate,
+            &JobStats::of_lengths(&vec![bytes; 64], HostMemory::Pageable),
+        )
+    };
+    assert_ne!(key(128), key(512));
 }
