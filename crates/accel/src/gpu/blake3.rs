@@ -576,7 +576,7 @@ pub(crate) fn launch_level(
 /// x^(8 * 2^k) modulo the CRC-32C polynomial for k = 0..64 (also the
 /// kernels' `B3_CRC_X8POW`, generated from it: gpu/abi.rs).
 pub(crate) fn crc_pow2() -> &'static [u32; 64] {
-    super::crc_cut::pow2(super::crc_cut::CASTAGNOLI)
+    super::crc_cut::pow2(super::crc_cut::Poly::Castagnoli)
 }
 
 /// x^(8 len) modulo the CRC-32C polynomial (bit-reflected, x^0 = bit 31):
@@ -584,7 +584,7 @@ pub(crate) fn crc_pow2() -> &'static [u32; 64] {
 /// crc(A || B) = crc_mul(crc_shift(|B|), crc(A)) ^ crc(B) (as zlib's
 /// crc32_combine).
 pub(crate) fn crc_shift(len: u64) -> u32 {
-    super::crc_cut::shift(super::crc_cut::CASTAGNOLI, len)
+    super::crc_cut::shift(super::crc_cut::Poly::Castagnoli, len)
 }
 
 #[cfg(test)]
@@ -594,7 +594,7 @@ mod tests {
     /// a * b modulo the CRC-32C polynomial (`b3_crc_mul` in
     /// kernels/blake3.cu).
     fn crc_mul(a: u32, b: u32) -> u32 {
-        super::super::crc_cut::mul(super::super::crc_cut::CASTAGNOLI, a, b)
+        super::super::crc_cut::mul(super::super::crc_cut::Poly::Castagnoli, a, b)
     }
 
     /// Square and multiply, the reference for the table-driven crc_shift.

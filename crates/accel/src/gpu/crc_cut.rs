@@ -8,9 +8,24 @@
 
 use super::blake3::Input;
 
-/// Bit-reflected polynomials (x^0 = bit 31).
-pub(crate) const CASTAGNOLI: u32 = 0x82F6_3B78;
-pub(crate) const IEEE: u32 = 0xEDB8_8320;
+/// A CRC's polynomial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Poly {
+    /// CRC-32C.
+    Castagnoli,
+    /// CRC-32 (zlib, crc32fast).
+    Ieee,
+}
+
+impl Poly {
+    /// Bit-reflected (x^0 = bit 31).
+    const fn bits(self) -> u32 {
+        match self {
+            Poly::Castagnoli => 0x82F6_3B78,
+            Poly::Ieee => 0xEDB8_8320,
+        }
+    }
+}
 
 /// About this many pieces a job: threads for every SM several times over,
 /// few enough that combining them costs the host well under a millisecond.
@@ -22,14 +37,15 @@ const MIN_PIECE: u64 = 16 << 10;
 
 /// The piece length of a CRC job of `bytes` in all: a multiple of 4 KiB
 /// (device pointers keep their alignment), at least [`MIN_PIECE`].
-pub(crate) fn piece_len(bytes: u64) -> u64 {
+fn piece_len(bytes: u64) -> u64 {
     (bytes / TARGET_PIECES)
         .next_multiple_of(4096)
         .max(MIN_PIECE)
 }
 
 /// a * b modulo `poly`, bit-reflected (zlib's multmodp).
-pub(crate) fn mul(poly: u32, a: u32, mut b: u32) -> u32 {
+pub(crate) fn mul(poly: Poly, a: u32, mut b: u32) -> u32 {
+    let poly = poly.bits();
     let mut p = 0u32;
     let mut m = 1u32 << 31;
     while m != 0 {
@@ -42,7 +58,7 @@ pub(crate) fn mul(poly: u32, a: u32, mut b: u32) -> u32 {
     p
 }
 
-fn pow2_table(poly: u32) -> [u32; 64] {
+fn pow2_table(poly: Poly) -> [u32; 64] {
     let mut t = [0u32; 64];
     t[0] = 1 << 23; // x^8: one byte
     for k in 1..64 {
@@ -51,20 +67,20 @@ fn pow2_table(poly: u32) -> [u32; 64] {
     t
 }
 
-/// x^(8 * 2^k) modulo `poly` (CRC-32C or CRC-32) for k = 0..64.
-pub(crate) fn pow2(poly: u32) -> &'static [u32; 64] {
+/// x^(8 * 2^k) modulo `poly` for k = 0..64.
+pub(crate) fn pow2(poly: Poly) -> &'static [u32; 64] {
     use std::sync::OnceLock;
     static C: OnceLock<[u32; 64]> = OnceLock::new();
     static I: OnceLock<[u32; 64]> = OnceLock::new();
     match poly {
-        IEEE => I.get_or_init(|| pow2_table(IEEE)),
-        _ => C.get_or_init(|| pow2_table(CASTAGNOLI)),
+        Poly::Castagnoli => C.get_or_init(|| pow2_table(poly)),
+        Poly::Ieee => I.get_or_init(|| pow2_table(poly)),
     }
 }
 
 /// x^(8 len) modulo `poly`: the factor that moves a CRC register past
 /// `len` more bytes. One multiply per set bit of `len`.
-pub(crate) fn shift(poly: u32, len: u64) -> u32 {
+pub(crate) fn shift(poly: Poly, len: u64) -> u32 {
     let table = pow2(poly);
     let mut power = 1u32 << 31; // x^0
     let mut n = len;
@@ -121,7 +137,7 @@ pub(crate) fn cut<'a>(inputs: &[Input<'a>]) -> Cut<'a> {
 impl Cut<'_> {
     /// Each segment's CRC from its pieces' (`crcs`, one per piece in
     /// order) under `poly`.
-    pub(crate) fn combine(&self, poly: u32, crcs: &[u32]) -> Vec<u32> {
+    pub(crate) fn combine(&self, poly: Poly, crcs: &[u32]) -> Vec<u32> {
         let full = shift(poly, self.piece);
         self.spans
             .iter()
@@ -171,26 +187,21 @@ mod tests {
         assert_eq!(cut.piece, MIN_PIECE);
         assert!(cut.pieces.len() > inputs.len());
         assert!(cut.pieces.iter().all(|p| p.len() as u64 <= 2 * cut.piece));
-        let c: Vec<u32> = cut
-            .pieces
-            .iter()
-            .map(|p| match p {
-                Input::Host(b) => crc32c::crc32c(b),
-                Input::Device { .. } => unreachable!(),
-            })
-            .collect();
-        let want: Vec<u32> = bufs.iter().map(|b| crc32c::crc32c(b)).collect();
-        assert_eq!(cut.combine(CASTAGNOLI, &c), want);
-        let c: Vec<u32> = cut
-            .pieces
-            .iter()
-            .map(|p| match p {
-                Input::Host(b) => crc32fast::hash(b),
-                Input::Device { .. } => unreachable!(),
-            })
-            .collect();
-        let want: Vec<u32> = bufs.iter().map(|b| crc32fast::hash(b)).collect();
-        assert_eq!(cut.combine(IEEE, &c), want);
+        for (poly, crc) in [
+            (Poly::Castagnoli, crc32c::crc32c as fn(&[u8]) -> u32),
+            (Poly::Ieee, crc32fast::hash),
+        ] {
+            let of_pieces: Vec<u32> = cut
+                .pieces
+                .iter()
+                .map(|p| match p {
+                    Input::Host(b) => crc(b),
+                    Input::Device { .. } => unreachable!(),
+                })
+                .collect();
+            let want: Vec<u32> = bufs.iter().map(|b| crc(b)).collect();
+            assert_eq!(cut.combine(poly, &of_pieces), want, "{poly:?}");
+        }
     }
 
     #[test]

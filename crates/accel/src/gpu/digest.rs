@@ -102,8 +102,8 @@ pub(crate) fn run(
         }
         DigestAlgo::Crc32 | DigestAlgo::Crc32c => {
             let poly = match algo {
-                DigestAlgo::Crc32 => crc_cut::IEEE,
-                _ => crc_cut::CASTAGNOLI,
+                DigestAlgo::Crc32 => crc_cut::Poly::Ieee,
+                _ => crc_cut::Poly::Castagnoli,
             };
             let cut = crc_cut::cut(&inputs);
             let crcs: Vec<u32> = serial::hash_all(dev, *algo, &cut.pieces)

@@ -79,7 +79,8 @@ pub(super) fn calibrate_gpu(
         pageable: Some(pageable),
         pinned_packed,
         thread_ns_per_byte,
-        // Measured after every op (`calibrate_large`).
+        // Measured after every op (`calibrate_pinned_large`,
+        // `calibrate_pageable_large`).
         pinned_large: None,
         pageable_large: None,
     }))

@@ -392,7 +392,7 @@ fn random(len: usize) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::decide::CALIBRATED_JOB_BYTES;
+    use super::super::decide::{CALIBRATED_JOB_BYTES, CALIBRATED_PAGEABLE_BYTES};
     use super::super::model::DIRECT_MIN;
     use super::*;
 
@@ -472,5 +472,16 @@ mod tests {
             .map(|&(s, n)| (s * n) as u64)
             .max();
         assert_eq!(largest, Some(CALIBRATED_JOB_BYTES));
+    }
+
+    #[test]
+    fn the_large_pageable_line_starts_where_the_stage_lines_end() {
+        let largest = GPU_SHAPES.iter().map(|&(s, n)| (s * n) as u64).max();
+        assert_eq!(largest, Some(CALIBRATED_PAGEABLE_BYTES));
+        for op in OpKind::ALL {
+            let [(s0, n0), (s1, n1)] = pageable_large_shapes(op);
+            assert_eq!((s0 * n0) as u64, CALIBRATED_PAGEABLE_BYTES, "{op}");
+            assert!((s1 * n1) as u64 > CALIBRATED_PAGEABLE_BYTES, "{op}");
+        }
     }
 }
