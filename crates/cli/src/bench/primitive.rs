@@ -1219,7 +1219,15 @@ fn reference_figures(
     // sealing 16 x 16 MiB against OpenSSL's 10.8 on one cached buffer).
     let one = CpuBackend::with_threads(1);
     let keys = Keys::new();
-    let mut buf = [random(SIZE)];
+    let one_buffer = |op: OpKind, size: usize| {
+        let mut buf = [random(size)];
+        let t = repeat(3, min_time, || {
+            let start = Instant::now();
+            let _ = std::hint::black_box(run_once(&one, op, &keys, &mut buf, &[]));
+            start.elapsed()
+        });
+        gbps(size as u64, t.median)
+    };
     for (op, key) in [
         (
             OpKind::AesGcmSeal,
@@ -1227,12 +1235,7 @@ fn reference_figures(
         ),
         (OpKind::Sha256, "sha256 cpu-1, one 16 MiB buffer"),
     ] {
-        let t = repeat(3, min_time, || {
-            let start = Instant::now();
-            let _ = std::hint::black_box(run_once(&one, op, &keys, &mut buf, &[]));
-            start.elapsed()
-        });
-        refs.insert(key.into(), gbps(SIZE as u64, t.median));
+        refs.insert(key.into(), one_buffer(op, SIZE));
     }
 
     let ours = |op: &str, col: &str| {
@@ -1300,14 +1303,8 @@ fn reference_figures(
         let Some(theirs) = openssl_speed("aes-256-gcm", size) else {
             continue;
         };
-        let mut buf = [random(size)];
-        let t = repeat(3, min_time, || {
-            let start = Instant::now();
-            let _ = std::hint::black_box(run_once(&one, OpKind::AesGcmSeal, &keys, &mut buf, &[]));
-            start.elapsed()
-        });
         let label = size_label(size);
-        let ours = gbps(size as u64, t.median);
+        let ours = one_buffer(OpKind::AesGcmSeal, size);
         refs.insert(format!("aes256gcm-seal cpu-1, one {label} buffer"), ours);
         refs.insert(format!("openssl aes-256-gcm 1 core, {label}"), theirs);
         let name = format!("aes256gcm-seal cpu-1 / openssl 1 core, {label}");

@@ -26,7 +26,7 @@ use rand::{RngCore, SeedableRng};
 use rsa::traits::PublicKeyParts;
 use serde::Serialize;
 
-use super::measure::repeat;
+use super::measure::{median, repeat};
 
 #[derive(clap::Args, Debug)]
 pub struct RsaArgs {
@@ -169,10 +169,10 @@ type Column<'c> = (Option<f64>, Box<dyn FnMut() -> Result<(), String> + 'c>);
 /// Ops/s of each column, each run a job of `ops` messages, timed in
 /// alternating runs (a warm-up each, then rounds of one run of each column
 /// that has not yet run three times and `min_time` in all): a core or
-/// clock that drifts during a row slows every column alike. Timed a minute apart, one message of
-/// RSA-2048 on the same thread and path ran at 276/s and 521/s on an H200
-/// host. A column the previous batch size's rate says would take over
-/// `max_s` is skipped (`None`).
+/// clock that drifts during a row slows every column alike. Timed a minute
+/// apart, one message of RSA-2048 on the same thread and path ran at
+/// 276/s and 521/s on an H200 host. A column the previous batch size's
+/// rate says would take over `max_s` is skipped (`None`).
 fn rates_side_by_side(
     ops: usize,
     columns: Vec<Column<'_>>,
@@ -215,9 +215,9 @@ fn rates_side_by_side(
     }
     Ok(times
         .into_iter()
-        .map(|mut t| {
-            t.sort();
-            (!t.is_empty()).then(|| ops as f64 / t[t.len() / 2].as_secs_f64())
+        .map(|t| {
+            let secs: Vec<f64> = t.iter().map(Duration::as_secs_f64).collect();
+            (!secs.is_empty()).then(|| ops as f64 / median(secs))
         })
         .collect())
 }
