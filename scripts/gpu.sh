@@ -51,6 +51,9 @@
 #              on /dev/shm and on CAS_DISK_DIR [/var/tmp], then the seed's workloads
 #              (different, similar, checkpoint, tree) at CAS_SMALL [1G] with cpu, auto
 #              and the CA-Infinite oracle, content-defined and fixed chunks.
+#              CAS_BACKENDS [cpu,auto] for the single file; CAS_DISK_DIR empty: tmpfs
+#              only; CAS_SEED001=0 skips the seed's workloads; CAS_BASELINE=BINARY
+#              runs the single file with another gvault first (an A/B in one call).
 #                                        -> cas.txt, cas-single.json, cas-seed001.json, cas.png
 #   profile    Phase timings (GVAULT_GPU_TRACE=1) of the fused job and of GCM on
 #              device-resident data, then Nsight Compute counters of
@@ -358,10 +361,16 @@ phase_tests() {
 }
 
 phase_cas() {
-  local f=cas.txt disk=${CAS_DISK_DIR:-/var/tmp}
+  local f=cas.txt disk=${CAS_DISK_DIR-/var/tmp} dirs=(--repo-dir /dev/shm)
   calibrate_once $f
-  run $f "$B/gvault" bench cas --workloads single --size "${CAS_SIZE:-16G}" --backends cpu,auto \
-    --chunkers cdc --repo-dir /dev/shm --repo-dir "$disk" --data-dir /dev/shm --save "$OUT/cas-single.json"
+  [ -n "$disk" ] && dirs+=(--repo-dir "$disk")
+  if [ -n "${CAS_BASELINE:-}" ]; then
+    run $f "$CAS_BASELINE" bench cas --workloads single --size "${CAS_SIZE:-16G}" \
+      --backends "${CAS_BACKENDS:-cpu,auto}" --chunkers cdc "${dirs[@]}" --data-dir /dev/shm
+  fi
+  run $f "$B/gvault" bench cas --workloads single --size "${CAS_SIZE:-16G}" --backends "${CAS_BACKENDS:-cpu,auto}" \
+    --chunkers cdc "${dirs[@]}" --data-dir /dev/shm --save "$OUT/cas-single.json"
+  [ "${CAS_SEED001:-1}" = 0 ] && return 0
   run $f "$B/gvault" bench cas --workloads different,similar,checkpoint,tree --size "${CAS_SMALL:-1G}" \
     --data-dir /dev/shm --repo-dir /dev/shm --save "$OUT/cas-seed001.json" --plot "$OUT/cas.png"
 }

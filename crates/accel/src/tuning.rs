@@ -193,6 +193,18 @@ settings![
         "from how many segments the CPU surveys a job's memory in parallel"
     ),
     (
+        "GVAULT_CAS_WINDOW_MIB",
+        Tuning,
+        "MiB, 8-1024; unset: 32",
+        "how much of a large file a backup reads, chunks and packs at a time (three windows in memory)"
+    ),
+    (
+        "GVAULT_CAS_TRACE",
+        Tuning,
+        "any value; unset: off",
+        "a backup prints the busy seconds of its stages (read, chunk, pack, seal, write) at its end"
+    ),
+    (
         "GVAULT_READ_AHEAD_STATS",
         Tuning,
         "any value; unset: off",
@@ -248,6 +260,8 @@ pub struct Tuning {
     pub serial_wide_mib: Option<usize>,
     pub strided_share: Option<usize>,
     pub survey_parallel_min: Option<usize>,
+    pub cas_window_mib: Option<usize>,
+    pub cas_trace: bool,
     pub read_ahead_stats: bool,
     pub bench_shape: bool,
 }
@@ -321,6 +335,8 @@ impl Tuning {
             strided_share: int("GVAULT_STRIDED_SHARE", 0, 100).map(|v| v as usize),
             survey_parallel_min: int("GVAULT_SURVEY_PARALLEL_MIN", 0, u32::MAX as u64)
                 .map(|v| v as usize),
+            cas_window_mib: int("GVAULT_CAS_WINDOW_MIB", 8, 1024).map(|v| v as usize),
+            cas_trace: get("GVAULT_CAS_TRACE").is_some(),
             read_ahead_stats: get("GVAULT_READ_AHEAD_STATS").is_some(),
             bench_shape: get("GVAULT_BENCH_SHAPE").is_some(),
         }

@@ -201,9 +201,18 @@ impl Backend for LocalDir {
         valid_name(name)?;
         let p = self.path(kind, name);
         let mut f = File::open(&p).ctx(|| format!("opening {}", p.display()))?;
-        let mut buf = vec![0u8; len];
+        // Read into spare capacity (no zeroing first: a restore reads
+        // every byte of the repository through here).
+        let mut buf = Vec::with_capacity(len);
         f.seek(SeekFrom::Start(offset))
-            .and_then(|_| f.read_exact(&mut buf))
+            .and_then(|_| (&mut f).take(len as u64).read_to_end(&mut buf))
+            .and_then(|n| match n == len {
+                true => Ok(()),
+                false => Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the file ends after {n} bytes"),
+                )),
+            })
             .ctx(|| format!("reading {len} bytes at {offset} of {}", p.display()))?;
         Ok(buf)
     }

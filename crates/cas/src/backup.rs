@@ -6,9 +6,10 @@
 //! repository: at worst packs no index names, which the next backup adopts
 //! and `prune` removes if nothing uses them.
 //!
-//! Memory is bounded by the read window (32 MiB, or four times the largest
-//! chunk), one pack being filled (16 MiB) and the session's index entries
-//! (flushed to an index file every `INDEX_FLUSH` chunks).
+//! Memory is bounded by three read windows (32 MiB each, or four times the
+//! largest chunk; `GVAULT_CAS_WINDOW_MIB`), the packs in flight (16 MiB
+//! each, two per pack writer) and the session's index entries (flushed to
+//! an index file every `INDEX_FLUSH` chunks).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -17,6 +18,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex};
 use std::thread::Scope;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -30,6 +32,7 @@ use crate::lock::Lock;
 use crate::pack::{self, PackBuilder, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::{Chunker, Repository};
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
+use crate::stage_clock::{Stage, StageClock};
 use crate::work_queue::WorkQueue;
 
 const WINDOW: usize = 32 << 20;
@@ -96,21 +99,65 @@ fn pack_threads(repo: &Repository) -> usize {
 type Uploads = WorkQueue<PackBuilder, (String, u64, Vec<pack::BlobEntry>)>;
 type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
 
-fn start_uploads<'s, 'r: 's>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Uploads {
+fn start_uploads<'s, 'r: 's>(
+    repo: &'r Repository,
+    scope: &'s Scope<'s, 'r>,
+    spare: &Arc<SpareBuffers>,
+    clock: &Arc<StageClock>,
+) -> Uploads {
     let threads = pack_threads(repo);
     let (q, (work, done)) = Uploads::new(threads);
     for _ in 0..threads {
         let ends = (work.clone(), done.clone());
+        let spare = spare.clone();
+        let clock = clock.clone();
         scope.spawn(move || {
             crate::work_queue::serve(ends, |p: PackBuilder| {
-                let p = p.seal(repo)?;
-                repo.backend
-                    .put(Kind::Pack, &p.name, &p.bytes)
-                    .map(|()| (p.name, p.bytes.len() as u64, p.entries))
+                let p = clock.time(Stage::Seal, || p.seal(repo))?;
+                let put = clock.time(Stage::Write, || {
+                    repo.backend.put(Kind::Pack, &p.name, &p.bytes)
+                });
+                let len = p.bytes.len() as u64;
+                spare.give(p.bytes);
+                put.map(|()| (p.name, len, p.entries))
             })
         });
     }
     q
+}
+
+/// Pack buffers handed back by the pack writers for the next packs: a
+/// fresh 16 MiB buffer costs a page fault and a page clear every 4 KiB,
+/// on the one thread that gathers chunks into packs. At most `KEEP` are
+/// kept (as many as can be in flight at once).
+struct SpareBuffers {
+    free: Mutex<Vec<Vec<u8>>>,
+    keep: usize,
+}
+
+impl SpareBuffers {
+    fn new(keep: usize) -> SpareBuffers {
+        SpareBuffers {
+            free: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
+    fn give(&self, b: Vec<u8>) {
+        if let Ok(mut f) = self.free.lock() {
+            if f.len() < self.keep {
+                f.push(b);
+            }
+        }
+    }
+
+    /// An empty pack builder, on a spare buffer where there is one.
+    fn builder(&self) -> PackBuilder {
+        match self.free.lock().ok().and_then(|mut f| f.pop()) {
+            Some(b) => PackBuilder::with_buffer(b),
+            None => PackBuilder::default(),
+        }
+    }
 }
 
 /// A large file's read window: page-locked where the accel backend has a
@@ -155,6 +202,8 @@ struct Writer<'r> {
     /// Read windows kept from one large file to the next.
     windows: Vec<Window>,
     uploads: Uploads,
+    spare: Arc<SpareBuffers>,
+    clock: Arc<StageClock>,
     packer: PackBuilder,
     /// Ids written this session whose index file is not yet written.
     session: HashSet<[u8; 32]>,
@@ -165,10 +214,15 @@ struct Writer<'r> {
 
 impl<'r> Writer<'r> {
     fn new<'s>(repo: &'r Repository, scope: &'s Scope<'s, 'r>) -> Self {
+        // Packs in flight: queued, being sealed and written, one filling.
+        let spare = Arc::new(SpareBuffers::new(3 * pack_threads(repo) + 1));
+        let clock = Arc::new(StageClock::new());
         Writer {
             repo,
             windows: Vec::new(),
-            uploads: start_uploads(repo, scope),
+            uploads: start_uploads(repo, scope, &spare, &clock),
+            spare,
+            clock,
             packer: PackBuilder::default(),
             session: HashSet::new(),
             pending: Vec::new(),
@@ -202,19 +256,29 @@ impl<'r> Writer<'r> {
         } else {
             vec![None; fresh.len()]
         };
-        for ((i, bytes), z) in fresh.iter().zip(compressed) {
+        // Into packs a batch at a time (each pack's copies in parallel),
+        // a pack written once it reaches its target.
+        let mut batch: Vec<pack::NewBlob<'_>> = Vec::new();
+        let mut batch_bytes = 0usize;
+        for ((i, bytes), z) in fresh.iter().zip(&compressed) {
             let c = &chunks[*i];
             self.session.insert(c.id);
             self.sum.chunks_new += 1;
             self.sum.bytes_new_raw += bytes.len() as u64;
-            match z {
-                Some(z) => self.packer.add(c.id, c.len, FLAG_ZSTD, &z),
-                None => self.packer.add(c.id, c.len, 0, bytes),
-            }
-            if self.packer.bytes() >= PACK_TARGET {
+            let blob = match z {
+                Some(z) => (c.id, c.len, FLAG_ZSTD, z.as_slice()),
+                None => (c.id, c.len, 0, *bytes),
+            };
+            batch_bytes += blob.3.len() + crate::accel_jobs::TAG_LEN;
+            batch.push(blob);
+            if self.packer.bytes() + batch_bytes >= PACK_TARGET {
+                self.packer.add_many(&batch);
+                batch.clear();
+                batch_bytes = 0;
                 self.flush_pack()?;
             }
         }
+        self.packer.add_many(&batch);
         Ok(chunks
             .iter()
             .map(|c| ChunkRef {
@@ -228,8 +292,9 @@ impl<'r> Writer<'r> {
         if self.packer.is_empty() {
             return Ok(());
         }
-        let p = std::mem::take(&mut self.packer);
-        self.uploads.send(p)?;
+        let p = std::mem::replace(&mut self.packer, self.spare.builder());
+        let uploads = &mut self.uploads;
+        self.clock.time(Stage::PackWait, || uploads.send(p))?;
         let done = self.uploads.collect(false);
         self.written(done)?;
         if self.pending.len() >= INDEX_FLUSH {
@@ -284,6 +349,7 @@ impl<'r> Writer<'r> {
     fn finish(mut self) -> Result<BackupSummary> {
         self.flush_pack()?;
         self.flush_index()?;
+        self.clock.report();
         Ok(self.sum)
     }
 
@@ -301,7 +367,10 @@ impl<'r> Writer<'r> {
     ) -> std::io::Result<Result<(Vec<ChunkRef>, u64)>> {
         let repo = self.repo;
         let gap = repo.config.chunker.max_len() as usize;
-        let window = WINDOW.max(4 * gap);
+        let window = gvault_accel::tuning::tuning()
+            .cas_window_mib
+            .map_or(WINDOW, |m| m << 20)
+            .max(4 * gap);
         let (free_tx, free_rx) = sync_channel::<Window>(STREAM_BUFFERS);
         let mut pool = std::mem::take(&mut self.windows);
         pool.retain(|w| w.len() == gap + window);
@@ -315,6 +384,8 @@ impl<'r> Writer<'r> {
         let (full_tx, full_rx) = sync_channel::<(Window, usize, bool)>(1);
         // (window, where its chunks start, the chunks)
         let (cut_tx, cut_rx) = sync_channel::<(Window, usize, Vec<IdChunk>)>(1);
+        let clock = self.clock.clone();
+        let clock = &*clock;
         let writer = &mut *self;
         let result = std::thread::scope(|s| {
             let chunker = s.spawn(move || -> Result<()> {
@@ -323,7 +394,8 @@ impl<'r> Writer<'r> {
                     let start = gap - carry.len();
                     buf[start..gap].copy_from_slice(&carry);
                     let end = gap + filled;
-                    let mut chunks = chunk_segments(repo, &[&buf[start..end]])?
+                    let mut chunks = clock
+                        .time(Stage::Chunk, || chunk_segments(repo, &[&buf[start..end]]))?
                         .pop()
                         .unwrap_or_default();
                     if !eof {
@@ -341,7 +413,8 @@ impl<'r> Writer<'r> {
             let packer = s.spawn(move || -> Result<Vec<ChunkRef>> {
                 let mut out = Vec::new();
                 for (buf, start, chunks) in cut_rx {
-                    out.extend(writer.add(&buf[start..], &chunks)?);
+                    let clock = writer.clock.clone();
+                    out.extend(clock.time(Stage::Pack, || writer.add(&buf[start..], &chunks))?);
                     let _ = free_tx.send(buf);
                 }
                 Ok(out)
@@ -349,13 +422,14 @@ impl<'r> Writer<'r> {
             let mut total = 0u64;
             let mut read_err = None;
             while let Ok(mut buf) = free_rx.recv() {
-                let filled = match input.fill(&mut buf[gap..gap + window]) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        read_err = Some(e);
-                        break;
-                    }
-                };
+                let filled =
+                    match clock.time(Stage::Read, || input.fill(&mut buf[gap..gap + window])) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            read_err = Some(e);
+                            break;
+                        }
+                    };
                 total += filled as u64;
                 progress(filled as u64);
                 let eof = filled < window;

@@ -32,10 +32,12 @@ pub mod fuzzing;
 pub mod index;
 pub mod lock;
 pub mod maintenance;
+mod mapped_file;
 pub mod pack;
 pub mod repo;
 pub mod restore;
 pub mod snapshot;
+mod stage_clock;
 mod work_queue;
 
 pub use backend::{Backend, Kind, LocalDir};

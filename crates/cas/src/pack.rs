@@ -63,21 +63,75 @@ type BlobKey = ([u8; 32], u32, u8, usize);
 /// works in place and the pack's bytes are never copied again.
 #[derive(Default)]
 pub struct PackBuilder {
+    /// The body's bytes are `body[..used]`; past that, bytes of a pack
+    /// written before (a reused buffer is not cleared: every byte up to
+    /// `used` is written before it is read).
     body: Vec<u8>,
+    used: usize,
     blobs: Vec<BlobKey>,
 }
 
+/// A chunk for [`PackBuilder::add_many`]: id, raw length, flags, stored
+/// bytes.
+pub type NewBlob<'a> = ([u8; 32], u32, u8, &'a [u8]);
+
+/// From this many bytes, a batch's copies into the pack run on every core:
+/// one core copies 4-5 GB/s, and a backup passes every new byte through
+/// here on one thread.
+const PARALLEL_COPY_FROM: usize = 1 << 20;
+
 impl PackBuilder {
-    pub fn add(&mut self, id: [u8; 32], raw_len: u32, flags: u8, stored: &[u8]) {
-        if self.body.capacity() == 0 {
-            self.body.reserve(PACK_TARGET + stored.len() + TAG_LEN);
+    /// A builder that fills `body`, a buffer of a pack written before: its
+    /// pages are mapped already, where a fresh buffer of 16 MiB costs a
+    /// page fault and a page clear every 4 KiB.
+    pub fn with_buffer(body: Vec<u8>) -> PackBuilder {
+        PackBuilder {
+            body,
+            used: 0,
+            blobs: Vec::new(),
         }
-        self.body.extend_from_slice(stored);
-        self.body.extend_from_slice(&[0u8; TAG_LEN]);
-        self.blobs.push((id, raw_len, flags, stored.len()));
+    }
+
+    pub fn add(&mut self, id: [u8; 32], raw_len: u32, flags: u8, stored: &[u8]) {
+        self.add_many(&[(id, raw_len, flags, stored)]);
+    }
+
+    /// Adds chunks in order, their bytes copied in parallel when many.
+    pub fn add_many(&mut self, blobs: &[NewBlob<'_>]) {
+        use rayon::prelude::*;
+        let total: usize = blobs.iter().map(|b| b.3.len() + TAG_LEN).sum();
+        let end = self.used + total;
+        if self.body.len() < end {
+            // Room for the chunks that cross the target and the trailer,
+            // so the body is not moved while it fills or at sealing.
+            if self.body.capacity() < end {
+                let want = end.max(PACK_TARGET) + total + (64 << 10);
+                self.body.reserve(want - self.body.len());
+            }
+            self.body.resize(end, 0);
+        }
+        let mut rest = &mut self.body[self.used..end];
+        let mut pieces = Vec::with_capacity(blobs.len());
+        for b in blobs {
+            let (piece, after) = std::mem::take(&mut rest).split_at_mut(b.3.len() + TAG_LEN);
+            pieces.push((&mut piece[..b.3.len()], b.3));
+            rest = after;
+        }
+        if total >= PARALLEL_COPY_FROM && pieces.len() > 1 {
+            pieces
+                .into_par_iter()
+                .for_each(|(to, from)| to.copy_from_slice(from));
+        } else {
+            pieces
+                .into_iter()
+                .for_each(|(to, from)| to.copy_from_slice(from));
+        }
+        self.used = end;
+        self.blobs
+            .extend(blobs.iter().map(|b| (b.0, b.1, b.2, b.3.len())));
     }
     pub fn bytes(&self) -> usize {
-        self.body.len()
+        self.used
     }
     pub fn is_empty(&self) -> bool {
         self.blobs.is_empty()
@@ -99,7 +153,12 @@ impl PackBuilder {
     pub fn seal(self, repo: &Repository) -> Result<SealedPack> {
         let pack_id = crate::repo::new_id();
         let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
-        let PackBuilder { mut body, blobs } = self;
+        let PackBuilder {
+            mut body,
+            used,
+            blobs,
+        } = self;
+        body.truncate(used);
         if body.len() > u32::MAX as usize {
             return Err(Error::InvalidArgument("pack larger than 4 GiB".into()));
         }

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use crate::backend::Kind;
 use crate::error::{Error, IoContext, Result};
 use crate::lock::Lock;
+use crate::mapped_file::MappedFile;
 use crate::pack;
 use crate::repo::Repository;
 use crate::snapshot::{ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
@@ -193,6 +194,10 @@ fn fs_path(target: &Path, rel: &[u8]) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// Files this large are written through a mapping by many threads at once;
+/// smaller ones, restored many at a time, with `pwrite`.
+const MAPPED_FROM: u64 = 2 * GROUP_BYTES;
+
 /// Writes a file's chunks at their offsets, groups in parallel (at most one
 /// group per worker thread in memory), into a temporary name renamed into
 /// place once complete and synced. In a sparse file, zero runs of
@@ -204,27 +209,22 @@ fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
     ));
     let r = (|| {
         let f = OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .open(&tmp)
             .ctx(|| format!("creating {}", tmp.display()))?;
         let sparse = e.flags & FLAG_SPARSE != 0;
-        let mut offsets = Vec::with_capacity(e.chunks.len() + 1);
-        let mut pos = 0u64;
-        for c in &e.chunks {
-            offsets.push(pos);
-            pos += c.len as u64;
+        let pos: u64 = e.chunks.iter().map(|c| c.len as u64).sum();
+        let mapped = if !sparse && pos >= MAPPED_FROM {
+            MappedFile::create(&f, pos).ctx(|| format!("sizing {}", tmp.display()))?
+        } else {
+            None
+        };
+        match mapped {
+            Some(mut m) => write_mapped(repo, &e.chunks, &mut m)?,
+            None => write_at_offsets(repo, &e.chunks, &f, &tmp, sparse)?,
         }
-        groups(&e.chunks).into_par_iter().try_for_each(|g| {
-            let plain = fetch_group(repo, &e.chunks[g.clone()])?;
-            for k in g {
-                let c = &e.chunks[k];
-                let data = plain.get(&c.id).map(|v| v.as_slice()).unwrap_or_default();
-                write_chunk(&f, offsets[k], data, sparse)
-                    .ctx(|| format!("writing {}", tmp.display()))?;
-            }
-            Ok::<(), Error>(())
-        })?;
         f.set_len(pos).ctx(|| format!("sizing {}", tmp.display()))?;
         f.sync_all().ctx(|| format!("syncing {}", tmp.display()))?;
         drop(f);
@@ -235,6 +235,68 @@ fn write_file(repo: &Repository, e: &Entry, dest: &Path) -> Result<u64> {
         let _ = fs::remove_file(&tmp);
     }
     r
+}
+
+/// Writes the chunks with `pwrite` into `f` (at `path`), groups in
+/// parallel.
+fn write_at_offsets(
+    repo: &Repository,
+    chunks: &[ChunkRef],
+    f: &fs::File,
+    path: &Path,
+    sparse: bool,
+) -> Result<()> {
+    let mut offsets = Vec::with_capacity(chunks.len());
+    let mut pos = 0u64;
+    for c in chunks {
+        offsets.push(pos);
+        pos += c.len as u64;
+    }
+    groups(chunks).into_par_iter().try_for_each(|g| {
+        let plain = fetch_group(repo, &chunks[g.clone()])?;
+        for k in g {
+            let c = &chunks[k];
+            let data = plain.get(&c.id).map(|v| v.as_slice()).unwrap_or_default();
+            write_chunk(f, offsets[k], data, sparse)
+                .ctx(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    })
+}
+
+/// Copies the chunks into the mapped file, groups in parallel, each into
+/// its own disjoint piece of the mapping.
+fn write_mapped(repo: &Repository, chunks: &[ChunkRef], m: &mut MappedFile) -> Result<()> {
+    let mut rest = m.bytes_mut();
+    let mut jobs = Vec::new();
+    for g in groups(chunks) {
+        let mut pieces = Vec::with_capacity(g.len());
+        for c in &chunks[g.clone()] {
+            let (piece, after) = std::mem::take(&mut rest).split_at_mut(c.len as usize);
+            pieces.push(piece);
+            rest = after;
+        }
+        jobs.push((g, pieces));
+    }
+    jobs.into_par_iter().try_for_each(|(g, pieces)| {
+        let group = &chunks[g];
+        let plain = fetch_group(repo, group)?;
+        for (c, piece) in group.iter().zip(pieces) {
+            match plain.get(&c.id) {
+                Some(data) if data.len() == piece.len() => {
+                    crate::mapped_file::prefault(piece);
+                    piece.copy_from_slice(data)
+                }
+                _ => {
+                    return Err(Error::corrupt(
+                        format!("chunk {}", hex::encode(c.id)),
+                        "length differs from the snapshot",
+                    ))
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Writes one chunk at `offset`; in a sparse file, skips aligned zero runs.

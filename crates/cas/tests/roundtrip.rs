@@ -671,6 +671,63 @@ fn prune_removes_packs_whose_chunks_all_live_elsewhere() {
     assert!(c.is_clean() && c.unindexed_packs.is_empty(), "{c:?}");
 }
 
+/// A pack gathered on a buffer of an earlier pack (its old bytes left in
+/// place, chunks copied in parallel) opens to exactly its chunks.
+#[test]
+fn a_pack_built_on_a_reused_buffer_opens_to_its_chunks() {
+    let d = tempfile::tempdir().unwrap();
+    let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, false);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    // 40 chunks, more than the 1 MiB from which copies run in parallel.
+    let sizes = (0..40).map(|i| [65_536usize, 1, 0, 40_000][i % 4]);
+    let chunks: Vec<Vec<u8>> = sizes
+        .map(|n| {
+            let mut v = vec![0u8; n];
+            rng.fill_bytes(&mut v);
+            v
+        })
+        .collect();
+    let ids = gvault_cas::accel_jobs::keyed_digests(
+        repo.accel(),
+        &repo.keys.chunk_id,
+        &chunks.iter().map(|c| c.as_slice()).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let mut b = gvault_cas::pack::PackBuilder::with_buffer(vec![0xab; 3 << 20]);
+    let blobs: Vec<gvault_cas::pack::NewBlob<'_>> = ids[..39]
+        .iter()
+        .zip(&chunks)
+        .map(|(id, c)| (*id, c.len() as u32, 0, c.as_slice()))
+        .collect();
+    b.add_many(&blobs);
+    b.add(ids[39], chunks[39].len() as u32, 0, &chunks[39]);
+    let (name, _, entries) = b.write(&repo).unwrap();
+    let header = gvault_cas::pack::read_header(&repo, &name, None).unwrap();
+    assert_eq!(header, entries);
+    let sealed = entries
+        .iter()
+        .map(|e| {
+            repo.backend
+                .get_range(
+                    gvault_cas::Kind::Pack,
+                    &name,
+                    e.offset as u64,
+                    e.sealed_len as usize,
+                )
+                .unwrap()
+        })
+        .collect();
+    let numbered: Vec<(u32, gvault_cas::pack::BlobEntry)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i as u32, *e))
+        .collect();
+    let opened = gvault_cas::pack::open_blobs(&repo, &name, &numbered, sealed).unwrap();
+    for (got, want) in opened.into_iter().zip(&chunks) {
+        assert!(got.unwrap() == *want);
+    }
+}
+
 /// A stream longer than several read windows is cut exactly where one
 /// pass of the chunker over the whole input cuts (the windows overlap
 /// through the carried last chunk), and restores and dumps bit for bit
@@ -706,6 +763,24 @@ fn streamed_windows_chunk_as_one_pass_and_restore_in_parallel() {
     let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     assert!(fs::read(target.join("big")).unwrap() == data);
+    // A flipped byte in one pack: the file (written through a mapping,
+    // many chunks at once) is reported, and neither it nor a temporary
+    // file is left behind.
+    let packs = repo.backend.list(gvault_cas::Kind::Pack).unwrap();
+    let pack = d
+        .path()
+        .join("repo")
+        .join("data")
+        .join(&packs[packs.len() / 2]);
+    let mut bad = fs::read(&pack).unwrap();
+    bad[100] ^= 1;
+    fs::write(&pack, &bad).unwrap();
+    let target = d.path().join("damaged");
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+    assert!(r.failed[0].1.contains("authenticate"), "{:?}", r.failed);
+    let left: Vec<_> = fs::read_dir(&target).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A file written to while it is read: the backup says so (the snapshot

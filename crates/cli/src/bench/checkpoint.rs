@@ -18,7 +18,7 @@ use rand::{RngCore, SeedableRng};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::measure::{err, gbps, median, memory_dir};
+use super::measure::{err, files_write_rate, gbps, median, memory_dir};
 use gvault_accel::{AutoBackend, Backend, DeviceAllocation, DeviceCopy, GpuBackend};
 use gvault_cas::checkpoint::{self, run, Source};
 use gvault_cas::{Chunker, InitOptions, Repository};
@@ -173,32 +173,6 @@ struct Report {
     /// 16 writers of 16 MiB files (fsynced) in the repository directory.
     repo_write_gbps: f64,
     rows: Vec<Row>,
-}
-
-/// Write rate of `dir` with `threads` writers of 16 MiB files, fsynced as
-/// packs are, `total` bytes in all.
-fn write_rate(dir: &Path, threads: usize, total: u64) -> Result<f64, String> {
-    use std::io::Write;
-    let piece = vec![0x5au8; 16 << 20];
-    let count = (total / piece.len() as u64).max(1) as usize;
-    let file = |i: usize| dir.join(format!("gvault-bench-write-{}-{i}", std::process::id()));
-    let t = Instant::now();
-    (0..threads)
-        .into_par_iter()
-        .try_for_each(|k| -> std::io::Result<()> {
-            for i in (k..count).step_by(threads) {
-                let mut f = std::fs::File::create(file(i))?;
-                f.write_all(&piece)?;
-                f.sync_all()?;
-            }
-            Ok(())
-        })
-        .map_err(err("measuring the write rate"))?;
-    let el = t.elapsed();
-    for i in 0..count {
-        let _ = std::fs::remove_file(file(i));
-    }
-    Ok(gbps((count * piece.len()) as u64, el))
 }
 
 /// The checkpoint's segments where a path keeps them: host segments are
@@ -570,8 +544,8 @@ pub fn run(args: CheckpointArgs) -> Result<(), String> {
     let total: u64 = data.iter().map(|d| d.len() as u64).sum();
     // The repository's memory touched once before any figure (in a VM,
     // first-touched pages cost far more than reused ones).
-    write_rate(&base, 16, total + total / 8)?;
-    let repo_write_gbps = write_rate(&base, 16, total.min(4 << 30))?;
+    files_write_rate(&base, 16, total + total / 8)?;
+    let repo_write_gbps = files_write_rate(&base, 16, total.min(4 << 30))?;
     let mut report = Report {
         checkpoint_bytes: total,
         segments: segs.len(),

@@ -89,6 +89,33 @@ pub fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
+/// Write rate of `dir` with `threads` writers of 16 MiB files, fsynced as
+/// packs are, `total` bytes in all.
+pub fn files_write_rate(dir: &std::path::Path, threads: usize, total: u64) -> Result<f64, String> {
+    use rayon::prelude::*;
+    use std::io::Write;
+    let piece = vec![0x5au8; 16 << 20];
+    let count = (total / piece.len() as u64).max(1) as usize;
+    let file = |i: usize| dir.join(format!("gvault-bench-write-{}-{i}", std::process::id()));
+    let t = Instant::now();
+    (0..threads)
+        .into_par_iter()
+        .try_for_each(|k| -> std::io::Result<()> {
+            for i in (k..count).step_by(threads) {
+                let mut f = std::fs::File::create(file(i))?;
+                f.write_all(&piece)?;
+                f.sync_all()?;
+            }
+            Ok(())
+        })
+        .map_err(err("measuring the write rate"))?;
+    let el = t.elapsed();
+    for i in 0..count {
+        let _ = std::fs::remove_file(file(i));
+    }
+    Ok(gbps((count * piece.len()) as u64, el))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

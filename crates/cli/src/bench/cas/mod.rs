@@ -10,8 +10,10 @@
 //! process's user + system time: what is left for other programs).
 //!
 //! Bounds measured in the same run: the page-cache read rate of the data
-//! (one reader) and the sequential write rate of the repository's file
-//! system (16 MiB writes, then fsync).
+//! (one reader, and every core reading 2 MiB pieces as a backup does) and
+//! the write rate of the repository's file system (one writer of 16 MiB
+//! writes, then fsync; and every core writing 16 MiB files, as packs are
+//! written).
 
 mod oracle;
 mod plot;
@@ -28,7 +30,7 @@ use gvault_cas::{Chunker, InitOptions, Repository};
 use gvault_store::Encryption;
 use serde::Serialize;
 
-use super::measure::{err, gbps, memory_dir, parse_nonzero_size};
+use super::measure::{err, files_write_rate, gbps, memory_dir, parse_nonzero_size};
 
 #[derive(clap::Args, Debug)]
 pub struct CasArgs {
@@ -111,7 +113,10 @@ pub struct Row {
 #[derive(Serialize)]
 struct Bound {
     repo_fs: String,
+    /// One writer, sequential.
     write_gbps: f64,
+    /// Every core writing 16 MiB files, each fsynced.
+    write_all_gbps: f64,
 }
 
 #[derive(Serialize)]
@@ -119,7 +124,10 @@ struct Report {
     cpus: usize,
     gpu: Option<String>,
     size: u64,
+    /// One reader.
     read_gbps: f64,
+    /// Every core, 2 MiB pieces.
+    read_all_gbps: f64,
     bounds: Vec<Bound>,
     rows: Vec<Row>,
 }
@@ -178,9 +186,8 @@ fn write_rate(dir: &Path, size: u64) -> Result<f64, String> {
     Ok(gbps(done, el))
 }
 
-/// Page-cache read rate of every file under `dir`, one reader.
-fn read_rate(dir: &Path) -> f64 {
-    use std::io::Read;
+/// Every file under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
     fn walk(p: &Path, out: &mut Vec<PathBuf>) {
         if let Ok(rd) = std::fs::read_dir(p) {
             for e in rd.flatten() {
@@ -194,10 +201,16 @@ fn read_rate(dir: &Path) -> f64 {
     }
     let mut files = Vec::new();
     walk(dir, &mut files);
+    files
+}
+
+/// Page-cache read rate of every file under `dir`, one reader.
+fn read_rate(dir: &Path) -> f64 {
+    use std::io::Read;
     let mut buf = vec![0u8; 16 << 20];
     let t = Instant::now();
     let mut n = 0u64;
-    for f in files {
+    for f in files_under(dir) {
         if let Ok(mut f) = std::fs::File::open(f) {
             while let Ok(k) = f.read(&mut buf) {
                 if k == 0 {
@@ -207,6 +220,33 @@ fn read_rate(dir: &Path) -> f64 {
             }
         }
     }
+    gbps(n, t.elapsed())
+}
+
+/// Page-cache read rate of every file under `dir`, every core reading 2
+/// MiB pieces (as a backup reads a large file), into buffers each thread
+/// reuses.
+fn read_rate_parallel(dir: &Path) -> f64 {
+    use rayon::prelude::*;
+    use std::os::unix::fs::FileExt;
+    const PIECE: u64 = 2 << 20;
+    let mut pieces = Vec::new();
+    let mut files = Vec::new();
+    for p in files_under(dir) {
+        if let Ok(f) = std::fs::File::open(p) {
+            let len = f.metadata().map_or(0, |m| m.len());
+            pieces.extend((0..len.div_ceil(PIECE)).map(|k| (files.len(), k * PIECE)));
+            files.push(f);
+        }
+    }
+    let t = Instant::now();
+    let n: u64 = pieces
+        .par_iter()
+        .map_init(
+            || vec![0u8; PIECE as usize],
+            |buf, &(i, at)| files[i].read_at(buf, at).map_or(0, |k| k as u64),
+        )
+        .sum();
     gbps(n, t.elapsed())
 }
 
@@ -423,14 +463,17 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
         .ok()
         .and_then(|g| g.devices().first().map(|d| d.name.clone()));
     let mut bounds = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for r in &repo_roots {
         bounds.push(Bound {
             repo_fs: r.display().to_string(),
             write_gbps: write_rate(r, size.min(4 << 30))?,
+            write_all_gbps: files_write_rate(r, cores, size.min(4 << 30))?,
         });
     }
     workload::create("single", &data, size.min(4 << 30)).map_err(err("creating data"))?;
     let read_gbps = read_rate(&data);
+    let read_all_gbps = read_rate_parallel(&data);
     let mut rows = Vec::new();
     let result = (|| {
         for w in &args.workloads {
@@ -461,6 +504,7 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
         gpu,
         size,
         read_gbps,
+        read_all_gbps,
         bounds,
         rows,
     };
@@ -469,12 +513,19 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
         println!("{json}");
     } else {
         println!(
-            "bounds: page-cache read {:.2} GB/s (one reader); sequential write {}",
+            "bounds: page-cache read {:.2} GB/s (one reader), {:.2} (every core); \
+             write, one writer / every core: {}",
             report.read_gbps,
+            report.read_all_gbps,
             report
                 .bounds
                 .iter()
-                .map(|b| format!("{} {:.2} GB/s", b.repo_fs, b.write_gbps))
+                .map(|b| {
+                    format!(
+                        "{} {:.2} / {:.2} GB/s",
+                        b.repo_fs, b.write_gbps, b.write_all_gbps
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         );
