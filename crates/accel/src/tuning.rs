@@ -195,7 +195,7 @@ settings![
     (
         "GVAULT_CAS_WINDOW_MIB",
         Tuning,
-        "MiB, 8-1024; unset: 32",
+        "MiB, 8-1024; unset: 64",
         "how much of a large file a backup reads, chunks and packs at a time (three windows in memory)"
     ),
     (

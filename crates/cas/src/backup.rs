@@ -6,7 +6,7 @@
 //! repository: at worst packs no index names, which the next backup adopts
 //! and `prune` removes if nothing uses them.
 //!
-//! Memory is bounded by three read windows (32 MiB each, or four times the
+//! Memory is bounded by three read windows (64 MiB each, or four times the
 //! largest chunk; `GVAULT_CAS_WINDOW_MIB`), the packs in flight (16 MiB
 //! each, two per pack writer) and the session's index entries (flushed to
 //! an index file every `INDEX_FLUSH` chunks).
@@ -35,7 +35,7 @@ use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 use crate::stage_clock::{Stage, StageClock};
 use crate::work_queue::WorkQueue;
 
-const WINDOW: usize = 32 << 20;
+const WINDOW: usize = 64 << 20;
 /// Windows a large file's stream holds at once: one being read, one being
 /// chunked, one being packed.
 const STREAM_BUFFERS: usize = 3;
@@ -237,25 +237,31 @@ impl<'r> Writer<'r> {
 
     /// Adds the chunks of `data`; returns the file's chunk list part.
     fn add(&mut self, data: &[u8], chunks: &[IdChunk]) -> Result<Vec<ChunkRef>> {
+        let clock = self.clock.clone();
         let mut fresh: Vec<(usize, &[u8])> = Vec::new();
-        let mut seen_here = HashSet::new();
-        for (i, c) in chunks.iter().enumerate() {
-            if self.known(&c.id)? || !seen_here.insert(c.id) {
-                self.sum.chunks_known += 1;
-            } else {
-                let s = c.offset as usize;
-                fresh.push((i, &data[s..s + c.len as usize]));
+        clock.time(Stage::Dedup, || {
+            let mut seen_here = HashSet::new();
+            for (i, c) in chunks.iter().enumerate() {
+                if self.known(&c.id)? || !seen_here.insert(c.id) {
+                    self.sum.chunks_known += 1;
+                } else {
+                    let s = c.offset as usize;
+                    fresh.push((i, &data[s..s + c.len as usize]));
+                }
             }
-        }
+            Ok::<(), Error>(())
+        })?;
         let compress = self.repo.config.compression;
-        let compressed: Vec<Option<Vec<u8>>> = if compress {
-            fresh
-                .par_iter()
-                .map(|(_, bytes)| pack::maybe_compress(bytes))
-                .collect()
-        } else {
-            vec![None; fresh.len()]
-        };
+        let compressed: Vec<Option<Vec<u8>>> = clock.time(Stage::Compress, || {
+            if compress {
+                fresh
+                    .par_iter()
+                    .map(|(_, bytes)| pack::maybe_compress(bytes))
+                    .collect()
+            } else {
+                vec![None; fresh.len()]
+            }
+        });
         // Into packs a batch at a time (each pack's copies in parallel),
         // a pack written once it reaches its target.
         let mut batch: Vec<pack::NewBlob<'_>> = Vec::new();
@@ -272,13 +278,15 @@ impl<'r> Writer<'r> {
             batch_bytes += blob.3.len() + crate::accel_jobs::TAG_LEN;
             batch.push(blob);
             if self.packer.bytes() + batch_bytes >= PACK_TARGET {
-                self.packer.add_many(&batch);
+                let packer = &mut self.packer;
+                clock.time(Stage::Gather, || packer.add_many(&batch));
                 batch.clear();
                 batch_bytes = 0;
                 self.flush_pack()?;
             }
         }
-        self.packer.add_many(&batch);
+        let packer = &mut self.packer;
+        clock.time(Stage::Gather, || packer.add_many(&batch));
         Ok(chunks
             .iter()
             .map(|c| ChunkRef {
@@ -431,9 +439,12 @@ impl<'r> Writer<'r> {
                         }
                     };
                 total += filled as u64;
-                progress(filled as u64);
                 let eof = filled < window;
-                if full_tx.send((buf, filled, eof)).is_err() || eof {
+                // Progress once the window is handed on: chunking and
+                // packing go on while the caller's progress runs.
+                let sent = full_tx.send((buf, filled, eof)).is_ok();
+                progress(filled as u64);
+                if !sent || eof {
                     break;
                 }
             }

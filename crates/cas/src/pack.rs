@@ -463,8 +463,30 @@ pub fn maybe_compress(data: &[u8]) -> Option<Vec<u8>> {
     if !sample_compresses(data) {
         return None;
     }
-    let c = zstd::bulk::compress(data, 3).ok()?;
+    let c = compress_at(3, data).ok()?;
     (c.len() + data.len() / 32 < data.len()).then_some(c)
+}
+
+/// zstd at `level` with this thread's compressor for that level: a fresh
+/// one allocates and clears its tables on every call, which costs as much
+/// as compressing a sample.
+fn compress_at(level: i32, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::cell::RefCell;
+    type Kept = RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>>;
+    thread_local! {
+        static KEPT: Kept = const { RefCell::new(Vec::new()) };
+    }
+    KEPT.with(|kept| {
+        let mut kept = kept.try_borrow_mut().map_err(std::io::Error::other)?;
+        if !kept.iter().any(|(l, _)| *l == level) {
+            kept.push((level, zstd::bulk::Compressor::new(level)?));
+        }
+        let (_, c) = kept
+            .iter_mut()
+            .find(|(l, _)| *l == level)
+            .ok_or_else(|| std::io::Error::other("no compressor"))?;
+        c.compress(data)
+    })
 }
 
 /// Whether four 16 KiB samples spread over a large chunk save at least
@@ -482,7 +504,7 @@ fn sample_compresses(data: &[u8]) -> bool {
     for i in 0..PIECES {
         sample.extend_from_slice(&data[i * step..i * step + PIECE]);
     }
-    match zstd::bulk::compress(&sample, 1) {
+    match compress_at(1, &sample) {
         Ok(c) => c.len() + sample.len() / 32 < sample.len(),
         Err(_) => true,
     }

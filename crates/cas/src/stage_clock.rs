@@ -13,6 +13,12 @@ pub(crate) enum Stage {
     Chunk,
     /// Dedup, compression and gathering chunks into packs.
     Pack,
+    /// Of `Pack`: index lookups of the chunk ids.
+    Dedup,
+    /// Of `Pack`: deciding compression, compressing.
+    Compress,
+    /// Of `Pack`: copying chunks into packs.
+    Gather,
     /// Of `Pack`: waiting for a pack writer to take a full pack.
     PackWait,
     /// Sealing packs (every pack writer).
@@ -21,11 +27,13 @@ pub(crate) enum Stage {
     Write,
 }
 
-const NAMES: [&str; 6] = ["read", "chunk", "pack", "pack-wait", "seal", "write"];
+const NAMES: [&str; 9] = [
+    "read", "chunk", "pack", "dedup", "compress", "gather", "wait", "seal", "write",
+];
 
 pub(crate) struct StageClock {
     start: Instant,
-    nanos: [AtomicU64; 6],
+    nanos: [AtomicU64; 9],
     on: bool,
 }
 
@@ -51,15 +59,21 @@ impl StageClock {
 
     /// The stages' busy seconds against the wall time, one line.
     pub(crate) fn line(&self) -> String {
-        let secs = |i: usize| Duration::from_nanos(self.nanos[i].load(Ordering::Relaxed));
-        let parts: Vec<String> = NAMES
-            .iter()
-            .enumerate()
-            .map(|(i, n)| format!("{n} {:.2}", secs(i).as_secs_f64()))
-            .collect();
+        let secs = |i: usize| {
+            let ns = self.nanos[i].load(Ordering::Relaxed);
+            Duration::from_nanos(ns).as_secs_f64()
+        };
+        let list = |from: usize, to: usize| {
+            (from..to)
+                .map(|i| format!("{} {:.2}", NAMES[i], secs(i)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         format!(
-            "backup stages, busy seconds: {} (wall {:.2})",
-            parts.join(", "),
+            "backup stages, busy seconds: {} [{}], {} (wall {:.2})",
+            list(0, 3),
+            list(3, 7),
+            list(7, 9),
             self.start.elapsed().as_secs_f64()
         )
     }

@@ -12,8 +12,9 @@
 //! Bounds measured in the same run: the page-cache read rate of the data
 //! (one reader, and every core reading 2 MiB pieces as a backup does) and
 //! the write rate of the repository's file system (one writer of 16 MiB
-//! writes, then fsync; and every core writing 16 MiB files, as packs are
-//! written).
+//! writes, then fsync; every core writing 16 MiB files, as packs are
+//! written; every core writing one file through a mapping, as a restore
+//! writes one large file).
 
 mod oracle;
 mod plot;
@@ -108,6 +109,9 @@ pub struct Row {
     /// Chunk jobs the oracle answered and missed (oracle rows only).
     oracle_served: Option<u64>,
     oracle_missed: Option<u64>,
+    /// The GPU's share of the bytes of accel jobs in backup 1, backup 2
+    /// and the restore (auto rows only).
+    gpu_share: Option<[f64; 3]>,
 }
 
 #[derive(Serialize)]
@@ -117,6 +121,8 @@ struct Bound {
     write_gbps: f64,
     /// Every core writing 16 MiB files, each fsynced.
     write_all_gbps: f64,
+    /// Every core writing one file through a mapping (a restore's bound).
+    one_file_gbps: f64,
 }
 
 #[derive(Serialize)]
@@ -184,6 +190,69 @@ fn write_rate(dir: &Path, size: u64) -> Result<f64, String> {
     let _ = std::fs::remove_file(&path);
     let done = r.map_err(|e| format!("measuring writes to {}: {e}", dir.display()))?;
     Ok(gbps(done, el))
+}
+
+/// Write rate of one new file under `dir` filled by every core through a
+/// shared mapping, its blocks reserved first: how a restore writes one
+/// large file, so the bound of restoring one (`pwrite`s to one file
+/// serialize on its inode lock; a mapping's page faults mostly do not).
+fn one_file_rate(dir: &Path, size: u64) -> Result<f64, String> {
+    use rayon::prelude::*;
+    use std::os::fd::AsRawFd;
+    let path = dir.join(format!("gvault-bench-one-file-{}", std::process::id()));
+    let fail = |what: &str| {
+        format!(
+            "measuring one file's writes in {}: {what}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        )
+    };
+    let src = vec![0x5au8; 1 << 20];
+    let t = Instant::now();
+    let r = (|| {
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| format!("creating {}: {e}", path.display()))?;
+        // SAFETY: a plain system call on an open descriptor.
+        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) } != 0 {
+            return Err(fail("fallocate"));
+        }
+        let len = size as usize;
+        // SAFETY: maps `len` bytes of the file just sized by fallocate,
+        // shared and writable; checked for failure below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(fail("mmap"));
+        }
+        // SAFETY: the mapping holds `len` writable bytes, reserved on the
+        // file system, and nothing else refers to them until munmap below.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) };
+        bytes
+            .par_chunks_mut(src.len())
+            .for_each(|piece| piece.copy_from_slice(&src[..piece.len()]));
+        // SAFETY: unmaps the mapping made above; `bytes` is not used again.
+        unsafe {
+            libc::munmap(ptr, len);
+        }
+        f.sync_all()
+            .map_err(|e| format!("syncing {}: {e}", path.display()))
+    })();
+    let el = t.elapsed();
+    let _ = std::fs::remove_file(&path);
+    r?;
+    Ok(gbps(size, el))
 }
 
 /// Every file under `dir`.
@@ -302,22 +371,34 @@ fn one_run(
     }
     workload::create(workload, data, size).map_err(err("creating data"))?;
     let repo = Repository::init(&repo_dir, &enc, opts, accel).map_err(err("init"))?;
+    // Where auto placed each step's bytes.
+    let placed = || gvault_accel::AutoBackend::shared().placements();
+    let share = |a: &gvault_accel::auto::Placements, b: &gvault_accel::auto::Placements| {
+        let gpu = b.gpu_bytes - a.gpu_bytes;
+        gpu as f64 / (gpu + b.cpu_bytes - a.cpu_bytes).max(1) as f64
+    };
+    let p0 = placed();
     let c0 = cpu_seconds();
     let t = Instant::now();
     let s1 = gvault_cas::backup(&repo, &[data.to_owned()], quiet).map_err(err("backup 1"))?;
     let t1 = t.elapsed();
     let c1 = cpu_seconds();
+    let p1 = placed();
     workload::mutate(workload, data, size).map_err(err("changing data"))?;
     let c2 = cpu_seconds();
     let t = Instant::now();
     let s2 = gvault_cas::backup(&repo, &[data.to_owned()], quiet).map_err(err("backup 2"))?;
     let t2 = t.elapsed();
     let c3 = cpu_seconds();
+    let p2 = placed();
     let snap = gvault_cas::Snapshot::read(&repo, &s2.snapshot).map_err(err("snapshot"))?;
     let t = Instant::now();
     let r = gvault_cas::restore(&repo, &snap, &restore_dir, None, &|_, _| {})
         .map_err(err("restore"))?;
     let t3 = t.elapsed();
+    let p3 = placed();
+    let gpu_share =
+        (backend_name == "auto").then(|| [share(&p0, &p1), share(&p1, &p2), share(&p2, &p3)]);
     if !r.failed.is_empty() {
         return Err(format!("restore failed for {:?}", r.failed));
     }
@@ -346,6 +427,7 @@ fn one_run(
             cpu_s_per_gb_backup2: per_gb(c3 - c2, s2.bytes_total),
             oracle_served: oracle.as_ref().map(|o| o.served.load(Ordering::Relaxed)),
             oracle_missed: oracle.as_ref().map(|o| o.missed.load(Ordering::Relaxed)),
+            gpu_share,
         },
     })
 }
@@ -469,6 +551,7 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
             repo_fs: r.display().to_string(),
             write_gbps: write_rate(r, size.min(4 << 30))?,
             write_all_gbps: files_write_rate(r, cores, size.min(4 << 30))?,
+            one_file_gbps: one_file_rate(r, size.min(4 << 30))?,
         });
     }
     workload::create("single", &data, size.min(4 << 30)).map_err(err("creating data"))?;
@@ -514,7 +597,7 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
     } else {
         println!(
             "bounds: page-cache read {:.2} GB/s (one reader), {:.2} (every core); \
-             write, one writer / every core: {}",
+             write, one writer / every core / every core into one file: {}",
             report.read_gbps,
             report.read_all_gbps,
             report
@@ -522,8 +605,8 @@ pub fn run(mut args: CasArgs) -> Result<(), String> {
                 .iter()
                 .map(|b| {
                     format!(
-                        "{} {:.2} / {:.2} GB/s",
-                        b.repo_fs, b.write_gbps, b.write_all_gbps
+                        "{} {:.2} / {:.2} / {:.2} GB/s",
+                        b.repo_fs, b.write_gbps, b.write_all_gbps, b.one_file_gbps
                     )
                 })
                 .collect::<Vec<_>>()
@@ -559,10 +642,18 @@ fn print_row(r: &Row, header: bool) {
             "cpu s/GB"
         );
     }
-    let oracle = match (r.oracle_served, r.oracle_missed) {
+    let mut oracle = match (r.oracle_served, r.oracle_missed) {
         (Some(s), Some(m)) => format!("  (oracle served {s} jobs, missed {m})"),
         _ => String::new(),
     };
+    if let Some([a, b, c]) = r.gpu_share {
+        oracle += &format!(
+            "  (on the GPU: {:.0}% / {:.0}% / {:.0}% of the bytes)",
+            a * 100.0,
+            b * 100.0,
+            c * 100.0
+        );
+    }
     println!(
         "{:<11} {:<10} {:<6} {:<7} {:>9} {:>9} {:>9} {:>6.1}% {:>9} {:>7.3} {:>4.2}/{:<4.2}{oracle}",
         r.workload,
