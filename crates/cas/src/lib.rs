@@ -9,7 +9,9 @@
 //! - [`repo`]: config (format version, chunker), keys (gvault-store's key
 //!   registry; per-object keys derived from the data key), [`Repository`].
 //! - [`pack`], [`index`], [`snapshot`]: the objects; [`lock`]: locks.
-//! - [`backup`], [`restore`], [`maintenance`]: the operations.
+//! - [`backup`], [`restore`], [`maintenance`]: the operations; a restore
+//!   writes one large file through a [`mapped_file`] by every core, and a
+//!   backup times its stages with `GVAULT_CAS_TRACE` (`stage_clock`).
 //! - [`accel_jobs`]: every call into gvault-accel (chunk + id, seal, open).
 //! - [`checkpoint`]: tensor checkpoints as snapshots, sealed on the host or
 //!   on the GPU that holds them (the engine behind `gvault.checkpoint`).
@@ -32,7 +34,7 @@ pub mod fuzzing;
 pub mod index;
 pub mod lock;
 pub mod maintenance;
-mod mapped_file;
+pub mod mapped_file;
 pub mod pack;
 pub mod repo;
 pub mod restore;

@@ -24,7 +24,7 @@ fn fallocate(f: &File, offset: u64, len: u64) -> io::Result<()> {
     }
 }
 
-pub(crate) struct MappedFile {
+pub struct MappedFile {
     ptr: *mut u8,
     len: usize,
 }
@@ -39,7 +39,7 @@ impl MappedFile {
     /// Sizes `f` to `len` bytes, reserves its blocks and maps it for
     /// writing. `None` where the file system cannot reserve blocks or map
     /// the file (write it with `pwrite` then); an error for a full disk.
-    pub(crate) fn create(f: &File, len: u64) -> io::Result<Option<MappedFile>> {
+    pub fn create(f: &File, len: u64) -> io::Result<Option<MappedFile>> {
         let Ok(size) = usize::try_from(len) else {
             return Ok(None);
         };
@@ -75,7 +75,7 @@ impl MappedFile {
     }
 
     /// The file's bytes, to be split into the disjoint pieces threads fill.
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: `ptr` maps `len` bytes, readable and writable, for as
         // long as `self` lives; `&mut self` makes this the only reference.
         // Its blocks are reserved, so no access faults for want of space;
@@ -90,7 +90,7 @@ impl MappedFile {
 /// Maps every page of `piece` (a piece of a [`MappedFile`]) writable in
 /// one call, before it is filled: a page fault every 4 KiB costs more.
 /// Only a hint: kernels without `MADV_POPULATE_WRITE` fault as they go.
-pub(crate) fn prefault(piece: &mut [u8]) {
+pub fn prefault(piece: &mut [u8]) {
     let page = 4096usize;
     let start = piece.as_mut_ptr() as usize;
     let aligned = start & !(page - 1);

@@ -197,16 +197,9 @@ fn write_rate(dir: &Path, size: u64) -> Result<f64, String> {
 /// large file, so the bound of restoring one (`pwrite`s to one file
 /// serialize on its inode lock; a mapping's page faults mostly do not).
 fn one_file_rate(dir: &Path, size: u64) -> Result<f64, String> {
+    use gvault_cas::mapped_file::{prefault, MappedFile};
     use rayon::prelude::*;
-    use std::os::fd::AsRawFd;
     let path = dir.join(format!("gvault-bench-one-file-{}", std::process::id()));
-    let fail = |what: &str| {
-        format!(
-            "measuring one file's writes in {}: {what}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        )
-    };
     let src = vec![0x5au8; 1 << 20];
     let t = Instant::now();
     let r = (|| {
@@ -214,44 +207,20 @@ fn one_file_rate(dir: &Path, size: u64) -> Result<f64, String> {
             .read(true)
             .write(true)
             .create_new(true)
-            .open(&path)
-            .map_err(|e| format!("creating {}: {e}", path.display()))?;
-        // SAFETY: a plain system call on an open descriptor.
-        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, size as libc::off_t) } != 0 {
-            return Err(fail("fallocate"));
-        }
-        let len = size as usize;
-        // SAFETY: maps `len` bytes of the file just sized by fallocate,
-        // shared and writable; checked for failure below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
+            .open(&path)?;
+        let Some(mut m) = MappedFile::create(&f, size)? else {
+            return Err(std::io::Error::other("the file system cannot map it"));
         };
-        if ptr == libc::MAP_FAILED {
-            return Err(fail("mmap"));
-        }
-        // SAFETY: the mapping holds `len` writable bytes, reserved on the
-        // file system, and nothing else refers to them until munmap below.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len) };
-        bytes
-            .par_chunks_mut(src.len())
-            .for_each(|piece| piece.copy_from_slice(&src[..piece.len()]));
-        // SAFETY: unmaps the mapping made above; `bytes` is not used again.
-        unsafe {
-            libc::munmap(ptr, len);
-        }
+        m.bytes_mut().par_chunks_mut(src.len()).for_each(|piece| {
+            prefault(piece);
+            piece.copy_from_slice(&src[..piece.len()])
+        });
+        drop(m);
         f.sync_all()
-            .map_err(|e| format!("syncing {}: {e}", path.display()))
     })();
     let el = t.elapsed();
     let _ = std::fs::remove_file(&path);
-    r?;
+    r.map_err(|e| format!("measuring one file's writes in {}: {e}", dir.display()))?;
     Ok(gbps(size, el))
 }
 
