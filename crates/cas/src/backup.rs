@@ -128,7 +128,7 @@ fn start_uploads<'s, 'r: 's>(
 
 /// Pack buffers handed back by the pack writers for the next packs: a
 /// fresh 16 MiB buffer costs a page fault and a page clear every 4 KiB,
-/// on the one thread that gathers chunks into packs. At most `KEEP` are
+/// on the one thread that gathers chunks into packs. At most `keep` are
 /// kept (as many as can be in flight at once).
 struct SpareBuffers {
     free: Mutex<Vec<Vec<u8>>>,
@@ -421,7 +421,6 @@ impl<'r> Writer<'r> {
             let packer = s.spawn(move || -> Result<Vec<ChunkRef>> {
                 let mut out = Vec::new();
                 for (buf, start, chunks) in cut_rx {
-                    let clock = writer.clock.clone();
                     out.extend(clock.time(Stage::Pack, || writer.add(&buf[start..], &chunks))?);
                     let _ = free_tx.send(buf);
                 }

@@ -13,10 +13,10 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
-/// Reserves `len` bytes of `f` from `offset`; an error names why not.
-fn fallocate(f: &File, offset: u64, len: u64) -> io::Result<()> {
+/// Reserves the first `len` bytes of `f`; an error names why not.
+fn fallocate(f: &File, len: u64) -> io::Result<()> {
     // SAFETY: a plain system call on an open descriptor.
-    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, offset as libc::off_t, len as libc::off_t) };
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len as libc::off_t) };
     if r == 0 {
         Ok(())
     } else {
@@ -47,7 +47,7 @@ impl MappedFile {
             return Ok(None);
         }
         f.set_len(len)?;
-        if let Err(e) = fallocate(f, 0, len) {
+        if let Err(e) = fallocate(f, len) {
             return match e.raw_os_error() {
                 Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL) => Ok(None),
                 _ => Err(e),
@@ -91,13 +91,13 @@ impl MappedFile {
 /// one call, before it is filled: a page fault every 4 KiB costs more.
 /// Only a hint: kernels without `MADV_POPULATE_WRITE` fault as they go.
 pub fn prefault(piece: &mut [u8]) {
+    if piece.is_empty() {
+        return;
+    }
     let page = 4096usize;
     let start = piece.as_mut_ptr() as usize;
     let aligned = start & !(page - 1);
     let len = piece.len() + (start - aligned);
-    if piece.is_empty() {
-        return;
-    }
     // SAFETY: the range covers `piece` and at most the start of the page it
     // begins in, which lies in the same mapping (mappings are page
     // aligned); MADV_POPULATE_WRITE changes no byte, it only maps pages

@@ -478,14 +478,14 @@ fn compress_at(level: i32, data: &[u8]) -> std::io::Result<Vec<u8>> {
     }
     KEPT.with(|kept| {
         let mut kept = kept.try_borrow_mut().map_err(std::io::Error::other)?;
-        if !kept.iter().any(|(l, _)| *l == level) {
-            kept.push((level, zstd::bulk::Compressor::new(level)?));
-        }
-        let (_, c) = kept
-            .iter_mut()
-            .find(|(l, _)| *l == level)
-            .ok_or_else(|| std::io::Error::other("no compressor"))?;
-        c.compress(data)
+        let i = match kept.iter().position(|(l, _)| *l == level) {
+            Some(i) => i,
+            None => {
+                kept.push((level, zstd::bulk::Compressor::new(level)?));
+                kept.len() - 1
+            }
+        };
+        kept[i].1.compress(data)
     })
 }
 

@@ -27,13 +27,13 @@ pub(crate) enum Stage {
     Write,
 }
 
-const NAMES: [&str; 9] = [
+const NAMES: [&str; Stage::Write as usize + 1] = [
     "read", "chunk", "pack", "dedup", "compress", "gather", "wait", "seal", "write",
 ];
 
 pub(crate) struct StageClock {
     start: Instant,
-    nanos: [AtomicU64; 9],
+    nanos: [AtomicU64; NAMES.len()],
     on: bool,
 }
 
