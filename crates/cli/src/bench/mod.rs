@@ -7,6 +7,7 @@ mod host_memory;
 pub mod link;
 pub mod lsm;
 pub(crate) mod measure;
+mod one_core;
 pub mod plot;
 pub mod primitive;
 mod replay;
