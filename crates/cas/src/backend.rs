@@ -60,6 +60,20 @@ pub trait Backend: Send + Sync {
         buf.copy_from_slice(&b);
         Ok(())
     }
+    /// Several ranges of one object, each `(offset, buf)` filled as
+    /// [`Backend::get_range_into`] fills one (a backend may open the object
+    /// once for all of them).
+    fn get_ranges_into(
+        &self,
+        kind: Kind,
+        name: &str,
+        ranges: &mut [(u64, &mut [u8])],
+    ) -> Result<()> {
+        for (offset, buf) in ranges.iter_mut() {
+            self.get_range_into(kind, name, *offset, buf)?;
+        }
+        Ok(())
+    }
     fn size(&self, kind: Kind, name: &str) -> Result<u64>;
     /// As [`Backend::put`] with the object's bytes in pieces, in order (a
     /// backend that can write them where they lie needs no copy).
@@ -222,6 +236,21 @@ impl Backend for LocalDir {
         File::open(&p)
             .and_then(|f| f.read_exact_at(buf, offset))
             .ctx(|| format!("reading {} bytes at {offset} of {}", buf.len(), p.display()))
+    }
+    fn get_ranges_into(
+        &self,
+        kind: Kind,
+        name: &str,
+        ranges: &mut [(u64, &mut [u8])],
+    ) -> Result<()> {
+        valid_name(name)?;
+        let p = self.path(kind, name);
+        let f = File::open(&p).ctx(|| format!("opening {}", p.display()))?;
+        for (offset, buf) in ranges.iter_mut() {
+            f.read_exact_at(buf, *offset)
+                .ctx(|| format!("reading {} bytes at {offset} of {}", buf.len(), p.display()))?;
+        }
+        Ok(())
     }
     fn size(&self, kind: Kind, name: &str) -> Result<u64> {
         valid_name(name)?;

@@ -381,6 +381,61 @@ pub fn read_header(repo: &Repository, name: &str, bytes: Option<&[u8]>) -> Resul
     Ok(out)
 }
 
+/// Opens ciphertexts of blobs of `pack` in place, each with its tag: per
+/// blob, whether it authenticated (a failed one's bytes are wiped).
+fn open_items(
+    repo: &Repository,
+    pack: &str,
+    blobs: &[(u32, BlobEntry)],
+    datas: Vec<&mut [u8]>,
+    tags: Vec<[u8; 16]>,
+) -> Result<Vec<bool>> {
+    let pack_id = crate::repo::parse_id(pack)
+        .ok_or_else(|| Error::corrupt(format!("pack {pack}"), "bad name"))?;
+    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
+    let aads: Vec<Vec<u8>> = blobs
+        .iter()
+        .map(|(_, e)| blob_aad(&e.id, e.raw_len, e.flags))
+        .collect();
+    let items = blobs
+        .iter()
+        .zip(datas.into_iter().zip(tags))
+        .zip(&aads)
+        .map(|(((i, _), (data, tag)), aad)| {
+            (
+                CipherItem {
+                    nonce: blob_nonce(*i),
+                    aad,
+                    data,
+                },
+                tag,
+            )
+        })
+        .collect();
+    accel_jobs::open(repo.accel(), &key, items)
+}
+
+/// Checks opened plaintexts against their chunk ids: `plain[k]` is blob
+/// k's plaintext, or why it has none; a mismatch becomes an error.
+fn check_ids<B: AsRef<[u8]>>(
+    repo: &Repository,
+    blobs: &[(u32, BlobEntry)],
+    plain: &mut [std::result::Result<B, String>],
+) -> Result<()> {
+    let ok_bufs: Vec<&[u8]> = plain
+        .iter()
+        .filter_map(|p| p.as_ref().ok().map(|b| b.as_ref()))
+        .collect();
+    let ids = accel_jobs::keyed_digests(repo.accel(), &repo.keys.chunk_id, &ok_bufs)?;
+    let mut ids = ids.into_iter();
+    for (p, (_, e)) in plain.iter_mut().zip(blobs) {
+        if p.is_ok() && ids.next() != Some(e.id) {
+            *p = Err("content does not match its chunk id".into());
+        }
+    }
+    Ok(())
+}
+
 /// Opens, decompresses and checks a batch of blobs of one pack. Per blob:
 /// the plaintext, or why it could not be had.
 pub fn open_blobs(
@@ -389,39 +444,27 @@ pub fn open_blobs(
     blobs: &[(u32, BlobEntry)],
     mut sealed: Vec<Vec<u8>>,
 ) -> Result<Vec<std::result::Result<Vec<u8>, String>>> {
-    let pack_id = crate::repo::parse_id(pack)
-        .ok_or_else(|| Error::corrupt(format!("pack {pack}"), "bad name"))?;
-    let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
-    let aads: Vec<Vec<u8>> = blobs
-        .iter()
-        .map(|(_, e)| blob_aad(&e.id, e.raw_len, e.flags))
-        .collect();
-    let mut items = Vec::with_capacity(blobs.len());
-    let mut short = vec![false; blobs.len()];
-    for (k, ((i, _), (buf, aad))) in blobs.iter().zip(sealed.iter_mut().zip(&aads)).enumerate() {
-        if buf.len() < TAG_LEN {
-            short[k] = true;
+    let short: Vec<bool> = sealed.iter().map(|b| b.len() < TAG_LEN).collect();
+    let mut whole = Vec::with_capacity(blobs.len());
+    let (mut datas, mut tags) = (Vec::new(), Vec::new());
+    for (k, buf) in sealed.iter_mut().enumerate() {
+        if short[k] {
             continue;
         }
         let split = buf.len() - TAG_LEN;
         let mut tag = [0u8; 16];
         tag.copy_from_slice(&buf[split..]);
-        items.push((
-            CipherItem {
-                nonce: blob_nonce(*i),
-                aad,
-                data: &mut buf[..split],
-            },
-            tag,
-        ));
+        whole.push(blobs[k]);
+        datas.push(&mut buf[..split]);
+        tags.push(tag);
     }
-    let oks = accel_jobs::open(repo.accel(), &key, items)?;
+    let oks = open_items(repo, pack, &whole, datas, tags)?;
     let mut oks = oks.into_iter();
     let mut plain: Vec<std::result::Result<Vec<u8>, String>> = Vec::with_capacity(blobs.len());
     for (k, (_, e)) in blobs.iter().enumerate() {
         let mut buf = std::mem::take(&mut sealed[k]);
         if short[k] || !oks.next().unwrap_or(false) {
-            plain.push(Err("does not authenticate (damaged or moved bytes)".into()));
+            plain.push(Err(NOT_AUTHENTIC.into()));
             continue;
         }
         buf.truncate(buf.len() - TAG_LEN);
@@ -444,18 +487,62 @@ pub fn open_blobs(
         }
     }
     // Every chunk's id is checked after opening it.
-    let ok_bufs: Vec<&[u8]> = plain
-        .iter()
-        .filter_map(|p| p.as_ref().ok().map(|b| b.as_slice()))
-        .collect();
-    let ids = accel_jobs::keyed_digests(repo.accel(), &repo.keys.chunk_id, &ok_bufs)?;
-    let mut ids = ids.into_iter();
-    for (p, (_, e)) in plain.iter_mut().zip(blobs) {
-        if p.is_ok() && ids.next() != Some(e.id) {
-            *p = Err("content does not match its chunk id".into());
+    check_ids(repo, blobs, &mut plain)?;
+    Ok(plain)
+}
+
+const NOT_AUTHENTIC: &str = "does not authenticate (damaged or moved bytes)";
+
+/// Whether a blob holds its chunk's ciphertext alone (not compressed, its
+/// lengths consistent), so that it can be read and opened where its
+/// plaintext belongs ([`open_blobs_in_place`]).
+pub fn opens_in_place(e: &BlobEntry) -> bool {
+    e.flags & FLAG_ZSTD == 0 && e.sealed_len as u64 == e.raw_len as u64 + TAG_LEN as u64
+}
+
+/// Opens and checks blobs of one pack (each [`opens_in_place`]) whose
+/// ciphertexts were read into `bufs` (each exactly the blob's `raw_len`
+/// bytes) and tags into `tags`: a restore reads a chunk straight into the
+/// file it restores, so its bytes are copied once. Per blob, `Ok` when
+/// `bufs[k]` now holds the chunk, or why not.
+pub fn open_blobs_in_place(
+    repo: &Repository,
+    pack: &str,
+    blobs: &[(u32, BlobEntry)],
+    bufs: &mut [&mut [u8]],
+    tags: Vec<[u8; 16]>,
+) -> Result<Vec<std::result::Result<(), String>>> {
+    if blobs.len() != bufs.len() || blobs.len() != tags.len() {
+        return Err(Error::Accel(format!(
+            "{} blobs, {} buffers and {} tags to open",
+            blobs.len(),
+            bufs.len(),
+            tags.len()
+        )));
+    }
+    for ((_, e), b) in blobs.iter().zip(bufs.iter()) {
+        if !opens_in_place(e) || b.len() != e.raw_len as usize {
+            return Err(Error::Accel(format!(
+                "chunk {}: not a blob to open in place",
+                hex::encode(e.id)
+            )));
         }
     }
-    Ok(plain)
+    let datas = bufs.iter_mut().map(|b| &mut **b).collect();
+    let oks = open_items(repo, pack, blobs, datas, tags)?;
+    let mut plain: Vec<std::result::Result<&[u8], String>> = bufs
+        .iter()
+        .zip(oks)
+        .map(|(b, ok)| {
+            if ok {
+                Ok(&**b)
+            } else {
+                Err(NOT_AUTHENTIC.into())
+            }
+        })
+        .collect();
+    check_ids(repo, blobs, &mut plain)?;
+    Ok(plain.into_iter().map(|p| p.map(|_| ())).collect())
 }
 
 /// Compresses a chunk with zstd when that saves at least 1/32 of it.

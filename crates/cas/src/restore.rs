@@ -264,7 +264,7 @@ fn write_at_offsets(
     })
 }
 
-/// Copies the chunks into the mapped file, groups in parallel, each into
+/// Restores the chunks into the mapped file, groups in parallel, each into
 /// its own disjoint piece of the mapping.
 fn write_mapped(repo: &Repository, chunks: &[ChunkRef], m: &mut MappedFile) -> Result<()> {
     let mut rest = m.bytes_mut();
@@ -278,25 +278,104 @@ fn write_mapped(repo: &Repository, chunks: &[ChunkRef], m: &mut MappedFile) -> R
         }
         jobs.push((g, pieces));
     }
-    jobs.into_par_iter().try_for_each(|(g, pieces)| {
-        let group = &chunks[g];
-        let plain = fetch_group(repo, group)?;
-        for (c, piece) in group.iter().zip(pieces) {
-            match plain.get(&c.id) {
-                Some(data) if data.len() == piece.len() => {
-                    crate::mapped_file::prefault(piece);
-                    piece.copy_from_slice(data)
-                }
-                _ => {
-                    return Err(Error::corrupt(
-                        format!("chunk {}", hex::encode(c.id)),
-                        "length differs from the snapshot",
-                    ))
-                }
-            }
+    jobs.into_par_iter()
+        .try_for_each(|(g, pieces)| fetch_group_into(repo, &chunks[g], pieces))
+}
+
+/// Fetches, opens and checks the chunks of `group` into `pieces` (chunk k's
+/// bytes go to `pieces[k]`). An uncompressed chunk's ciphertext is read
+/// straight into its piece and opened there (one copy of its bytes in all,
+/// and no buffer to allocate); a compressed one goes through
+/// [`fetch_group`]; a chunk seen earlier in the group is copied from there.
+fn fetch_group_into(
+    repo: &Repository,
+    group: &[ChunkRef],
+    mut pieces: Vec<&mut [u8]>,
+) -> Result<()> {
+    let wrong_len = |c: &ChunkRef| {
+        Error::corrupt(
+            format!("chunk {}", hex::encode(c.id)),
+            "length differs from the snapshot",
+        )
+    };
+    let mut first: HashMap<[u8; 32], usize> = HashMap::new();
+    let mut copies = Vec::new();
+    let mut indirect = Vec::new();
+    // Per pack: (chunk index in the group, ordinal, entry).
+    let mut by_pack: HashMap<[u8; 32], Vec<(usize, u32, pack::BlobEntry)>> = HashMap::new();
+    for (k, c) in group.iter().enumerate() {
+        if pieces[k].len() != c.len as usize {
+            return Err(wrong_len(c));
         }
-        Ok(())
-    })
+        if let Some(&at) = first.get(&c.id) {
+            copies.push((at, k));
+            continue;
+        }
+        first.insert(c.id, k);
+        let loc = repo.index.lookup(repo, &c.id)?.ok_or_else(|| {
+            Error::corrupt(
+                format!("chunk {}", hex::encode(c.id)),
+                "no index file names it (missing)",
+            )
+        })?;
+        if pack::opens_in_place(&loc.blob) && loc.blob.raw_len == c.len {
+            by_pack
+                .entry(loc.pack)
+                .or_default()
+                .push((k, loc.ordinal, loc.blob));
+        } else {
+            indirect.push(k);
+        }
+    }
+    // Each piece is handed out once below: a chunk is in one list only.
+    let mut slots: Vec<Option<&mut [u8]>> = pieces.iter_mut().map(|p| Some(&mut **p)).collect();
+    for (p, blobs) in by_pack {
+        let name = hex::encode(p);
+        let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(blobs.len());
+        for (k, _, _) in &blobs {
+            let piece = slots[*k].take().ok_or_else(|| wrong_len(&group[*k]))?;
+            crate::mapped_file::prefault(piece);
+            bufs.push(piece);
+        }
+        let mut tags = vec![[0u8; 16]; blobs.len()];
+        {
+            let mut ranges: Vec<(u64, &mut [u8])> = Vec::with_capacity(2 * blobs.len());
+            for ((b, tag), (_, _, e)) in bufs.iter_mut().zip(tags.iter_mut()).zip(&blobs) {
+                let at = e.offset as u64;
+                ranges.push((at, &mut **b));
+                ranges.push((at + e.raw_len as u64, &mut tag[..]));
+            }
+            repo.backend
+                .get_ranges_into(Kind::Pack, &name, &mut ranges)?;
+        }
+        let entries: Vec<(u32, pack::BlobEntry)> = blobs.iter().map(|(_, o, e)| (*o, *e)).collect();
+        let opened = pack::open_blobs_in_place(repo, &name, &entries, &mut bufs, tags)?;
+        for ((_, _, e), r) in blobs.iter().zip(opened) {
+            r.map_err(|why| {
+                Error::corrupt(format!("chunk {} in pack {name}", hex::encode(e.id)), why)
+            })?;
+        }
+    }
+    if !indirect.is_empty() {
+        let refs: Vec<ChunkRef> = indirect.iter().map(|&k| group[k]).collect();
+        let plain = fetch_group(repo, &refs)?;
+        for &k in &indirect {
+            let piece = slots[k].take().ok_or_else(|| wrong_len(&group[k]))?;
+            let data = plain
+                .get(&group[k].id)
+                .ok_or_else(|| wrong_len(&group[k]))?;
+            crate::mapped_file::prefault(piece);
+            piece.copy_from_slice(data);
+        }
+    }
+    drop(slots);
+    for (from, to) in copies {
+        // `from` < `to`: a chunk's first piece comes before its copies.
+        let (head, tail) = pieces.split_at_mut(to);
+        crate::mapped_file::prefault(tail[0]);
+        tail[0].copy_from_slice(head[from]);
+    }
+    Ok(())
 }
 
 /// Writes one chunk at `offset`; in a sparse file, skips aligned zero runs.

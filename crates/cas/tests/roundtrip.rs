@@ -783,6 +783,37 @@ fn streamed_windows_chunk_as_one_pass_and_restore_in_parallel() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A file restored through a mapping whose chunks take every path there:
+/// random chunks read and opened in place, compressed chunks opened apart
+/// and copied, and chunks repeated inside one group copied from their first
+/// piece; bit for bit.
+#[test]
+fn a_mapped_restore_of_mixed_chunks_is_exact() {
+    let d = tempfile::tempdir().unwrap();
+    let (repo, _) = init(&d.path().join("repo"), SMALL_CDC, true);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let mut data = vec![0u8; 40 << 20];
+    rng.fill_bytes(&mut data);
+    // 4 MiB of one 64 KiB block over and over: the same chunks many times
+    // in one group.
+    let block: Vec<u8> = data[..64 << 10].to_vec();
+    for piece in data[4 << 20..8 << 20].chunks_mut(64 << 10) {
+        piece.copy_from_slice(&block);
+    }
+    // 8 MiB of a four-letter alphabet: chunks that differ and compress.
+    for b in &mut data[12 << 20..20 << 20] {
+        *b = b'a' + (*b & 3);
+    }
+    let s = gvault_cas::backup_reader(&repo, "mixed", &mut &data[..], &mut |_| {}).unwrap();
+    assert!(s.chunks_known > 0, "{s:?}");
+    assert!(s.bytes_added < data.len() as u64 - (8 << 20), "{s:?}");
+    let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
+    let target = d.path().join("out");
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    assert!(fs::read(target.join("mixed")).unwrap() == data);
+}
+
 /// A file written to while it is read: the backup says so (the snapshot
 /// holds the bytes read), the repository stays whole, and the next backup
 /// reads the file again and keeps its final contents exactly.
