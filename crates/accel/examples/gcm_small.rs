@@ -43,7 +43,7 @@ fn one_size(size: usize) {
         let start = Instant::now();
         for i in 0..reps {
             let nonce = Nonce::assume_unique_for_key([i as u8; 12]);
-            std::hint::black_box(
+            let _ = std::hint::black_box(
                 direct
                     .seal_in_place_separate_tag(nonce, Aad::empty(), &mut buf)
                     .unwrap(),

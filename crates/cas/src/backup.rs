@@ -6,10 +6,13 @@
 //! repository: at worst packs no index names, which the next backup adopts
 //! and `prune` removes if nothing uses them.
 //!
-//! Memory is bounded by three read windows (64 MiB each, or four times the
-//! largest chunk; `GVAULT_CAS_WINDOW_MIB`), the packs in flight (16 MiB
-//! each, two per pack writer) and the session's index entries (flushed to
-//! an index file every `INDEX_FLUSH` chunks).
+//! A large file's new chunks are sealed in its read window and written
+//! from there (`window_pack`); small files' chunks are gathered into pack
+//! buffers. Memory is bounded by `MAX_WINDOWS` read windows (64 MiB each,
+//! or four times the largest chunk; `GVAULT_CAS_WINDOW_MIB`), lent to the
+//! packs in flight, the gathered packs in flight (16 MiB each, two per
+//! pack writer) and the session's index entries (flushed to an index file
+//! every `INDEX_FLUSH` chunks).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -17,7 +20,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::Scope;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -33,12 +36,18 @@ use crate::pack::{self, PackBuilder, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::{Chunker, Repository};
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 use crate::stage_clock::{Stage, StageClock};
+use crate::window_pack::{self, Fresh, Lease, WindowBytes, WindowPack};
 use crate::work_queue::WorkQueue;
 
 const WINDOW: usize = 64 << 20;
-/// Windows a large file's stream holds at once: one being read, one being
-/// chunked, one being packed.
-const STREAM_BUFFERS: usize = 3;
+/// Read windows a backup holds at most: one being read, one being chunked,
+/// one being packed, one in each hand-off between them, and those lent to
+/// packs not yet written (the reader waits for one to come back).
+const MAX_WINDOWS: usize = 8;
+/// A window whose new, uncompressed bytes are at least this share of it
+/// (1/HOLD_SHARE) is lent to its packs; below, its new chunks are copied
+/// out and the window goes straight back to the reader.
+const HOLD_SHARE: usize = 4;
 /// Files up to this size are read whole and chunked many to one job.
 const SMALL_FILE: u64 = 4 << 20;
 const BATCH_FILES: usize = 4096;
@@ -96,7 +105,14 @@ fn pack_threads(repo: &Repository) -> usize {
 /// Seals and writes packs on background threads; results come back in any
 /// order, and a pack's chunks are indexed only once it is durable. At most
 /// `2 × pack_threads()` packs are held (queued or being sealed).
-type Uploads = WorkQueue<PackBuilder, (String, u64, Vec<pack::BlobEntry>)>;
+type Uploads = WorkQueue<Upload, (String, u64, Vec<pack::BlobEntry>)>;
+
+/// A pack for the pack writers: gathered into a buffer (sealed by the
+/// writer), or sealed where its blobs lie in read windows.
+enum Upload {
+    Gathered(PackBuilder),
+    Windowed(WindowPack<Window>),
+}
 type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
 
 fn start_uploads<'s, 'r: 's>(
@@ -112,14 +128,17 @@ fn start_uploads<'s, 'r: 's>(
         let spare = spare.clone();
         let clock = clock.clone();
         scope.spawn(move || {
-            crate::work_queue::serve(ends, |p: PackBuilder| {
-                let p = clock.time(Stage::Seal, || p.seal(repo))?;
-                let put = clock.time(Stage::Write, || {
-                    repo.backend.put(Kind::Pack, &p.name, &p.bytes)
-                });
-                let len = p.bytes.len() as u64;
-                spare.give(p.bytes);
-                put.map(|()| (p.name, len, p.entries))
+            crate::work_queue::serve(ends, |u: Upload| match u {
+                Upload::Gathered(p) => {
+                    let p = clock.time(Stage::Seal, || p.seal(repo))?;
+                    let put = clock.time(Stage::Write, || {
+                        repo.backend.put(Kind::Pack, &p.name, &p.bytes)
+                    });
+                    let len = p.bytes.len() as u64;
+                    spare.give(p.bytes);
+                    put.map(|()| (p.name, len, p.entries))
+                }
+                Upload::Windowed(p) => clock.time(Stage::Write, || p.write(repo)),
             })
         });
     }
@@ -196,11 +215,53 @@ impl std::ops::DerefMut for Window {
     }
 }
 
+impl WindowBytes for Window {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// The read windows of a backup: those come back, and how many exist.
+/// Each is handed out as a [`Lease`] that comes back through `home`.
+struct WindowPool {
+    free: Receiver<Window>,
+    home: Sender<Window>,
+    count: usize,
+}
+
+impl WindowPool {
+    /// A window of `len` bytes: one come back, a new one while fewer than
+    /// `MAX_WINDOWS` exist, else the next to come back.
+    fn take(&mut self, repo: &Repository, len: usize) -> Option<Lease<Window>> {
+        loop {
+            let w = match self.free.try_recv() {
+                Ok(w) => w,
+                Err(_) if self.count < MAX_WINDOWS => {
+                    self.count += 1;
+                    Window::new(repo, len)
+                }
+                Err(_) => self.free.recv().ok()?,
+            };
+            if w.len() == len {
+                return Some(Lease::new(w, self.home.clone()));
+            }
+            // A window of another size (the window was resized): freed.
+            self.count -= 1;
+        }
+    }
+}
+
 /// Chunks go through here: dedup, compression, packs, index entries.
 struct Writer<'r> {
     repo: &'r Repository,
-    /// Read windows kept from one large file to the next.
-    windows: Vec<Window>,
+    /// Read windows, kept from one large file to the next (taken by the
+    /// reader while a file streams).
+    windows: Option<WindowPool>,
+    /// The pack being filled from read windows.
+    window_pack: Option<WindowPack<Window>>,
     uploads: Uploads,
     spare: Arc<SpareBuffers>,
     clock: Arc<StageClock>,
@@ -217,9 +278,15 @@ impl<'r> Writer<'r> {
         // Packs in flight: queued, being sealed and written, one filling.
         let spare = Arc::new(SpareBuffers::new(3 * pack_threads(repo) + 1));
         let clock = Arc::new(StageClock::new());
+        let (home, free) = channel();
         Writer {
             repo,
-            windows: Vec::new(),
+            windows: Some(WindowPool {
+                free,
+                home,
+                count: 0,
+            }),
+            window_pack: None,
             uploads: start_uploads(repo, scope, &spare, &clock),
             spare,
             clock,
@@ -235,8 +302,15 @@ impl<'r> Writer<'r> {
         Ok(self.session.contains(id) || self.repo.index.lookup(self.repo, id)?.is_some())
     }
 
-    /// Adds the chunks of `data`; returns the file's chunk list part.
-    fn add(&mut self, data: &[u8], chunks: &[IdChunk]) -> Result<Vec<ChunkRef>> {
+    /// The chunks of `data` not yet in the repository (nor earlier in
+    /// `data`), each with its compressed bytes where compression pays;
+    /// they are counted as new and known to the session from here on.
+    #[allow(clippy::type_complexity)]
+    fn select_fresh<'d>(
+        &mut self,
+        data: &'d [u8],
+        chunks: &[IdChunk],
+    ) -> Result<(Vec<(usize, &'d [u8])>, Vec<Option<Vec<u8>>>)> {
         let clock = self.clock.clone();
         let mut fresh: Vec<(usize, &[u8])> = Vec::new();
         clock.time(Stage::Dedup, || {
@@ -262,15 +336,25 @@ impl<'r> Writer<'r> {
                 vec![None; fresh.len()]
             }
         });
+        for (i, bytes) in &fresh {
+            self.session.insert(chunks[*i].id);
+            self.sum.chunks_new += 1;
+            self.sum.bytes_new_raw += bytes.len() as u64;
+        }
+        Ok((fresh, compressed))
+    }
+
+    /// Adds the chunks of `data`, gathered into pack buffers; returns the
+    /// file's chunk list part.
+    fn add(&mut self, data: &[u8], chunks: &[IdChunk]) -> Result<Vec<ChunkRef>> {
+        let clock = self.clock.clone();
+        let (fresh, compressed) = self.select_fresh(data, chunks)?;
         // Into packs a batch at a time (each pack's copies in parallel),
         // a pack written once it reaches its target.
         let mut batch: Vec<pack::NewBlob<'_>> = Vec::new();
         let mut batch_bytes = 0usize;
         for ((i, bytes), z) in fresh.iter().zip(&compressed) {
             let c = &chunks[*i];
-            self.session.insert(c.id);
-            self.sum.chunks_new += 1;
-            self.sum.bytes_new_raw += bytes.len() as u64;
             let blob = match z {
                 Some(z) => (c.id, c.len, FLAG_ZSTD, z.as_slice()),
                 None => (c.id, c.len, 0, *bytes),
@@ -287,13 +371,51 @@ impl<'r> Writer<'r> {
         }
         let packer = &mut self.packer;
         clock.time(Stage::Gather, || packer.add_many(&batch));
-        Ok(chunks
-            .iter()
-            .map(|c| ChunkRef {
-                id: c.id,
-                len: c.len,
-            })
-            .collect())
+        Ok(chunk_refs(chunks))
+    }
+
+    /// Adds the chunks of `window[start..]`, sealed where they lie and
+    /// written from there (the window is lent to their packs when it holds
+    /// enough new bytes); returns the file's chunk list part.
+    fn add_window(
+        &mut self,
+        window: Lease<Window>,
+        start: usize,
+        chunks: &[IdChunk],
+    ) -> Result<Vec<ChunkRef>> {
+        let (fresh, raw_bytes) = {
+            let data = &window[start..];
+            let (fresh, compressed) = self.select_fresh(data, chunks)?;
+            let mut raw_bytes = 0usize;
+            let fresh: Vec<Fresh> = fresh
+                .into_iter()
+                .zip(compressed)
+                .map(|((i, bytes), z)| {
+                    let c = &chunks[i];
+                    let at = start + c.offset as usize;
+                    if z.is_none() {
+                        raw_bytes += bytes.len();
+                    }
+                    Fresh {
+                        id: c.id,
+                        raw_len: c.len,
+                        range: at..at + bytes.len(),
+                        compressed: z,
+                    }
+                })
+                .collect();
+            (fresh, raw_bytes)
+        };
+        let hold = raw_bytes * HOLD_SHARE >= window.len();
+        let repo = self.repo;
+        let open = &mut self.window_pack;
+        let full = self.clock.time(Stage::Seal, || {
+            window_pack::add_window(repo, window, fresh, hold, open)
+        })?;
+        for p in full {
+            self.send(Upload::Windowed(p))?;
+        }
+        Ok(chunk_refs(chunks))
     }
 
     fn flush_pack(&mut self) -> Result<()> {
@@ -301,8 +423,20 @@ impl<'r> Writer<'r> {
             return Ok(());
         }
         let p = std::mem::replace(&mut self.packer, self.spare.builder());
+        self.send(Upload::Gathered(p))
+    }
+
+    fn flush_window_pack(&mut self) -> Result<()> {
+        match self.window_pack.take() {
+            Some(p) => self.send(Upload::Windowed(p)),
+            None => Ok(()),
+        }
+    }
+
+    /// Hands a full pack to the pack writers, records those written.
+    fn send(&mut self, u: Upload) -> Result<()> {
         let uploads = &mut self.uploads;
-        self.clock.time(Stage::PackWait, || uploads.send(p))?;
+        self.clock.time(Stage::PackWait, || uploads.send(u))?;
         let done = self.uploads.collect(false);
         self.written(done)?;
         if self.pending.len() >= INDEX_FLUSH {
@@ -351,11 +485,16 @@ impl<'r> Writer<'r> {
     }
 
     fn packer_ids(&self) -> Vec<[u8; 32]> {
-        self.packer.ids()
+        let mut ids = self.packer.ids();
+        if let Some(p) = &self.window_pack {
+            ids.extend(p.ids());
+        }
+        ids
     }
 
     fn finish(mut self) -> Result<BackupSummary> {
         self.flush_pack()?;
+        self.flush_window_pack()?;
         self.flush_index()?;
         self.clock.report();
         Ok(self.sum)
@@ -367,7 +506,7 @@ impl<'r> Writer<'r> {
     /// one before that. A window is read behind a gap that takes the
     /// previous window's unfinished last chunk, which is chunked again
     /// with what follows (FastCDC starts afresh at every boundary, so this
-    /// equals one pass). Memory: `STREAM_BUFFERS` windows.
+    /// equals one pass). Memory: at most `MAX_WINDOWS` windows.
     fn stream(
         &mut self,
         mut input: Input<'_>,
@@ -379,19 +518,13 @@ impl<'r> Writer<'r> {
             .cas_window_mib
             .map_or(WINDOW, |m| m << 20)
             .max(4 * gap);
-        let (free_tx, free_rx) = sync_channel::<Window>(STREAM_BUFFERS);
-        let mut pool = std::mem::take(&mut self.windows);
-        pool.retain(|w| w.len() == gap + window);
-        while pool.len() < STREAM_BUFFERS {
-            pool.push(Window::new(repo, gap + window));
-        }
-        for w in pool {
-            let _ = free_tx.send(w);
-        }
+        let Some(mut pool) = self.windows.take() else {
+            return Ok(Err(Error::Accel("read windows taken twice".into())));
+        };
         // (window, bytes read into it after the gap, end of input)
-        let (full_tx, full_rx) = sync_channel::<(Window, usize, bool)>(1);
+        let (full_tx, full_rx) = sync_channel::<(Lease<Window>, usize, bool)>(1);
         // (window, where its chunks start, the chunks)
-        let (cut_tx, cut_rx) = sync_channel::<(Window, usize, Vec<IdChunk>)>(1);
+        let (cut_tx, cut_rx) = sync_channel::<(Lease<Window>, usize, Vec<IdChunk>)>(1);
         let clock = self.clock.clone();
         let clock = &*clock;
         let writer = &mut *self;
@@ -421,14 +554,13 @@ impl<'r> Writer<'r> {
             let packer = s.spawn(move || -> Result<Vec<ChunkRef>> {
                 let mut out = Vec::new();
                 for (buf, start, chunks) in cut_rx {
-                    out.extend(clock.time(Stage::Pack, || writer.add(&buf[start..], &chunks))?);
-                    let _ = free_tx.send(buf);
+                    out.extend(clock.time(Stage::Pack, || writer.add_window(buf, start, &chunks))?);
                 }
                 Ok(out)
             });
             let mut total = 0u64;
             let mut read_err = None;
-            while let Ok(mut buf) = free_rx.recv() {
+            while let Some(mut buf) = pool.take(repo, gap + window) {
                 let filled =
                     match clock.time(Stage::Read, || input.fill(&mut buf[gap..gap + window])) {
                         Ok(n) => n,
@@ -459,10 +591,20 @@ impl<'r> Writer<'r> {
             }
             Ok(chunked.and(packed).map(|out| (out, total)))
         });
-        // The windows the packer handed back serve the next large file.
-        self.windows = free_rx.try_iter().collect();
+        // The windows serve the next large file.
+        self.windows = Some(pool);
         result
     }
+}
+
+fn chunk_refs(chunks: &[IdChunk]) -> Vec<ChunkRef> {
+    chunks
+        .iter()
+        .map(|c| ChunkRef {
+            id: c.id,
+            len: c.len,
+        })
+        .collect()
 }
 
 /// Pieces a file's read window is read in, in parallel: a read from the
