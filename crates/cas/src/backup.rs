@@ -36,7 +36,7 @@ use crate::pack::{self, PackBuilder, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::{Chunker, Repository};
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 use crate::stage_clock::{Stage, StageClock};
-use crate::window_pack::{self, Fresh, Lease, WindowBytes, WindowPack};
+use crate::window_pack::{self, Fresh, Lease, Plan, Sealed, WindowBytes, WindowPack};
 use crate::work_queue::WorkQueue;
 
 const WINDOW: usize = 64 << 20;
@@ -260,8 +260,8 @@ struct Writer<'r> {
     /// Read windows, kept from one large file to the next (taken by the
     /// reader while a file streams).
     windows: Option<WindowPool>,
-    /// The pack being filled from read windows.
-    window_pack: Option<WindowPack<Window>>,
+    /// Packs being filled from read windows (the last one open).
+    window_packs: Vec<WindowPack<Window>>,
     uploads: Uploads,
     spare: Arc<SpareBuffers>,
     clock: Arc<StageClock>,
@@ -286,7 +286,7 @@ impl<'r> Writer<'r> {
                 home,
                 count: 0,
             }),
-            window_pack: None,
+            window_packs: Vec::new(),
             uploads: start_uploads(repo, scope, &spare, &clock),
             spare,
             clock,
@@ -374,15 +374,18 @@ impl<'r> Writer<'r> {
         Ok(chunk_refs(chunks))
     }
 
-    /// Adds the chunks of `window[start..]`, sealed where they lie and
-    /// written from there (the window is lent to their packs when it holds
-    /// enough new bytes); returns the file's chunk list part.
-    fn add_window(
+    /// The new chunks of `window[start..]`, numbered into packs: sealed
+    /// next (`window_pack::seal`, beside the next window's planning) where
+    /// they lie, the window lent to their packs when it holds enough new
+    /// bytes. Sealed chunks of the window before are added to their packs
+    /// here first, and full packs written.
+    fn plan_window(
         &mut self,
         window: Lease<Window>,
         start: usize,
         chunks: &[IdChunk],
-    ) -> Result<Vec<ChunkRef>> {
+        before: impl FnOnce() -> Option<Result<Sealed<Window>>>,
+    ) -> Result<Plan<Window>> {
         let (fresh, raw_bytes) = {
             let data = &window[start..];
             let (fresh, compressed) = self.select_fresh(data, chunks)?;
@@ -406,16 +409,24 @@ impl<'r> Writer<'r> {
                 .collect();
             (fresh, raw_bytes)
         };
+        if let Some(sealed) = before() {
+            self.attach(sealed)?;
+        }
         let hold = raw_bytes * HOLD_SHARE >= window.len();
-        let repo = self.repo;
-        let open = &mut self.window_pack;
-        let full = self.clock.time(Stage::Seal, || {
-            window_pack::add_window(repo, window, fresh, hold, open)
-        })?;
-        for p in full {
+        Ok(window_pack::plan(
+            window,
+            fresh,
+            hold,
+            &mut self.window_packs,
+        ))
+    }
+
+    /// Adds a window's sealed chunks to their packs; writes the full ones.
+    fn attach(&mut self, sealed: Result<Sealed<Window>>) -> Result<()> {
+        for p in window_pack::attach(sealed?, &mut self.window_packs)? {
             self.send(Upload::Windowed(p))?;
         }
-        Ok(chunk_refs(chunks))
+        Ok(())
     }
 
     fn flush_pack(&mut self) -> Result<()> {
@@ -426,11 +437,11 @@ impl<'r> Writer<'r> {
         self.send(Upload::Gathered(p))
     }
 
-    fn flush_window_pack(&mut self) -> Result<()> {
-        match self.window_pack.take() {
-            Some(p) => self.send(Upload::Windowed(p)),
-            None => Ok(()),
+    fn flush_window_packs(&mut self) -> Result<()> {
+        for p in window_pack::take_all(&mut self.window_packs) {
+            self.send(Upload::Windowed(p))?;
         }
+        Ok(())
     }
 
     /// Hands a full pack to the pack writers, records those written.
@@ -486,7 +497,7 @@ impl<'r> Writer<'r> {
 
     fn packer_ids(&self) -> Vec<[u8; 32]> {
         let mut ids = self.packer.ids();
-        if let Some(p) = &self.window_pack {
+        for p in &self.window_packs {
             ids.extend(p.ids());
         }
         ids
@@ -494,7 +505,7 @@ impl<'r> Writer<'r> {
 
     fn finish(mut self) -> Result<BackupSummary> {
         self.flush_pack()?;
-        self.flush_window_pack()?;
+        self.flush_window_packs()?;
         self.flush_index()?;
         self.clock.report();
         Ok(self.sum)
@@ -553,8 +564,26 @@ impl<'r> Writer<'r> {
             });
             let packer = s.spawn(move || -> Result<Vec<ChunkRef>> {
                 let mut out = Vec::new();
+                // One window's chunks are sealed on a thread of their own
+                // while this one plans the next.
+                let mut sealing: Option<std::thread::ScopedJoinHandle<'_, _>> = None;
+                let joined = |h: std::thread::ScopedJoinHandle<'_, Result<Sealed<Window>>>| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::Accel("a sealing thread panicked".into())))
+                };
                 for (buf, start, chunks) in cut_rx {
-                    out.extend(clock.time(Stage::Pack, || writer.add_window(buf, start, &chunks))?);
+                    let before = || sealing.take().map(joined);
+                    let plan = clock.time(Stage::Pack, || {
+                        writer.plan_window(buf, start, &chunks, before)
+                    })?;
+                    out.extend(chunk_refs(&chunks));
+                    sealing =
+                        Some(s.spawn(move || {
+                            clock.time(Stage::Seal, || window_pack::seal(repo, plan))
+                        }));
+                }
+                if let Some(h) = sealing.take() {
+                    writer.attach(joined(h))?;
                 }
                 Ok(out)
             });

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use crate::accel_jobs::{self, CipherItem, TAG_LEN};
 use crate::backend::Kind;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pack::{self, blob_aad, blob_nonce, BlobEntry, SealedBlob, PACK_TARGET};
 use crate::repo::{ObjectKind, Repository};
 
@@ -91,11 +91,14 @@ struct Blob<W: Send> {
     tag: [u8; 16],
 }
 
-/// A pack being filled from read windows: blobs sealed, not yet written.
+/// A pack being filled from read windows: its blobs numbered as windows
+/// are planned, added once sealed, the pack written once full.
 pub(crate) struct WindowPack<W: Send> {
     pack_id: [u8; 32],
+    /// Ids of the blobs numbered so far (blob k has nonce k).
+    ids: Vec<[u8; 32]>,
     blobs: Vec<Blob<W>>,
-    /// Stored bytes and tags so far.
+    /// Stored bytes and tags of the numbered blobs.
     bytes: usize,
 }
 
@@ -103,18 +106,33 @@ impl<W: WindowBytes> WindowPack<W> {
     fn new() -> WindowPack<W> {
         WindowPack {
             pack_id: crate::repo::new_id(),
+            ids: Vec::new(),
             blobs: Vec::new(),
             bytes: 0,
         }
     }
 
+    /// Ids of its blobs, sealed or still being sealed.
     pub(crate) fn ids(&self) -> impl Iterator<Item = [u8; 32]> + '_ {
-        self.blobs.iter().map(|b| b.id)
+        self.ids.iter().copied()
+    }
+
+    /// Full, and every numbered blob sealed and added.
+    fn complete(&self) -> bool {
+        self.bytes >= PACK_TARGET && self.blobs.len() == self.ids.len()
     }
 
     /// Seals its header and writes the pack where its blobs lie; returns
     /// its name, its length and its entries.
     pub(crate) fn write(self, repo: &Repository) -> Result<(String, u64, Vec<BlobEntry>)> {
+        if self.blobs.len() != self.ids.len() {
+            return Err(Error::Accel(format!(
+                "pack {}: {} of {} blobs sealed at writing",
+                hex::encode(self.pack_id),
+                self.blobs.len(),
+                self.ids.len()
+            )));
+        }
         let sealed: Vec<SealedBlob<'_>> = self
             .blobs
             .iter()
@@ -140,9 +158,6 @@ impl<W: WindowBytes> WindowPack<W> {
     }
 }
 
-/// Tags of a pack's blobs, by blob index in the window.
-type Tags = Vec<(usize, [u8; 16])>;
-
 /// A new chunk of a window: its id, raw length, its range in the window,
 /// and its compressed bytes where compression pays (then stored instead).
 pub(crate) struct Fresh {
@@ -152,52 +167,87 @@ pub(crate) struct Fresh {
     pub compressed: Option<Vec<u8>>,
 }
 
-/// A window's new chunks go into packs: into `open` (the pack being
-/// filled, started when `None`) and packs after it. Each chunk is sealed
-/// where it lies in `window`, or, when `hold` is false, in a copy of its
-/// own so that the window is not lent out (a window holding few new bytes
-/// would otherwise stay out until a pack fills, and the reader would run
-/// out of windows); compressed chunks in their own buffers. Returns the
-/// packs that reached their target, to be written; `open` keeps the rest.
-pub(crate) fn add_window<W: WindowBytes>(
-    repo: &Repository,
-    mut window: Lease<W>,
-    fresh: Vec<Fresh>,
-    hold: bool,
-    open: &mut Option<WindowPack<W>>,
-) -> Result<Vec<WindowPack<W>>> {
-    // Number every blob first: (pack, ordinal) fixes its key and nonce.
-    let mut packs: Vec<WindowPack<W>> = vec![open.take().unwrap_or_else(WindowPack::new)];
-    let mut counts = vec![packs[0].blobs.len()];
-    let mut place: Vec<(usize, u32)> = Vec::with_capacity(fresh.len());
-    for f in &fresh {
-        if packs[packs.len() - 1].bytes >= PACK_TARGET {
-            packs.push(WindowPack::new());
-            counts.push(0);
-        }
-        let p = packs.len() - 1;
-        let stored = f.compressed.as_ref().map_or(f.range.len(), |c| c.len());
-        packs[p].bytes += stored + TAG_LEN;
-        place.push((p, counts[p] as u32));
-        counts[p] += 1;
-    }
-    let flags = |f: &Fresh| {
-        if f.compressed.is_some() {
+impl Fresh {
+    fn flags(&self) -> u8 {
+        if self.compressed.is_some() {
             pack::FLAG_ZSTD
         } else {
             0
         }
-    };
+    }
+}
+
+/// A window's new chunks, numbered into packs, to be sealed.
+pub(crate) struct Plan<W: Send> {
+    window: Lease<W>,
+    fresh: Vec<Fresh>,
+    /// Per chunk: its pack's id and its ordinal there.
+    place: Vec<([u8; 32], u32)>,
+    hold: bool,
+}
+
+/// Numbers a window's new chunks into `packs` (the last one is being
+/// filled; packs are added as each fills): the pack and ordinal of a
+/// chunk fix its key and nonce. When `hold` is false each chunk is later
+/// sealed in a copy of its own, so that the window is not lent out (a
+/// window holding few new bytes would stay out until a pack fills, and the
+/// reader would run out of windows).
+pub(crate) fn plan<W: WindowBytes>(
+    window: Lease<W>,
+    fresh: Vec<Fresh>,
+    hold: bool,
+    packs: &mut Vec<WindowPack<W>>,
+) -> Plan<W> {
+    let mut place = Vec::with_capacity(fresh.len());
+    for f in &fresh {
+        if packs.last().is_none_or(|p| p.bytes >= PACK_TARGET) {
+            packs.push(WindowPack::new());
+        }
+        let Some(p) = packs.last_mut() else { break };
+        let stored = f.compressed.as_ref().map_or(f.range.len(), |c| c.len());
+        p.bytes += stored + TAG_LEN;
+        place.push((p.pack_id, p.ids.len() as u32));
+        p.ids.push(f.id);
+    }
+    Plan {
+        window,
+        fresh,
+        place,
+        hold,
+    }
+}
+
+/// A plan's chunks sealed: each with its pack's id.
+pub(crate) struct Sealed<W: Send> {
+    blobs: Vec<([u8; 32], Blob<W>)>,
+}
+
+/// Tags of a pack's blobs, by chunk index in the plan.
+type Tags = Vec<(usize, [u8; 16])>;
+
+/// A pack's id and its chunks to seal, by chunk index in the plan.
+type PackItems<'a> = ([u8; 32], Vec<(usize, CipherItem<'a>)>);
+
+/// Seals a plan's chunks where they lie in its window (or in copies, or
+/// in their compressed bytes): one accel job per pack, each pack its own
+/// key, the packs at once. Runs beside the planning of the next window.
+pub(crate) fn seal<W: WindowBytes>(repo: &Repository, plan: Plan<W>) -> Result<Sealed<W>> {
+    let Plan {
+        mut window,
+        fresh,
+        place,
+        hold,
+    } = plan;
     let aads: Vec<Vec<u8>> = fresh
         .iter()
-        .map(|f| blob_aad(&f.id, f.raw_len, flags(f)))
+        .map(|f| blob_aad(&f.id, f.raw_len, f.flags()))
         .collect();
     let metas: Vec<([u8; 32], u32, u8, Range<usize>)> = fresh
         .iter()
-        .map(|f| (f.id, f.raw_len, flags(f), f.range.clone()))
+        .map(|f| (f.id, f.raw_len, f.flags(), f.range.clone()))
         .collect();
-    // The bytes each blob is sealed in: its compressed bytes, a copy of its
-    // piece of the window, or (`None`) that piece itself.
+    // The bytes each chunk is sealed in: its compressed bytes, a copy of
+    // its piece of the window, or (`None`) that piece itself.
     let whole: &mut [u8] = &mut window;
     let mut owned: Vec<Option<Vec<u8>>> = fresh
         .into_iter()
@@ -209,7 +259,7 @@ pub(crate) fn add_window<W: WindowBytes>(
         .collect();
     let mut tags = vec![[0u8; 16]; metas.len()];
     {
-        // Disjoint pieces of the window, in order, for blobs sealed there.
+        // Disjoint pieces of the window, in order, for chunks sealed there.
         let mut data: Vec<&mut [u8]> = Vec::with_capacity(metas.len());
         let mut rest: &mut [u8] = whole;
         let mut at = 0usize;
@@ -226,28 +276,26 @@ pub(crate) fn add_window<W: WindowBytes>(
                 }
             }
         }
-        // One seal job per pack (each pack its own key), the packs at once.
-        let mut groups: Vec<Vec<(usize, CipherItem<'_>)>> =
-            (0..packs.len()).map(|_| Vec::new()).collect();
+        let mut groups: Vec<PackItems<'_>> = Vec::new();
         for (k, (d, aad)) in data.into_iter().zip(&aads).enumerate() {
-            let (p, ordinal) = place[k];
-            groups[p].push((
-                k,
-                CipherItem {
-                    nonce: blob_nonce(ordinal),
-                    aad,
-                    data: d,
-                },
-            ));
+            let (pack_id, ordinal) = place[k];
+            if groups.last().is_none_or(|g| g.0 != pack_id) {
+                groups.push((pack_id, Vec::new()));
+            }
+            if let Some(g) = groups.last_mut() {
+                g.1.push((
+                    k,
+                    CipherItem {
+                        nonce: blob_nonce(ordinal),
+                        aad,
+                        data: d,
+                    },
+                ));
+            }
         }
-        let ids: Vec<[u8; 32]> = packs.iter().map(|p| p.pack_id).collect();
         let sealed: Vec<Result<Tags>> = groups
             .into_par_iter()
-            .zip(ids)
-            .map(|(group, pack_id)| {
-                if group.is_empty() {
-                    return Ok(Vec::new());
-                }
+            .map(|(pack_id, group)| {
                 let key = repo.keys.object_key(ObjectKind::Pack, &pack_id);
                 let (ks, items): (Vec<usize>, Vec<CipherItem<'_>>) = group.into_iter().unzip();
                 let t = accel_jobs::seal(repo.accel(), &key, items)?;
@@ -261,25 +309,60 @@ pub(crate) fn add_window<W: WindowBytes>(
         }
     }
     let lease = Arc::new(window);
-    for (k, ((id, raw_len, flags, range), o)) in metas.into_iter().zip(owned).enumerate() {
-        let stored = match o {
-            Some(v) => Stored::Owned(v),
-            None => Stored::InWindow(lease.clone(), range),
-        };
-        packs[place[k].0].blobs.push(Blob {
-            id,
-            raw_len,
-            flags,
-            stored,
-            tag: tags[k],
-        });
+    let blobs = metas
+        .into_iter()
+        .zip(owned)
+        .enumerate()
+        .map(|(k, ((id, raw_len, flags, range), o))| {
+            let stored = match o {
+                Some(v) => Stored::Owned(v),
+                None => Stored::InWindow(lease.clone(), range),
+            };
+            (
+                place[k].0,
+                Blob {
+                    id,
+                    raw_len,
+                    flags,
+                    stored,
+                    tag: tags[k],
+                },
+            )
+        })
+        .collect();
+    Ok(Sealed { blobs })
+}
+
+/// Adds sealed chunks to their packs, in order, and takes out the packs
+/// that are full and complete (to be written).
+pub(crate) fn attach<W: WindowBytes>(
+    sealed: Sealed<W>,
+    packs: &mut Vec<WindowPack<W>>,
+) -> Result<Vec<WindowPack<W>>> {
+    for (pack_id, blob) in sealed.blobs {
+        let p = packs
+            .iter_mut()
+            .find(|p| p.pack_id == pack_id)
+            .ok_or_else(|| Error::Accel("a sealed chunk's pack is gone".into()))?;
+        if p.ids.get(p.blobs.len()) != Some(&blob.id) {
+            return Err(Error::Accel(
+                "sealed chunks out of their packs' order".into(),
+            ));
+        }
+        p.blobs.push(blob);
     }
-    let last = packs.pop().unwrap_or_else(WindowPack::new);
-    if last.bytes < PACK_TARGET {
-        *open = Some(last);
-    } else {
-        packs.push(last);
-    }
-    packs.retain(|p| !p.blobs.is_empty());
-    Ok(packs)
+    let (full, open): (Vec<_>, Vec<_>) = std::mem::take(packs)
+        .into_iter()
+        .partition(|p| p.complete());
+    *packs = open;
+    Ok(full)
+}
+
+/// Every pack, whatever its size: what is left at the end of a backup.
+/// Each must be complete (no plan of its chunks still being sealed).
+pub(crate) fn take_all<W: WindowBytes>(packs: &mut Vec<WindowPack<W>>) -> Vec<WindowPack<W>> {
+    std::mem::take(packs)
+        .into_iter()
+        .filter(|p| !p.ids.is_empty())
+        .collect()
 }
