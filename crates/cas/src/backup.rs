@@ -6,13 +6,10 @@
 //! repository: at worst packs no index names, which the next backup adopts
 //! and `prune` removes if nothing uses them.
 //!
-//! A large file's new chunks are sealed in its read window and written
-//! from there (`window_pack`); small files' chunks are gathered into pack
-//! buffers. Memory is bounded by `MAX_WINDOWS` read windows (64 MiB each,
-//! or four times the largest chunk; `GVAULT_CAS_WINDOW_MIB`), lent to the
-//! packs in flight, the gathered packs in flight (16 MiB each, two per
-//! pack writer) and the session's index entries (flushed to an index file
-//! every `INDEX_FLUSH` chunks).
+//! Memory is bounded by three read windows (64 MiB each, or four times the
+//! largest chunk; `GVAULT_CAS_WINDOW_MIB`), the packs in flight (16 MiB
+//! each, two per pack writer) and the session's index entries (flushed to
+//! an index file every `INDEX_FLUSH` chunks).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -20,7 +17,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
+use std::sync::mpsc::sync_channel;
 use std::sync::{Arc, Mutex};
 use std::thread::Scope;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,18 +33,12 @@ use crate::pack::{self, PackBuilder, FLAG_ZSTD, PACK_TARGET};
 use crate::repo::{Chunker, Repository};
 use crate::snapshot::{self, ChunkRef, Entry, EntryKind, Snapshot, FLAG_SPARSE};
 use crate::stage_clock::{Stage, StageClock};
-use crate::window_pack::{self, Fresh, Lease, Plan, Sealed, WindowBytes, WindowPack};
 use crate::work_queue::WorkQueue;
 
 const WINDOW: usize = 64 << 20;
-/// Read windows a backup holds at most: one being read, one being chunked,
-/// one being packed, one in each hand-off between them, and those lent to
-/// packs not yet written (the reader waits for one to come back).
-const MAX_WINDOWS: usize = 8;
-/// A window whose new, uncompressed bytes are at least this share of it
-/// (1/HOLD_SHARE) is lent to its packs; below, its new chunks are copied
-/// out and the window goes straight back to the reader.
-const HOLD_SHARE: usize = 4;
+/// Windows a large file's stream holds at once: one being read, one being
+/// chunked, one being packed.
+const STREAM_BUFFERS: usize = 3;
 /// Files up to this size are read whole and chunked many to one job.
 const SMALL_FILE: u64 = 4 << 20;
 const BATCH_FILES: usize = 4096;
@@ -105,14 +96,7 @@ fn pack_threads(repo: &Repository) -> usize {
 /// Seals and writes packs on background threads; results come back in any
 /// order, and a pack's chunks are indexed only once it is durable. At most
 /// `2 × pack_threads()` packs are held (queued or being sealed).
-type Uploads = WorkQueue<Upload, (String, u64, Vec<pack::BlobEntry>)>;
-
-/// A pack for the pack writers: gathered into a buffer (sealed by the
-/// writer), or sealed where its blobs lie in read windows.
-enum Upload {
-    Gathered(PackBuilder),
-    Windowed(WindowPack<Window>),
-}
+type Uploads = WorkQueue<PackBuilder, (String, u64, Vec<pack::BlobEntry>)>;
 type Uploaded = Result<(String, u64, Vec<pack::BlobEntry>)>;
 
 fn start_uploads<'s, 'r: 's>(
@@ -128,17 +112,14 @@ fn start_uploads<'s, 'r: 's>(
         let spare = spare.clone();
         let clock = clock.clone();
         scope.spawn(move || {
-            crate::work_queue::serve(ends, |u: Upload| match u {
-                Upload::Gathered(p) => {
-                    let p = clock.time(Stage::Seal, || p.seal(repo))?;
-                    let put = clock.time(Stage::Write, || {
-                        repo.backend.put(Kind::Pack, &p.name, &p.bytes)
-                    });
-                    let len = p.bytes.len() as u64;
-                    spare.give(p.bytes);
-                    put.map(|()| (p.name, len, p.entries))
-                }
-                Upload::Windowed(p) => clock.time(Stage::Write, || p.write(repo)),
+            crate::work_queue::serve(ends, |p: PackBuilder| {
+                let p = clock.time(Stage::Seal, || p.seal(repo))?;
+                let put = clock.time(Stage::Write, || {
+                    repo.backend.put(Kind::Pack, &p.name, &p.bytes)
+                });
+                let len = p.bytes.len() as u64;
+                spare.give(p.bytes);
+                put.map(|()| (p.name, len, p.entries))
             })
         });
     }
@@ -215,53 +196,11 @@ impl std::ops::DerefMut for Window {
     }
 }
 
-impl WindowBytes for Window {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        self
-    }
-}
-
-/// The read windows of a backup: those come back, and how many exist.
-/// Each is handed out as a [`Lease`] that comes back through `home`.
-struct WindowPool {
-    free: Receiver<Window>,
-    home: Sender<Window>,
-    count: usize,
-}
-
-impl WindowPool {
-    /// A window of `len` bytes: one come back, a new one while fewer than
-    /// `MAX_WINDOWS` exist, else the next to come back.
-    fn take(&mut self, repo: &Repository, len: usize) -> Option<Lease<Window>> {
-        loop {
-            let w = match self.free.try_recv() {
-                Ok(w) => w,
-                Err(_) if self.count < MAX_WINDOWS => {
-                    self.count += 1;
-                    Window::new(repo, len)
-                }
-                Err(_) => self.free.recv().ok()?,
-            };
-            if w.len() == len {
-                return Some(Lease::new(w, self.home.clone()));
-            }
-            // A window of another size (the window was resized): freed.
-            self.count -= 1;
-        }
-    }
-}
-
 /// Chunks go through here: dedup, compression, packs, index entries.
 struct Writer<'r> {
     repo: &'r Repository,
-    /// Read windows, kept from one large file to the next (taken by the
-    /// reader while a file streams).
-    windows: Option<WindowPool>,
-    /// Packs being filled from read windows (the last one open).
-    window_packs: Vec<WindowPack<Window>>,
+    /// Read windows kept from one large file to the next.
+    windows: Vec<Window>,
     uploads: Uploads,
     spare: Arc<SpareBuffers>,
     clock: Arc<StageClock>,
@@ -278,15 +217,9 @@ impl<'r> Writer<'r> {
         // Packs in flight: queued, being sealed and written, one filling.
         let spare = Arc::new(SpareBuffers::new(3 * pack_threads(repo) + 1));
         let clock = Arc::new(StageClock::new());
-        let (home, free) = channel();
         Writer {
             repo,
-            windows: Some(WindowPool {
-                free,
-                home,
-                count: 0,
-            }),
-            window_packs: Vec::new(),
+            windows: Vec::new(),
             uploads: start_uploads(repo, scope, &spare, &clock),
             spare,
             clock,
@@ -302,15 +235,8 @@ impl<'r> Writer<'r> {
         Ok(self.session.contains(id) || self.repo.index.lookup(self.repo, id)?.is_some())
     }
 
-    /// The chunks of `data` not yet in the repository (nor earlier in
-    /// `data`), each with its compressed bytes where compression pays;
-    /// they are counted as new and known to the session from here on.
-    #[allow(clippy::type_complexity)]
-    fn select_fresh<'d>(
-        &mut self,
-        data: &'d [u8],
-        chunks: &[IdChunk],
-    ) -> Result<(Vec<(usize, &'d [u8])>, Vec<Option<Vec<u8>>>)> {
+    /// Adds the chunks of `data`; returns the file's chunk list part.
+    fn add(&mut self, data: &[u8], chunks: &[IdChunk]) -> Result<Vec<ChunkRef>> {
         let clock = self.clock.clone();
         let mut fresh: Vec<(usize, &[u8])> = Vec::new();
         clock.time(Stage::Dedup, || {
@@ -336,25 +262,15 @@ impl<'r> Writer<'r> {
                 vec![None; fresh.len()]
             }
         });
-        for (i, bytes) in &fresh {
-            self.session.insert(chunks[*i].id);
-            self.sum.chunks_new += 1;
-            self.sum.bytes_new_raw += bytes.len() as u64;
-        }
-        Ok((fresh, compressed))
-    }
-
-    /// Adds the chunks of `data`, gathered into pack buffers; returns the
-    /// file's chunk list part.
-    fn add(&mut self, data: &[u8], chunks: &[IdChunk]) -> Result<Vec<ChunkRef>> {
-        let clock = self.clock.clone();
-        let (fresh, compressed) = self.select_fresh(data, chunks)?;
         // Into packs a batch at a time (each pack's copies in parallel),
         // a pack written once it reaches its target.
         let mut batch: Vec<pack::NewBlob<'_>> = Vec::new();
         let mut batch_bytes = 0usize;
         for ((i, bytes), z) in fresh.iter().zip(&compressed) {
             let c = &chunks[*i];
+            self.session.insert(c.id);
+            self.sum.chunks_new += 1;
+            self.sum.bytes_new_raw += bytes.len() as u64;
             let blob = match z {
                 Some(z) => (c.id, c.len, FLAG_ZSTD, z.as_slice()),
                 None => (c.id, c.len, 0, *bytes),
@@ -371,62 +287,13 @@ impl<'r> Writer<'r> {
         }
         let packer = &mut self.packer;
         clock.time(Stage::Gather, || packer.add_many(&batch));
-        Ok(chunk_refs(chunks))
-    }
-
-    /// The new chunks of `window[start..]`, numbered into packs: sealed
-    /// next (`window_pack::seal`, beside the next window's planning) where
-    /// they lie, the window lent to their packs when it holds enough new
-    /// bytes. Sealed chunks of the window before are added to their packs
-    /// here first, and full packs written.
-    fn plan_window(
-        &mut self,
-        window: Lease<Window>,
-        start: usize,
-        chunks: &[IdChunk],
-        before: impl FnOnce() -> Option<Result<Sealed<Window>>>,
-    ) -> Result<Plan<Window>> {
-        let (fresh, raw_bytes) = {
-            let data = &window[start..];
-            let (fresh, compressed) = self.select_fresh(data, chunks)?;
-            let mut raw_bytes = 0usize;
-            let fresh: Vec<Fresh> = fresh
-                .into_iter()
-                .zip(compressed)
-                .map(|((i, bytes), z)| {
-                    let c = &chunks[i];
-                    let at = start + c.offset as usize;
-                    if z.is_none() {
-                        raw_bytes += bytes.len();
-                    }
-                    Fresh {
-                        id: c.id,
-                        raw_len: c.len,
-                        range: at..at + bytes.len(),
-                        compressed: z,
-                    }
-                })
-                .collect();
-            (fresh, raw_bytes)
-        };
-        if let Some(sealed) = before() {
-            self.attach(sealed)?;
-        }
-        let hold = raw_bytes * HOLD_SHARE >= window.len();
-        Ok(window_pack::plan(
-            window,
-            fresh,
-            hold,
-            &mut self.window_packs,
-        ))
-    }
-
-    /// Adds a window's sealed chunks to their packs; writes the full ones.
-    fn attach(&mut self, sealed: Result<Sealed<Window>>) -> Result<()> {
-        for p in window_pack::attach(sealed?, &mut self.window_packs)? {
-            self.send(Upload::Windowed(p))?;
-        }
-        Ok(())
+        Ok(chunks
+            .iter()
+            .map(|c| ChunkRef {
+                id: c.id,
+                len: c.len,
+            })
+            .collect())
     }
 
     fn flush_pack(&mut self) -> Result<()> {
@@ -434,20 +301,8 @@ impl<'r> Writer<'r> {
             return Ok(());
         }
         let p = std::mem::replace(&mut self.packer, self.spare.builder());
-        self.send(Upload::Gathered(p))
-    }
-
-    fn flush_window_packs(&mut self) -> Result<()> {
-        for p in window_pack::take_all(&mut self.window_packs) {
-            self.send(Upload::Windowed(p))?;
-        }
-        Ok(())
-    }
-
-    /// Hands a full pack to the pack writers, records those written.
-    fn send(&mut self, u: Upload) -> Result<()> {
         let uploads = &mut self.uploads;
-        self.clock.time(Stage::PackWait, || uploads.send(u))?;
+        self.clock.time(Stage::PackWait, || uploads.send(p))?;
         let done = self.uploads.collect(false);
         self.written(done)?;
         if self.pending.len() >= INDEX_FLUSH {
@@ -496,16 +351,11 @@ impl<'r> Writer<'r> {
     }
 
     fn packer_ids(&self) -> Vec<[u8; 32]> {
-        let mut ids = self.packer.ids();
-        for p in &self.window_packs {
-            ids.extend(p.ids());
-        }
-        ids
+        self.packer.ids()
     }
 
     fn finish(mut self) -> Result<BackupSummary> {
         self.flush_pack()?;
-        self.flush_window_packs()?;
         self.flush_index()?;
         self.clock.report();
         Ok(self.sum)
@@ -517,7 +367,7 @@ impl<'r> Writer<'r> {
     /// one before that. A window is read behind a gap that takes the
     /// previous window's unfinished last chunk, which is chunked again
     /// with what follows (FastCDC starts afresh at every boundary, so this
-    /// equals one pass). Memory: at most `MAX_WINDOWS` windows.
+    /// equals one pass). Memory: `STREAM_BUFFERS` windows.
     fn stream(
         &mut self,
         mut input: Input<'_>,
@@ -529,13 +379,19 @@ impl<'r> Writer<'r> {
             .cas_window_mib
             .map_or(WINDOW, |m| m << 20)
             .max(4 * gap);
-        let Some(mut pool) = self.windows.take() else {
-            return Ok(Err(Error::Accel("read windows taken twice".into())));
-        };
+        let (free_tx, free_rx) = sync_channel::<Window>(STREAM_BUFFERS);
+        let mut pool = std::mem::take(&mut self.windows);
+        pool.retain(|w| w.len() == gap + window);
+        while pool.len() < STREAM_BUFFERS {
+            pool.push(Window::new(repo, gap + window));
+        }
+        for w in pool {
+            let _ = free_tx.send(w);
+        }
         // (window, bytes read into it after the gap, end of input)
-        let (full_tx, full_rx) = sync_channel::<(Lease<Window>, usize, bool)>(1);
+        let (full_tx, full_rx) = sync_channel::<(Window, usize, bool)>(1);
         // (window, where its chunks start, the chunks)
-        let (cut_tx, cut_rx) = sync_channel::<(Lease<Window>, usize, Vec<IdChunk>)>(1);
+        let (cut_tx, cut_rx) = sync_channel::<(Window, usize, Vec<IdChunk>)>(1);
         let clock = self.clock.clone();
         let clock = &*clock;
         let writer = &mut *self;
@@ -564,32 +420,15 @@ impl<'r> Writer<'r> {
             });
             let packer = s.spawn(move || -> Result<Vec<ChunkRef>> {
                 let mut out = Vec::new();
-                // One window's chunks are sealed on a thread of their own
-                // while this one plans the next.
-                let mut sealing: Option<std::thread::ScopedJoinHandle<'_, _>> = None;
-                let joined = |h: std::thread::ScopedJoinHandle<'_, Result<Sealed<Window>>>| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::Accel("a sealing thread panicked".into())))
-                };
                 for (buf, start, chunks) in cut_rx {
-                    let before = || sealing.take().map(joined);
-                    let plan = clock.time(Stage::Pack, || {
-                        writer.plan_window(buf, start, &chunks, before)
-                    })?;
-                    out.extend(chunk_refs(&chunks));
-                    sealing =
-                        Some(s.spawn(move || {
-                            clock.time(Stage::Seal, || window_pack::seal(repo, plan))
-                        }));
-                }
-                if let Some(h) = sealing.take() {
-                    writer.attach(joined(h))?;
+                    out.extend(clock.time(Stage::Pack, || writer.add(&buf[start..], &chunks))?);
+                    let _ = free_tx.send(buf);
                 }
                 Ok(out)
             });
             let mut total = 0u64;
             let mut read_err = None;
-            while let Some(mut buf) = pool.take(repo, gap + window) {
+            while let Ok(mut buf) = free_rx.recv() {
                 let filled =
                     match clock.time(Stage::Read, || input.fill(&mut buf[gap..gap + window])) {
                         Ok(n) => n,
@@ -620,20 +459,10 @@ impl<'r> Writer<'r> {
             }
             Ok(chunked.and(packed).map(|out| (out, total)))
         });
-        // The windows serve the next large file.
-        self.windows = Some(pool);
+        // The windows the packer handed back serve the next large file.
+        self.windows = free_rx.try_iter().collect();
         result
     }
-}
-
-fn chunk_refs(chunks: &[IdChunk]) -> Vec<ChunkRef> {
-    chunks
-        .iter()
-        .map(|c| ChunkRef {
-            id: c.id,
-            len: c.len,
-        })
-        .collect()
 }
 
 /// Pieces a file's read window is read in, in parallel: a read from the

@@ -9,12 +9,10 @@
 //! - [`repo`]: config (format version, chunker), keys (gvault-store's key
 //!   registry; per-object keys derived from the data key), [`Repository`].
 //! - [`pack`], [`index`], [`snapshot`]: the objects; [`lock`]: locks.
-//! - [`backup`], [`restore`], [`maintenance`]: the operations. A backup
-//!   seals a large file's new chunks in its read windows and writes packs
-//!   from there (`window_pack`), and times its stages with
-//!   `GVAULT_CAS_TRACE` (`stage_clock`); a restore reads one large file's
-//!   chunks straight into a [`mapped_file`] by every core and opens them
-//!   there.
+//! - [`backup`], [`restore`], [`maintenance`]: the operations; a restore
+//!   reads one large file's chunks straight into a [`mapped_file`] by
+//!   every core and opens them there, and a backup times its stages with
+//!   `GVAULT_CAS_TRACE` (`stage_clock`).
 //! - [`accel_jobs`]: every call into gvault-accel (chunk + id, seal, open).
 //! - [`checkpoint`]: tensor checkpoints as snapshots, sealed on the host or
 //!   on the GPU that holds them (the engine behind `gvault.checkpoint`).
@@ -43,7 +41,6 @@ pub mod repo;
 pub mod restore;
 pub mod snapshot;
 mod stage_clock;
-mod window_pack;
 mod work_queue;
 
 pub use backend::{Backend, Kind, LocalDir};

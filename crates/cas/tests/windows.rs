@@ -1,8 +1,7 @@
 //! A large file streamed through many small read windows (its own process:
-//! `GVAULT_CAS_WINDOW_MIB` is read once): more windows than a backup may
-//! hold at once, lent to packs that are written from them, so the reader
-//! waits for windows to come back; then a second backup whose few new
-//! chunks are copied out of their windows. Both restore bit for bit.
+//! `GVAULT_CAS_WINDOW_MIB` is read once), each window's last chunk carried
+//! into the next; then a second backup with a few changed stretches. Both
+//! restore bit for bit, and the repository checks clean.
 
 use std::fs;
 
@@ -13,7 +12,7 @@ use gvault_store::Encryption;
 use rand::{RngCore, SeedableRng};
 
 #[test]
-fn a_stream_of_many_windows_is_sealed_in_them_and_restores_exactly() {
+fn a_stream_of_many_windows_restores_exactly() {
     // The smallest window the setting takes; read before any backup runs.
     std::env::set_var("GVAULT_CAS_WINDOW_MIB", "8");
     let d = tempfile::tempdir().unwrap();
@@ -31,18 +30,18 @@ fn a_stream_of_many_windows_is_sealed_in_them_and_restores_exactly() {
         cpu_backend(),
     )
     .unwrap();
-    // 120 MiB: fifteen windows, twice as many as a backup holds.
+    // 120 MiB: fifteen windows.
     let mut data = vec![0u8; 120 << 20];
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     rng.fill_bytes(&mut data);
-    // Some compressible stretches, stored apart from their window.
+    // Some compressible stretches.
     for b in &mut data[30 << 20..34 << 20] {
         *b = b'a' + (*b & 3);
     }
     let original = data.clone();
     let first = gvault_cas::backup_reader(&repo, "big", &mut &data[..], &mut |_| {}).unwrap();
     assert!(first.packs_written >= 7, "{first:?}");
-    // A few changed stretches: windows with few new bytes.
+    // A few changed stretches.
     for at in [3usize << 20, 50 << 20, 101 << 20] {
         rng.fill_bytes(&mut data[at..at + 300_000]);
     }
