@@ -61,16 +61,50 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
     /// Several ranges of one object, each `(offset, buf)` filled as
-    /// [`Backend::get_range_into`] fills one (a backend may open the object
-    /// once for all of them).
+    /// [`Backend::get_range_into`] fills one. Here, ranges that follow one
+    /// another in the object are fetched as one (a restore asks for each
+    /// chunk's ciphertext and then its tag: on object storage, one request
+    /// for the run, not two a chunk); a local backend reads each in place.
     fn get_ranges_into(
         &self,
         kind: Kind,
         name: &str,
         ranges: &mut [(u64, &mut [u8])],
     ) -> Result<()> {
-        for (offset, buf) in ranges.iter_mut() {
-            self.get_range_into(kind, name, *offset, buf)?;
+        let mut i = 0;
+        while i < ranges.len() {
+            let start = ranges[i].0;
+            let mut end = start + ranges[i].1.len() as u64;
+            let mut j = i + 1;
+            while j < ranges.len() && ranges[j].0 == end {
+                end += ranges[j].1.len() as u64;
+                j += 1;
+            }
+            if j == i + 1 {
+                let (offset, buf) = &mut ranges[i];
+                self.get_range_into(kind, name, *offset, buf)?;
+            } else {
+                let run = self.get_range(kind, name, start, (end - start) as usize)?;
+                if run.len() as u64 != end - start {
+                    return Err(crate::Error::Io {
+                        context: format!(
+                            "reading {} bytes at {start} of {}/{name}",
+                            end - start,
+                            kind.dir()
+                        ),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            format!("the backend returned {} bytes", run.len()),
+                        ),
+                    });
+                }
+                let mut at = 0;
+                for (_, buf) in ranges[i..j].iter_mut() {
+                    buf.copy_from_slice(&run[at..at + buf.len()]);
+                    at += buf.len();
+                }
+            }
+            i = j;
         }
         Ok(())
     }
@@ -303,6 +337,74 @@ impl Backend for LocalDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts range requests; stores one object in memory.
+    struct Counting {
+        data: Vec<u8>,
+        requests: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Backend for Counting {
+        fn put(&self, _: Kind, _: &str, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn get(&self, _: Kind, _: &str) -> Result<Vec<u8>> {
+            Ok(self.data.clone())
+        }
+        fn get_range(&self, _: Kind, _: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+            self.requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let end = (offset as usize + len).min(self.data.len());
+            Ok(self.data[(offset as usize).min(end)..end].to_vec())
+        }
+        fn size(&self, _: Kind, _: &str) -> Result<u64> {
+            Ok(self.data.len() as u64)
+        }
+        fn list(&self, _: Kind) -> Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        fn delete(&self, _: Kind, _: &str) -> Result<()> {
+            Ok(())
+        }
+        fn exists(&self, _: Kind, _: &str) -> Result<bool> {
+            Ok(true)
+        }
+        fn put_root(&self, _: &str, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn get_root(&self, _: &str) -> Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn ranges_that_follow_one_another_are_one_request() {
+        let b = Counting {
+            data: (0..100u8).collect(),
+            requests: Default::default(),
+        };
+        let (mut a, mut t1, mut c, mut t2, mut far) =
+            ([0u8; 10], [0u8; 2], [0u8; 5], [0u8; 3], [0u8; 4]);
+        let mut ranges: Vec<(u64, &mut [u8])> = vec![
+            (10, &mut a),
+            (20, &mut t1),
+            (23, &mut c),
+            (28, &mut t2),
+            (90, &mut far),
+        ];
+        b.get_ranges_into(Kind::Pack, "p", &mut ranges).unwrap();
+        assert_eq!(b.requests.load(std::sync::atomic::Ordering::Relaxed), 3);
+        assert_eq!(a.to_vec(), (10..20u8).collect::<Vec<_>>());
+        assert_eq!(t1.to_vec(), vec![20, 21]);
+        assert_eq!(c.to_vec(), (23..28u8).collect::<Vec<_>>());
+        assert_eq!(t2.to_vec(), vec![28, 29, 30]);
+        assert_eq!(far.to_vec(), vec![90, 91, 92, 93]);
+        // A run the object is too short for is an error, never short data.
+        let mut tail = [0u8; 8];
+        let mut more = [0u8; 8];
+        let mut short: Vec<(u64, &mut [u8])> = vec![(88, &mut tail), (96, &mut more)];
+        assert!(b.get_ranges_into(Kind::Pack, "p", &mut short).is_err());
+    }
 
     #[test]
     fn put_get_list_delete_round_trip_and_leave_no_temp_files() {

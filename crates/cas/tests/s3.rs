@@ -302,6 +302,31 @@ fn backup_restore_check_forget_and_prune() {
     assert!(Repository::open_on(backend(&url, &opts), &url, Some(&wrong), cpu_backend()).is_err());
 }
 
+/// A file large enough to be restored through a mapping (its chunks read
+/// in runs of ranges, each chunk opened where it belongs) comes back bit
+/// for bit from object storage.
+#[test]
+fn a_large_file_restores_from_object_storage_in_place() {
+    let Some(srv) = shared("large_file_in_place") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let url = srv.url("inplace");
+    let opts = srv.opts();
+    let (repo, _) = init(&url, &opts);
+    let mut data = vec![0u8; 36 << 20];
+    rand::thread_rng().fill_bytes(&mut data);
+    for b in &mut data[8 << 20..10 << 20] {
+        *b = b'a' + (*b & 3);
+    }
+    let s = gvault_cas::backup_reader(&repo, "big", &mut &data[..], &mut |_| {}).unwrap();
+    let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
+    let target = d.path().join("out");
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    assert!(fs::read(target.join("big")).unwrap() == data);
+}
+
 #[test]
 fn concurrent_backups_and_an_excluded_prune() {
     let Some(srv) = shared("concurrent_backups") else {
