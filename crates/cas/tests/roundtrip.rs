@@ -812,6 +812,37 @@ fn a_mapped_restore_of_mixed_chunks_is_exact() {
     let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     assert!(fs::read(target.join("mixed")).unwrap() == data);
+    // A file of compressed chunks alone, one of its packs damaged: the
+    // file is reported and nothing is left under the target.
+    let mut text = vec![0u8; 40 << 20];
+    rng.fill_bytes(&mut text);
+    for b in &mut text {
+        *b = b'a' + (*b & 3);
+    }
+    let before: std::collections::HashSet<String> = repo
+        .backend
+        .list(gvault_cas::Kind::Pack)
+        .unwrap()
+        .into_iter()
+        .collect();
+    let s = gvault_cas::backup_reader(&repo, "text", &mut &text[..], &mut |_| {}).unwrap();
+    let snap = gvault_cas::Snapshot::read(&repo, &s.snapshot).unwrap();
+    let new_pack = repo
+        .backend
+        .list(gvault_cas::Kind::Pack)
+        .unwrap()
+        .into_iter()
+        .find(|p| !before.contains(p))
+        .expect("the text's pack");
+    let path = d.path().join("repo").join("data").join(&new_pack);
+    let mut bad = fs::read(&path).unwrap();
+    bad[1000] ^= 1;
+    fs::write(&path, &bad).unwrap();
+    let target = d.path().join("damaged");
+    let r = gvault_cas::restore(&repo, &snap, &target, None, &|_, _| {}).unwrap();
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+    let left: Vec<_> = fs::read_dir(&target).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A file written to while it is read: the backup says so (the snapshot
