@@ -115,6 +115,12 @@ settings![
         "0: the auto backend decides from the cost model alone (no correction from completed jobs, no exploring near ties)"
     ),
     (
+        "GVAULT_AUTO_POOL_CALLERS",
+        Tuning,
+        "queue or alone; unset: queue",
+        "alone: a job started from a thread of a rayon pool (a parallel loop's body) is priced as if the CPU side had nothing queued, since what is queued there are its siblings, run beside it (an A/B setting)"
+    ),
+    (
         "GVAULT_KERNEL_CACHE",
         Tuning,
         "a directory; unset: $XDG_CACHE_HOME/gvault/kernels",
@@ -244,6 +250,8 @@ pub struct Tuning {
     pub split_margin: Option<f64>,
     /// `Some(false)`: the auto backend does not learn from completed jobs.
     pub auto_learn: Option<bool>,
+    /// `Some(true)`: jobs from rayon pool threads ignore the CPU queue.
+    pub auto_pool_callers_alone: Option<bool>,
     pub kernel_cache: Option<PathBuf>,
     pub gpu_slots: Option<usize>,
     /// 0 off, 1 device phases, 2 host phases.
@@ -312,6 +320,7 @@ impl Tuning {
                 .map(PathBuf::from),
             split_margin: number("GVAULT_SPLIT_MARGIN", &|m| (0.0..=0.9).contains(&m)),
             auto_learn: either("GVAULT_AUTO_LEARN", "1", "0"),
+            auto_pool_callers_alone: either("GVAULT_AUTO_POOL_CALLERS", "alone", "queue"),
             kernel_cache: get("GVAULT_KERNEL_CACHE")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),

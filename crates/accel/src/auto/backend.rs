@@ -241,6 +241,9 @@ pub struct AutoBackend {
     placed: PlacedCounters,
     /// Corrections of the model from completed jobs.
     learner: Learner,
+    /// `GVAULT_AUTO_POOL_CALLERS=alone`: a job from a rayon pool thread is
+    /// priced with nothing queued on the CPU side.
+    pool_callers_alone: bool,
 }
 
 /// Where the jobs of an auto backend ran, counted since it was built:
@@ -407,7 +410,17 @@ impl AutoBackend {
             gpu_queue: Queue::default(),
             placed: PlacedCounters::default(),
             learner: Learner::from_env(),
+            pool_callers_alone: crate::tuning::tuning()
+                .auto_pool_callers_alone
+                .unwrap_or(false),
         }
+    }
+
+    /// Prices jobs from rayon pool threads with nothing queued on the CPU
+    /// side (or not), whatever `GVAULT_AUTO_POOL_CALLERS` says (tests).
+    pub fn with_pool_callers_alone(mut self, alone: bool) -> Self {
+        self.pool_callers_alone = alone;
+        self
     }
 
     /// Turns learning from completed jobs on or off, whatever
@@ -566,11 +579,21 @@ impl AutoBackend {
     fn decide_full(&self, job: &Job<'_>, survey: &Survey) -> Decided {
         let op = job.op();
         let costs = self.costs(op);
+        // A job from a parallel loop's body (a restore's groups, each its
+        // own open job) finds its siblings queued on the CPU side, though
+        // they run beside it, not before it; sent to the GPU, it leaves its
+        // thread's core idle while it waits. With the A/B setting on, such
+        // a job is priced as if the CPU side had nothing queued.
+        let from_pool = self.pool_callers_alone && rayon::current_thread_index().is_some();
         let sides = Sides {
             cpu_threads: self.cpu_threads,
             cores: self.cores,
             gpu: self.gpu_usable(op),
-            cpu_queued_ns: self.cpu_queue.ns.load(Ordering::Relaxed) as f64,
+            cpu_queued_ns: if from_pool {
+                0.0
+            } else {
+                self.cpu_queue.ns.load(Ordering::Relaxed) as f64
+            },
             gpu_queued_ns: self.gpu_queue.ns.load(Ordering::Relaxed) as f64,
         };
         let fix = |stats: &JobStats| self.learner.corrections(JobKey::of(op, stats));
@@ -960,6 +983,45 @@ mod tests {
         assert_eq!(CpuThreads::Fraction(0.01).resolve(16), 1);
         assert_eq!(CpuThreads::All.resolve(16), 16);
         assert_eq!(CpuThreads::Count(3).resolve(16), 3);
+    }
+
+    #[test]
+    fn pool_callers_alone_ignore_the_cpu_queue_only_from_pool_threads() {
+        use crate::auto::test_models::model_with;
+        use crate::job::{Data, DigestAlgo};
+        // A core of 1 GB/s (SHA-256 of one segment runs on one); the GPU
+        // 0.8 GB/s from host memory: a 1 MiB digest is the CPU's alone
+        // (~1.05 ms against ~1.33 ms), the GPU's behind 10 ms of queued
+        // CPU work.
+        let data = vec![3u8; 1 << 20];
+        let job = Job::Digest {
+            algo: DigestAlgo::Sha256,
+            segments: vec![Data::from(&data[..])],
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        for alone in [false, true] {
+            let auto = AutoBackend::from_parts(
+                CpuBackend::with_threads(2),
+                Some(Box::new(CpuBackend::with_threads(1))),
+                model_with(2, 1.0, 0.8, 0.8, 100.0),
+                ModelSource::Defaults {
+                    reason: "test".into(),
+                },
+            )
+            .with_learning(false)
+            .with_pool_callers_alone(alone);
+            let survey = Survey::of(&job);
+            assert_eq!(auto.decide_surveyed(&job, &survey).plan, Plan::Cpu);
+            let _queued = auto.cpu_queue.enqueue(10e6, 0);
+            let plain = auto.decide_surveyed(&job, &survey).plan;
+            let in_pool = pool.install(|| auto.decide_surveyed(&job, &survey).plan);
+            assert_eq!(plain, Plan::Gpu, "alone={alone}");
+            let want = if alone { Plan::Cpu } else { Plan::Gpu };
+            assert_eq!(in_pool, want, "alone={alone}");
+        }
     }
 
     #[test]
