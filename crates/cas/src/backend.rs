@@ -32,6 +32,17 @@ impl Kind {
     pub const ALL: [Kind; 4] = [Kind::Pack, Kind::Index, Kind::Snapshot, Kind::Lock];
 }
 
+/// A backend that returned fewer bytes than a range asked for.
+fn short_read(kind: Kind, name: &str, offset: u64, want: usize, got: usize) -> crate::Error {
+    crate::Error::Io {
+        context: format!("reading {want} bytes at {offset} of {}/{name}", kind.dir()),
+        source: std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("the backend returned {got} bytes"),
+        ),
+    }
+}
+
 pub trait Backend: Send + Sync {
     /// Stores `data` as the object `name` of `kind`; when it returns, the
     /// object is durable and complete, and never visible half written.
@@ -45,17 +56,7 @@ pub trait Backend: Send + Sync {
     fn get_range_into(&self, kind: Kind, name: &str, offset: u64, buf: &mut [u8]) -> Result<()> {
         let b = self.get_range(kind, name, offset, buf.len())?;
         if b.len() != buf.len() {
-            return Err(crate::Error::Io {
-                context: format!(
-                    "reading {} bytes at {offset} of {}/{name}",
-                    buf.len(),
-                    kind.dir()
-                ),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!("the backend returned {} bytes", b.len()),
-                ),
-            });
+            return Err(short_read(kind, name, offset, buf.len(), b.len()));
         }
         buf.copy_from_slice(&b);
         Ok(())
@@ -84,19 +85,10 @@ pub trait Backend: Send + Sync {
                 let (offset, buf) = &mut ranges[i];
                 self.get_range_into(kind, name, *offset, buf)?;
             } else {
-                let run = self.get_range(kind, name, start, (end - start) as usize)?;
-                if run.len() as u64 != end - start {
-                    return Err(crate::Error::Io {
-                        context: format!(
-                            "reading {} bytes at {start} of {}/{name}",
-                            end - start,
-                            kind.dir()
-                        ),
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            format!("the backend returned {} bytes", run.len()),
-                        ),
-                    });
+                let want = (end - start) as usize;
+                let run = self.get_range(kind, name, start, want)?;
+                if run.len() != want {
+                    return Err(short_read(kind, name, start, want, run.len()));
                 }
                 let mut at = 0;
                 for (_, buf) in ranges[i..j].iter_mut() {

@@ -64,6 +64,24 @@ fn groups(chunks: &[ChunkRef]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
+/// Where a snapshot's chunk lives, or why the repository cannot say.
+fn locate(repo: &Repository, c: &ChunkRef) -> Result<crate::index::Location> {
+    repo.index.lookup(repo, &c.id)?.ok_or_else(|| {
+        Error::corrupt(
+            format!("chunk {}", hex::encode(c.id)),
+            "no index file names it (missing)",
+        )
+    })
+}
+
+/// A chunk whose bytes are not as long as the snapshot says.
+fn wrong_len(c: &ChunkRef) -> Error {
+    Error::corrupt(
+        format!("chunk {}", hex::encode(c.id)),
+        "length differs from the snapshot",
+    )
+}
+
 /// Fetches, opens and checks the distinct chunks of `group` (one accel
 /// job per pack); returns each plaintext by id, its length checked
 /// against the snapshot.
@@ -74,12 +92,7 @@ fn fetch_group(repo: &Repository, group: &[ChunkRef]) -> Result<HashMap<[u8; 32]
         if plain.contains_key(&c.id) {
             continue;
         }
-        let loc = repo.index.lookup(repo, &c.id)?.ok_or_else(|| {
-            Error::corrupt(
-                format!("chunk {}", hex::encode(c.id)),
-                "no index file names it (missing)",
-            )
-        })?;
+        let loc = locate(repo, c)?;
         plain.insert(c.id, Vec::new());
         by_pack
             .entry(loc.pack)
@@ -107,10 +120,7 @@ fn fetch_group(repo: &Repository, group: &[ChunkRef]) -> Result<HashMap<[u8; 32]
     }
     for c in group {
         if plain.get(&c.id).map_or(0, |v| v.len()) != c.len as usize {
-            return Err(Error::corrupt(
-                format!("chunk {}", hex::encode(c.id)),
-                "length differs from the snapshot",
-            ));
+            return Err(wrong_len(c));
         }
     }
     Ok(plain)
@@ -292,12 +302,6 @@ fn fetch_group_into(
     group: &[ChunkRef],
     mut pieces: Vec<&mut [u8]>,
 ) -> Result<()> {
-    let wrong_len = |c: &ChunkRef| {
-        Error::corrupt(
-            format!("chunk {}", hex::encode(c.id)),
-            "length differs from the snapshot",
-        )
-    };
     let mut first: HashMap<[u8; 32], usize> = HashMap::new();
     let mut copies = Vec::new();
     let mut indirect = Vec::new();
@@ -312,12 +316,7 @@ fn fetch_group_into(
             continue;
         }
         first.insert(c.id, k);
-        let loc = repo.index.lookup(repo, &c.id)?.ok_or_else(|| {
-            Error::corrupt(
-                format!("chunk {}", hex::encode(c.id)),
-                "no index file names it (missing)",
-            )
-        })?;
+        let loc = locate(repo, c)?;
         if pack::opens_in_place(&loc.blob) && loc.blob.raw_len == c.len {
             by_pack
                 .entry(loc.pack)

@@ -6,6 +6,8 @@
 
 use std::process::Command;
 
+use super::measure::median;
+
 /// One size's rounds: medians of each side and of the per-round ratios.
 #[derive(Clone, Debug)]
 pub(super) struct Paired {
@@ -58,11 +60,6 @@ pub(super) fn paired<F: FnMut() -> f64>(
         .ok()
         .flatten()
     })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Pins the calling thread to the highest CPU it may run on (CPU 0 takes
